@@ -1,0 +1,92 @@
+"""Input validation helpers with one uniform message style.
+
+Messages follow scikit-learn's style: ``The 'epsilon' parameter of dpauc must be > 0.
+Got -1 instead.`` Wrong types raise ``TypeError``, wrong values ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["check_int", "check_real", "check_labels_scores"]
+
+
+def _fail_type(name: str, owner: str, expected: str, value: Any) -> TypeError:
+    return TypeError(
+        f"The '{name}' parameter of {owner} must be {expected}. Got {value!r} "
+        f"of type {type(value).__name__} instead."
+    )
+
+
+def check_int(
+    value: Any, name: str, owner: str, *, min_value: int | None = None,
+    max_value: int | None = None,
+) -> int:
+    """Return ``value`` as an int, or raise with a clear message."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _fail_type(name, owner, "an int", value)
+    v = int(value)
+    if min_value is not None and v < min_value:
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be >= {min_value}. Got {v} instead."
+        )
+    if max_value is not None and v > max_value:
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be <= {max_value}. Got {v} instead."
+        )
+    return v
+
+
+def check_real(
+    value: Any, name: str, owner: str, *, gt: float | None = None,
+    ge: float | None = None, le: float | None = None, lt: float | None = None,
+) -> float:
+    """Return ``value`` as a finite float, or raise with a clear message."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _fail_type(name, owner, "a real number", value)
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"The '{name}' parameter of {owner} must be finite. Got {v} instead.")
+    for bound, ok, sym in (
+        (gt, lambda b: v > b, ">"), (ge, lambda b: v >= b, ">="),
+        (lt, lambda b: v < b, "<"), (le, lambda b: v <= b, "<="),
+    ):
+        if bound is not None and not ok(bound):
+            raise ValueError(
+                f"The '{name}' parameter of {owner} must be {sym} {bound}. Got {v} instead."
+            )
+    return v
+
+
+def check_labels_scores(
+    y_true: Any, y_score: Any, owner: str
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Validate one party's labels (0/1) and scores (finite, in [0, 1])."""
+    try:
+        y = np.asarray(y_true)
+        s = np.asarray(y_score, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"y_true and y_score of {owner} must be numeric arrays: {exc}") from None
+    if y.ndim != 1 or s.ndim != 1:
+        raise ValueError(
+            f"y_true and y_score of {owner} must be 1-D. Got shapes {y.shape} and {s.shape}."
+        )
+    if y.shape != s.shape:
+        raise ValueError(
+            f"y_true and y_score of {owner} must have the same length. "
+            f"Got {y.shape[0]} and {s.shape[0]}."
+        )
+    if y.size and not np.all(np.isin(y, (0, 1))):
+        bad = y[~np.isin(y, (0, 1))][0]
+        raise ValueError(f"y_true of {owner} must contain only 0 and 1. Got {bad!r}.")
+    if s.size and not np.all(np.isfinite(s)):
+        raise ValueError(f"y_score of {owner} must be finite. Got NaN or inf.")
+    if s.size and (s.min() < 0.0 or s.max() > 1.0):
+        raise ValueError(
+            f"y_score of {owner} must lie in [0, 1]. Got values in [{s.min()}, {s.max()}]."
+        )
+    return y.astype(np.int64), s

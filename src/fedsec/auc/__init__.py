@@ -1,0 +1,1 @@
+"""Secure federated AUC: FHAUC (semi-honest and malicious aggregator), DPAUC and attacks."""

@@ -1,0 +1,21 @@
+"""Plaintext reference maths. No cryptography here; every protocol is tested against it."""
+
+from fedsec.metrics.roc import (
+    as_decision_points,
+    class_totals_from_terms,
+    confusion_counts,
+    trapezoid_auc,
+    trapezoid_auc_from_counts,
+    trapezoid_terms,
+    uniform_decision_points,
+)
+
+__all__ = [
+    "as_decision_points",
+    "class_totals_from_terms",
+    "confusion_counts",
+    "trapezoid_auc",
+    "trapezoid_auc_from_counts",
+    "trapezoid_terms",
+    "uniform_decision_points",
+]
