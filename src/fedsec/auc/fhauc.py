@@ -1,0 +1,431 @@
+"""FHAUC against a semi-honest aggregator (seed 000 Sec. IV-C; masking variant of seed 001).
+
+Threat model
+------------
+Parties follow the protocol and hold the CKKS secret key (the papers' setting); the
+aggregator follows the protocol too but tries to learn from what it sees. It sees only
+ciphertexts and public keys, so it learns nothing about any party's labels or scores
+(semantic security of CKKS). Parties learn the global AUC and the masked numerator and
+denominator (``c*num``, ``c*denom``) - nothing about any single party. The aggregator must
+not collude with a party: a party's secret key decrypts every submission. A *malicious*
+aggregator can change the result undetected in this mode (drop a party, rescale, replay):
+use :mod:`fedsec.auc.fhauc_malicious` when that matters.
+
+Packing (what makes it cheap)
+-----------------------------
+The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext
+whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms of
+:func:`fedsec.metrics.trapezoid_terms`, ``n = 0..N-1``). The aggregator
+
+1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (slot-wise ``T + iF`` of the federation);
+2. squares ``Z``: ``Im(Z[n]**2) = 2*T[n]*F[n]``; ``Z**2 - conj(Z**2)`` keeps ``4i*T*F`` and
+   a full slot sum gives ``4i*num`` in every slot;
+3. recovers the class totals from the same ciphertext, without extra uploads: the even and
+   odd slot sums ``E, O`` of ``Z`` give ``Neg = Im(E + O)`` and ``Pos = ±Re(E - O)`` (the
+   terms telescope, see :func:`fedsec.metrics.class_totals_from_terms`), and one product
+   gives ``±4i*Pos*Neg`` with a sign alternating between even and odd slots;
+4. masks with exact constants and returns one ciphertext whose every slot holds
+   ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
+
+All constants are exactly representable (dyadic masks, a real constant, and ``X^(n/2)``,
+which SEAL's slot order evaluates to ``±i`` alternating), so CKKS adds only its own noise:
+about 1e-10 relative error on the AUC. Thousands of decision points cost the same as a
+hundred (one ciphertext up to ``N = slots``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fedsec._validation import check_int, check_labels_scores
+from fedsec.crypto import wire
+from fedsec.crypto.ckks import CKKSContext
+from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
+from fedsec.crypto.params import DEFAULT_PRESET, get_preset
+from fedsec.errors import ProtocolError, UndefinedMetricError
+from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
+
+__all__ = [
+    "FHAUCConfig",
+    "FHAUCParty",
+    "FHAUCAggregator",
+    "SecureAUCResult",
+    "run_key_setup",
+    "secure_auc",
+]
+
+Masking = Literal["single", "pair"]
+MASK_BITS = 14  # random bits of each multiplicative mask (dyadic, so encoding is exact)
+CONST_SCALE = 2.0 ** 16  # encoding scale of the masks; budgeted in the preset's modulus
+DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
+
+
+@dataclass(frozen=True)
+class FHAUCConfig:
+    """Public parameters every role must agree on.
+
+    Parameters
+    ----------
+    decision_points : tuple of float
+        Decreasing thresholds (see :func:`fedsec.metrics.as_decision_points`).
+    preset : str
+        CKKS preset; ``CKKS_128_N8192_DEPTH1`` (default) fits up to 4096 points.
+    masking : {"single", "pair"}
+        ``"single"``: parties receive ``c*num, c*denom`` (seed 000). ``"pair"``: they
+        receive ``num*d + denom*c, denom*d`` and ``c/d`` (seed 001).
+    max_total_samples : int
+        Upper bound on the federation's total test samples; it sizes the CKKS dynamic
+        range (default 2**20 for the default preset).
+    allow_insecure : bool
+        Accept ``INSECURE_TEST_*`` presets (tests only).
+    """
+
+    decision_points: tuple[float, ...]
+    preset: str = DEFAULT_PRESET
+    masking: Masking = "single"
+    max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES
+    allow_insecure: bool = False
+
+    @classmethod
+    def create(cls, decision_points: Any = 100, *, preset: str = DEFAULT_PRESET,
+               masking: str = "single", max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES,
+               allow_insecure: bool = False) -> FHAUCConfig:
+        """Validate and build a configuration."""
+        points = as_decision_points(decision_points)
+        params = get_preset(preset, allow_insecure=allow_insecure)
+        if points.size > params.slots:
+            raise ValueError(f"{points.size} decision points exceed the {params.slots} slots "
+                             f"of {preset}; use at most {params.slots} points")
+        if masking not in ("single", "pair"):
+            raise ValueError(f"The 'masking' parameter must be 'single' or 'pair'. "
+                             f"Got {masking!r} instead.")
+        check_int(max_total_samples, "max_total_samples", "FHAUCConfig", min_value=1,
+                  max_value=DEFAULT_MAX_TOTAL_SAMPLES)
+        return cls(tuple(float(x) for x in points), preset, masking,  # type: ignore[arg-type]
+                   int(max_total_samples), allow_insecure)
+
+    @property
+    def n_points(self) -> int:
+        return len(self.decision_points)
+
+    @property
+    def points(self) -> np.ndarray:
+        return np.asarray(self.decision_points, dtype=np.float64)
+
+    def digest(self) -> str:
+        """A short hash that binds every message to this exact configuration."""
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(b"fedsec/fhauc/config/v1|" + blob).hexdigest()[:32]
+
+    def rotations(self) -> list[int]:
+        """The Galois keys the aggregator needs: powers of two below the slot count."""
+        return CKKSContext.sum_rotations(get_preset(self.preset,
+                                                    allow_insecure=self.allow_insecure).slots)
+
+
+def _check_party_inputs(y_true: ArrayLike, y_score: ArrayLike,
+                        max_total: int) -> tuple[np.ndarray, np.ndarray]:
+    y, s = check_labels_scores(y_true, y_score, "FHAUCParty")
+    if y.size > max_total:
+        raise ValueError(f"a party holds {y.size} samples, more than max_total_samples="
+                         f"{max_total} that the CKKS parameters are sized for")
+    return y, s
+
+
+class FHAUCParty:
+    """An input party (seed 000 steps 1-4 and 9).
+
+    Parameters
+    ----------
+    y_true, y_score : array-like
+        This party's private labels (0/1) and model scores in [0, 1].
+    keys : PartyKeys
+        From key set-up.
+    config : FHAUCConfig
+    """
+
+    def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
+                 config: FHAUCConfig) -> None:
+        if not keys.context.has_secret_key:
+            raise ValueError("an FHAUC party needs the CKKS secret key")
+        self.config = config
+        self.keys = keys
+        self._y, self._s = _check_party_inputs(y_true, y_score, config.max_total_samples)
+        self.included: tuple[str, ...] = ()
+
+    def terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """Steps 2-3: this party's trapezoid terms ``T, F`` over the decision points."""
+        tp, fp = confusion_counts(self._y, self._s, self.config.points)
+        return trapezoid_terms(tp, fp)
+
+    def submit(self) -> bytes:
+        """Step 4: encrypt ``T + iF`` into one ciphertext."""
+        t, f = self.terms()
+        blob = self.keys.context.encrypt_to_bytes(t.astype(np.float64) + 1j * f)
+        meta = {"config": self.config.digest(), "session": self.keys.session,
+                "party": self.keys.index}
+        return wire.encode("fhauc/submit", meta, [blob])
+
+    def finalize(self, response: bytes) -> float:
+        """Step 9: decrypt the masked pair and return the global AUC."""
+        msg = wire.decode(response, expect="fhauc/result")
+        if msg.meta.get("config") != self.config.digest() or \
+                msg.meta.get("session") != self.keys.session:
+            raise ProtocolError("result belongs to another configuration or session")
+        if len(msg.blobs) != 1:
+            raise ProtocolError("result must hold one ciphertext")
+        ratio = float(msg.meta.get("ratio", 0.0))
+        if (self.config.masking == "single") != (ratio == 0.0) or not np.isfinite(ratio):
+            raise ProtocolError("result masking does not match the configuration")
+        included = msg.meta.get("parties", [])
+        self.included = tuple(self.keys.names[int(i)] for i in included)
+        ctx = self.keys.context
+        z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[0]
+        denom, num = float(z.real), float(z.imag)
+        return finish_auc(num, denom, ratio)
+
+
+def finish_auc(num: float, denom: float, ratio: float) -> float:
+    """``num/denom - ratio`` with the checks every FHAUC variant needs."""
+    # denom = d * 2 * Pos * Neg >= 1 when both classes exist (d >= 1/2); CKKS noise ~1e-9
+    if abs(denom) < 0.25:
+        raise UndefinedMetricError("AUC is undefined: the federation's test data hold only "
+                                   "one class")
+    auc = num / denom - ratio
+    if not -1e-6 <= auc <= 1.0 + 1e-6:
+        raise ProtocolError(f"decrypted AUC {auc:.6g} is outside [0, 1]: the federation "
+                            "exceeds max_total_samples or the response is corrupt")
+    return min(1.0, max(0.0, auc))
+
+
+def _dyadic_mask() -> tuple[float, int]:
+    """A random mask in [1/2, 1) with MASK_BITS random bits, from ``secrets``."""
+    k = (1 << (MASK_BITS - 1)) + secrets.randbelow(1 << (MASK_BITS - 1))
+    return k / float(1 << MASK_BITS), k
+
+
+class FHAUCAggregator:
+    """The aggregator (seed 000 steps 5-8), computing on ciphertexts only.
+
+    Parameters
+    ----------
+    context : CKKSContext
+        Public context from key set-up (no secret key).
+    config : FHAUCConfig
+    names : sequence of str
+        The parties, in key set-up order.
+    session : str
+        The key set-up session id.
+    min_parties : int
+        Fewest submissions accepted (default: all parties).
+    """
+
+    def __init__(self, context: CKKSContext, config: FHAUCConfig, *, names: Sequence[str],
+                 session: str, min_parties: int | None = None) -> None:
+        if context.has_secret_key:
+            raise ValueError("the aggregator must not hold the secret key")
+        if context.params.name != config.preset:
+            raise ValueError("context and configuration use different presets")
+        missing = set(config.rotations()) - set(context.rotations)
+        if missing or not context.conjugate_key:
+            raise ValueError("the public context lacks Galois keys FHAUC needs")
+        self.context = context
+        self.config = config
+        self.names = tuple(names)
+        self.session = session
+        self.min_parties = len(self.names) if min_parties is None else int(min_parties)
+        self.timing: dict[str, float] = {}
+
+    def _load(self, submissions: Sequence[bytes]) -> tuple[list[Any], list[int]]:
+        cts, seen = [], []
+        for raw in submissions:
+            msg = wire.decode(raw, expect="fhauc/submit")
+            if msg.meta.get("config") != self.config.digest() or \
+                    msg.meta.get("session") != self.session:
+                raise ProtocolError("a submission belongs to another configuration or session")
+            idx = msg.meta.get("party")
+            if not isinstance(idx, int) or not 0 <= idx < len(self.names) or idx in seen:
+                raise ProtocolError(f"invalid or duplicate party index {idx!r}")
+            if len(msg.blobs) != 1:
+                raise ProtocolError("a submission must hold one ciphertext")
+            cts.append(self.context.deserialize(msg.blobs[0], at_top=True,
+                                                scale=self.context.scale))
+            seen.append(idx)
+        if len(cts) < max(1, self.min_parties):
+            raise ProtocolError(f"only {len(cts)} submissions; at least {self.min_parties} "
+                                "are required")
+        return cts, seen
+
+    def combine(self, z: Any) -> tuple[Any, Any]:
+        """Steps 5-7 on the summed ciphertext: ``(4i*num in every slot, ±4i*Pos*Neg)``."""
+        ctx = self.context
+        q = ctx.square(z)
+        q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
+        num = ctx.sum_slots(q)                    # 4i * num everywhere
+        w = ctx.sum_slots(z, stride=2)            # even slots: E, odd slots: O
+        r = ctx.rotate(w, 1)
+        a = ctx.add(w, r)
+        b = ctx.sub(w, r)
+        a = ctx.sub(a, ctx.conjugate(a))          # 2i * Neg
+        b = ctx.add(b, ctx.conjugate(b))          # 2 * Re(E - O) * (-1)^j
+        den = ctx.multiply(a, b)                  # 4i * sigma * Pos * Neg * (-1)^j
+        return num, den
+
+    def mask(self, num: Any, den: Any) -> tuple[Any, float]:
+        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too."""
+        ctx = self.context
+        n_pts = self.config.n_points
+        sigma = 1.0 if (n_pts - 1) % 2 == 0 else -1.0
+        d, _ = _dyadic_mask()
+        out = ctx.multiply_const(num, d / 4.0, scale=CONST_SCALE)  # i*d*num
+        # X^(n/2) evaluates to +i on even and -i on odd slots: it undoes the alternation.
+        jpat = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0) * 1j * (-d / (2.0 * sigma))
+        jpt = ctx.encode(jpat, scale=CONST_SCALE, parms_id=den.parms_id())
+        out = ctx.add(out, ctx.multiply_plaintext(den, jpt))        # + d*denom
+        ratio = 0.0
+        if self.config.masking == "pair":
+            c, _ = _dyadic_mask()
+            alt = ctx.multiply_const(den, c / (2.0 * sigma), scale=CONST_SCALE)
+            out = ctx.add(out, alt)  # + i*c*denom on even slots (slot 0 is read)
+            ratio = c / d
+        return out, ratio
+
+    def aggregate(self, submissions: Sequence[bytes]) -> bytes:
+        """Steps 5-8: combine the submissions and return the masked result."""
+        t0 = time.perf_counter()
+        cts, idx = self._load(submissions)
+        t1 = time.perf_counter()
+        z = self.context.add_many(cts)
+        num, den = self.combine(z)
+        out, ratio = self.mask(num, den)
+        blob = self.context.serialize(out)
+        t2 = time.perf_counter()
+        self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
+        meta = {"config": self.config.digest(), "session": self.session,
+                "parties": sorted(idx), "ratio": ratio}
+        return wire.encode("fhauc/result", meta, [blob])
+
+
+# ---------------------------------------------------------------------- in-process runner
+@dataclass
+class SecureAUCResult:
+    """The AUC and what it cost."""
+
+    auc: float
+    parties: int
+    decision_points: int
+    security: str
+    masking: str
+    preset: str
+    bytes_up_per_party: int
+    bytes_down_per_party: int
+    aggregator_seconds: float
+    setup_bytes_to_aggregator: int
+    setup_seconds: float
+    included: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_key_setup(names: Sequence[str], *, preset: str, rotations: Sequence[int],
+                  conjugate: bool, allow_insecure: bool = False
+                  ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
+    """Play key set-up in one process; return the aggregator side and each party's keys."""
+    parties = [KeySetupParty(n, allow_insecure=allow_insecure) for n in names]
+    agg = KeySetupAggregator(preset=preset, rotations=rotations, conjugate=conjugate,
+                             allow_insecure=allow_insecure)
+    holder, request = agg.request([p.hello() for p in parties])
+    deliveries = agg.accept(parties[holder].offer(request))
+    return agg, [p.receive(d) for p, d in zip(parties, deliveries, strict=True)]
+
+
+def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_points: Any = 100,
+               security: str = "semi-honest", masking: str = "single",
+               preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
+               progress: Callable[[str], None] | None = None,
+               allow_insecure: bool = False, **kwargs: Any) -> SecureAUCResult:
+    """Run a whole federation in this process and return the secure global AUC.
+
+    Parameters
+    ----------
+    parties : sequence of (y_true, y_score)
+        Each party's labels (0/1) and scores in [0, 1].
+    decision_points : int or array-like
+        ``N`` uniform points (default 100) or custom thresholds.
+    security : {"semi-honest", "malicious"}
+        Threat model of the aggregator (see the module docs).
+    masking : {"single", "pair"}
+        Semi-honest masking variant.
+    progress : callable, optional
+        Receives one line per protocol step.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> data = [(rng.integers(0, 2, 50), rng.random(50)) for _ in range(3)]
+    >>> res = secure_auc(data, decision_points=50)  # doctest: +SKIP
+    """
+    if security == "malicious":
+        from fedsec.auc.fhauc_malicious import secure_auc_malicious
+
+        return secure_auc_malicious(parties, decision_points=decision_points, preset=preset,
+                                    names=names, progress=progress,
+                                    allow_insecure=allow_insecure, **kwargs)
+    if security != "semi-honest":
+        raise ValueError(f"The 'security' parameter must be 'semi-honest' or 'malicious'. "
+                         f"Got {security!r} instead.")
+    if kwargs:
+        raise TypeError(f"unexpected arguments for semi-honest FHAUC: {sorted(kwargs)}")
+    say = progress or (lambda _msg: None)
+    if len(parties) < 1:
+        raise ValueError("at least one party is required")
+    cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
+                             allow_insecure=allow_insecure)
+    data = [_check_party_inputs(y, s, cfg.max_total_samples) for y, s in parties]
+    total = sum(int(y.size) for y, _ in data)
+    pos = sum(int(y.sum()) for y, _ in data)
+    if total > cfg.max_total_samples:
+        raise ValueError(f"the federation holds {total} samples, more than "
+                         f"max_total_samples={cfg.max_total_samples}")
+    if pos == 0 or pos == total:
+        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
+    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
+    say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
+    t0 = time.perf_counter()
+    ks_agg, keys = run_key_setup(party_names, preset=cfg.preset, rotations=cfg.rotations(),
+                                 conjugate=True, allow_insecure=allow_insecure)
+    setup_s = time.perf_counter() - t0
+    assert ks_agg.context is not None
+    agg = FHAUCAggregator(ks_agg.context, cfg, names=party_names, session=ks_agg.session)
+    roles = [FHAUCParty(y, s, keys=k, config=cfg) for (y, s), k in zip(data, keys, strict=True)]
+    say(f"parties encrypt their statistics ({cfg.n_points} decision points)")
+    subs = [r.submit() for r in roles]
+    say("aggregator computes on ciphertexts")
+    response = agg.aggregate(subs)
+    say("parties decrypt the masked result")
+    aucs = [r.finalize(response) for r in roles]
+    if max(aucs) - min(aucs) > 1e-9:
+        raise ProtocolError("parties decrypted different AUC values")
+    return SecureAUCResult(
+        auc=aucs[0], parties=len(roles), decision_points=cfg.n_points,
+        security="semi-honest", masking=cfg.masking, preset=cfg.preset,
+        bytes_up_per_party=max(len(s) for s in subs), bytes_down_per_party=len(response),
+        aggregator_seconds=agg.timing["total_s"],
+        setup_bytes_to_aggregator=ks_agg.public_bytes_size, setup_seconds=setup_s,
+        included=list(roles[0].included),
+        extra={"aggregator_deserialize_s": agg.timing["deserialize_s"],
+               "aggregator_compute_s": agg.timing["compute_s"],
+               "key_holder": party_names[ks_agg.holder or 0]},
+    )

@@ -1,0 +1,529 @@
+"""The CKKS layer every fedsec protocol uses (over Microsoft SEAL via ``tenseal.sealapi``).
+
+Protocols never import TenSEAL themselves. :class:`CKKSContext` offers SIMD encryption of
+real or complex vectors, addition, plaintext and constant multiplication, ciphertext
+multiplication with relinearization and rescaling, slot rotations, complex conjugation,
+slot sums, polynomial evaluation and serialization.
+
+Key material and what may leave a party
+---------------------------------------
+* :meth:`CKKSContext.public_bytes` carries the parameters, the public key, the
+  relinearization keys and only the Galois keys that were asked for. It cannot carry the
+  secret key: it is built from the public objects alone (a test checks the secret key's
+  bytes never occur in it).
+* :meth:`CKKSContext.secret_bytes` carries the secret key; it is meant to be sealed to
+  another party (see :mod:`fedsec.crypto.keys`), never sent in the clear.
+* Parties that hold the secret key encrypt *symmetrically*. SEAL then replaces one of the
+  two ciphertext polynomials by the seed that generated it, which roughly halves the
+  upload (:meth:`CKKSContext.encrypt_to_bytes`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tenseal.sealapi as seal
+from numpy.typing import ArrayLike, NDArray
+
+from fedsec.crypto import wire
+from fedsec.crypto.params import CKKSParams, get_preset
+from fedsec.errors import ProtocolError
+
+__all__ = ["CKKSContext", "Ciphertext", "galois_element"]
+
+Ciphertext = Any  # a ``tenseal.sealapi.Ciphertext``; SEAL's bindings are untyped
+
+_TMPDIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def _save(obj: Any) -> bytes:
+    """Serialize a SEAL object (or a SEAL ``Serializable``) to bytes (SEAL's compression)."""
+    fd, path = tempfile.mkstemp(prefix="fedsec-", dir=_TMPDIR)
+    os.close(fd)
+    try:
+        obj.save(path)
+        with open(path, "rb") as fh:
+            return fh.read()
+    finally:
+        os.unlink(path)
+
+
+def _load(obj: Any, context: Any, data: bytes, what: str) -> Any:
+    fd, path = tempfile.mkstemp(prefix="fedsec-", dir=_TMPDIR)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        try:
+            obj.load(context, path)
+        except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+            raise ProtocolError(f"invalid {what}: {exc}") from None
+        return obj
+    finally:
+        os.unlink(path)
+
+
+def galois_element(step: int, poly_modulus_degree: int) -> int:
+    """SEAL's Galois element for a left rotation by ``step`` slots (generator 3)."""
+    slots = poly_modulus_degree // 2
+    step %= slots
+    if step == 0:
+        raise ValueError("rotation by 0 slots needs no key")
+    return pow(3, step, 2 * poly_modulus_degree)
+
+
+def _build_seal_context(params: CKKSParams) -> Any:
+    p = seal.EncryptionParameters(seal.SCHEME_TYPE.CKKS)
+    p.set_poly_modulus_degree(params.poly_modulus_degree)
+    p.set_coeff_modulus(seal.CoeffModulus.Create(params.poly_modulus_degree,
+                                                 list(params.coeff_mod_bit_sizes)))
+    level = seal.SEC_LEVEL_TYPE.TC128 if params.security_bits >= 128 else \
+        seal.SEC_LEVEL_TYPE.NONE
+    ctx = seal.SEALContext(p, True, level)
+    if ctx.parameters_error_message() != "valid":
+        raise ValueError(f"{params.name}: SEAL rejects the parameters: "
+                         f"{ctx.parameters_error_message()}")
+    return ctx
+
+
+class CKKSContext:
+    """CKKS parameters plus whatever keys this role holds.
+
+    Create one with :meth:`generate` (the key holder) or load one with
+    :meth:`from_public_bytes` (aggregators) or :meth:`from_secret_bytes` (parties).
+    """
+
+    def __init__(self, params: CKKSParams, *, secret_key: Any = None, public_key: Any = None,
+                 relin_keys: Any = None, galois_keys: Any = None,
+                 rotations: Iterable[int] = (), conjugate: bool = False,
+                 _seal_context: Any = None) -> None:
+        self.params = params
+        self._ctx = _seal_context if _seal_context is not None else _build_seal_context(params)
+        self._encoder = seal.CKKSEncoder(self._ctx)
+        self._evaluator = seal.Evaluator(self._ctx)
+        self._sk = secret_key
+        self._pk = public_key
+        self._rk = relin_keys
+        self._gk = galois_keys
+        self.rotations: tuple[int, ...] = tuple(sorted({int(r) % params.slots
+                                                        for r in rotations} - {0}))
+        self.conjugate_key = bool(conjugate)
+        self._sym = seal.Encryptor(self._ctx, secret_key) if secret_key is not None else None
+        self._asym = seal.Encryptor(self._ctx, public_key) if public_key is not None else None
+        self._dec = seal.Decryptor(self._ctx, secret_key) if secret_key is not None else None
+        self._public_blobs: list[bytes] | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def generate(cls, params: CKKSParams | str, *, rotations: Iterable[int] = (),
+                 conjugate: bool = False, relin: bool = True,
+                 allow_insecure: bool = False) -> CKKSContext:
+        """Generate a fresh key set.
+
+        Parameters
+        ----------
+        params : CKKSParams or str
+            A preset or its name.
+        rotations : iterable of int
+            Left-rotation steps to create Galois keys for. Only these rotations will be
+            possible; Galois keys dominate the set-up traffic, so ask for what you use.
+        conjugate : bool
+            Also create the key for complex conjugation.
+        relin : bool
+            Create relinearization keys (needed for ciphertext multiplication).
+        """
+        if isinstance(params, str):
+            params = get_preset(params, allow_insecure=allow_insecure)
+        elif params.insecure and not allow_insecure:
+            raise ValueError(f"{params.name} is insecure; pass allow_insecure=True (tests only)")
+        ctx = _build_seal_context(params.check())
+        keygen = seal.KeyGenerator(ctx)
+        sk = keygen.secret_key()
+        pk = seal.PublicKey()
+        keygen.create_public_key(pk)
+        rk = rk_bytes = None
+        if relin:
+            # The seeded ("Serializable") form halves the bytes on the wire; load it back
+            # for local use instead of generating the keys twice.
+            rk_bytes = _save(keygen.create_relin_keys())
+            rk = _load(seal.RelinKeys(), ctx, rk_bytes, "relinearization keys")
+        steps = sorted({int(r) % params.slots for r in rotations} - {0})
+        elts = [galois_element(s, params.poly_modulus_degree) for s in steps]
+        if conjugate:
+            elts.append(2 * params.poly_modulus_degree - 1)
+        gk = gk_bytes = None
+        if elts:
+            gk_bytes = _save(keygen.create_galois_keys(elts))
+            gk = _load(seal.GaloisKeys(), ctx, gk_bytes, "Galois keys")
+        out = cls(params, secret_key=sk, public_key=pk, relin_keys=rk, galois_keys=gk,
+                  rotations=steps, conjugate=conjugate, _seal_context=ctx)
+        out._public_blobs = [_save(pk), rk_bytes or b"", gk_bytes or b""]
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        p = self.params
+        return {"preset": p.name, "n": p.poly_modulus_degree,
+                "primes": list(p.coeff_mod_bit_sizes), "scale_bits": p.scale_bits,
+                "rotations": list(self.rotations), "conjugate": self.conjugate_key}
+
+    def public_bytes(self) -> bytes:
+        """Parameters and public keys for an aggregator. Never contains the secret key."""
+        if self._public_blobs is not None:
+            return wire.encode("ckks/public", self._meta(), self._public_blobs)
+        blobs = [_save(self._pk) if self._pk is not None else b"",
+                 _save(self._rk) if self._rk is not None else b"",
+                 _save(self._gk) if self._gk is not None else b""]
+        return wire.encode("ckks/public", self._meta(), blobs)
+
+    def secret_bytes(self) -> bytes:
+        """The secret key with its parameters, to be *sealed* to another party."""
+        if self._sk is None:
+            raise ValueError("this context holds no secret key")
+        return wire.encode("ckks/secret", self._meta(), [_save(self._sk)])
+
+    @classmethod
+    def _params_from_meta(cls, meta: dict[str, Any], allow_insecure: bool) -> CKKSParams:
+        try:
+            params = get_preset(str(meta["preset"]), allow_insecure=allow_insecure)
+        except (KeyError, ValueError) as exc:
+            raise ProtocolError(f"key material names an unusable preset: {exc}") from None
+        if (meta.get("n") != params.poly_modulus_degree
+                or tuple(meta.get("primes", ())) != params.coeff_mod_bit_sizes):
+            raise ProtocolError("key material parameters do not match their preset")
+        return params
+
+    @classmethod
+    def from_public_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> CKKSContext:
+        """Load an aggregator's context (public key, relinearization and Galois keys)."""
+        msg = wire.decode(data, expect="ckks/public")
+        params = cls._params_from_meta(msg.meta, allow_insecure)
+        if len(msg.blobs) != 3:
+            raise ProtocolError("public key material must have 3 parts")
+        ctx = _build_seal_context(params)
+        pk = _load(seal.PublicKey(), ctx, msg.blobs[0], "public key") if msg.blobs[0] else None
+        rk = _load(seal.RelinKeys(), ctx, msg.blobs[1], "relinearization keys") \
+            if msg.blobs[1] else None
+        gk = _load(seal.GaloisKeys(), ctx, msg.blobs[2], "Galois keys") if msg.blobs[2] else None
+        rotations = [int(r) for r in msg.meta.get("rotations", [])]
+        return cls(params, public_key=pk, relin_keys=rk, galois_keys=gk, rotations=rotations,
+                   conjugate=bool(msg.meta.get("conjugate")), _seal_context=ctx)
+
+    @classmethod
+    def from_secret_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> CKKSContext:
+        """Load a party's context from (unsealed) secret key material."""
+        msg = wire.decode(data, expect="ckks/secret")
+        params = cls._params_from_meta(msg.meta, allow_insecure)
+        if len(msg.blobs) != 1:
+            raise ProtocolError("secret key material must have 1 part")
+        ctx = _build_seal_context(params)
+        sk = _load(seal.SecretKey(), ctx, msg.blobs[0], "secret key")
+        return cls(params, secret_key=sk, _seal_context=ctx)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def slots(self) -> int:
+        return self.params.slots
+
+    @property
+    def scale(self) -> float:
+        return float(2.0 ** self.params.scale_bits)
+
+    @property
+    def has_secret_key(self) -> bool:
+        return self._sk is not None
+
+    @property
+    def top_parms_id(self) -> Any:
+        return self._ctx.first_parms_id()
+
+    def level_of(self, ct: Ciphertext) -> int:
+        """Remaining data primes of a ciphertext minus one (0 means no rescale left)."""
+        return int(self._ctx.get_context_data(ct.parms_id()).chain_index())
+
+    # ------------------------------------------------------------------ encoding
+    def _vector(self, values: ArrayLike) -> list[complex] | list[float]:
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise ValueError(f"values must be a 1-D vector; got shape {arr.shape}")
+        if arr.size > self.slots:
+            raise ValueError(f"{arr.size} values exceed the {self.slots} slots of "
+                             f"{self.params.name}")
+        if np.iscomplexobj(arr):
+            out_c = np.zeros(self.slots, dtype=np.complex128)
+            out_c[:arr.size] = arr
+            if not np.all(np.isfinite(out_c)):
+                raise ValueError("values must be finite")
+            return list(out_c)
+        out = np.zeros(self.slots, dtype=np.float64)
+        out[:arr.size] = arr.astype(np.float64)
+        if not np.all(np.isfinite(out)):
+            raise ValueError("values must be finite")
+        return [float(x) for x in out]
+
+    def encode(self, values: ArrayLike, *, scale: float | None = None,
+               parms_id: Any = None) -> Any:
+        """Encode a vector (zero-padded to all slots) as a plaintext."""
+        pt = seal.Plaintext()
+        pid = parms_id if parms_id is not None else self.top_parms_id
+        self._encoder.encode(self._vector(values), pid, scale or self.scale, pt)
+        return pt
+
+    def encode_constant(self, value: complex, *, scale: float, parms_id: Any) -> Any:
+        """Encode the same value in every slot.
+
+        A real constant encodes as the constant polynomial ``round(value * scale)``, so it
+        is exact whenever ``value * scale`` is an integer.
+        """
+        pt = seal.Plaintext()
+        if isinstance(value, complex) and value.imag != 0.0:
+            self._encoder.encode(complex(value), parms_id, scale, pt)
+        else:
+            self._encoder.encode(float(value.real if isinstance(value, complex) else value),
+                                 parms_id, scale, pt)
+        return pt
+
+    # ------------------------------------------------------------------ encryption
+    def encrypt(self, values: ArrayLike, *, scale: float | None = None) -> Ciphertext:
+        """Encrypt a vector: symmetrically if this context holds the secret key."""
+        pt = self.encode(values, scale=scale)
+        ct = seal.Ciphertext()
+        if self._sym is not None:
+            self._sym.encrypt_symmetric(pt, ct)
+        elif self._asym is not None:
+            self._asym.encrypt(pt, ct)
+        else:
+            raise ValueError("this context holds no key to encrypt with")
+        return ct
+
+    def encrypt_to_bytes(self, values: ArrayLike, *, scale: float | None = None) -> bytes:
+        """Encrypt and serialize; with the secret key, as a seeded (half-size) ciphertext."""
+        if self._sym is None:
+            return self.serialize(self.encrypt(values, scale=scale))
+        pt = self.encode(values, scale=scale)
+        return _save(self._sym.encrypt_symmetric(pt))
+
+    def decrypt(self, ct: Ciphertext) -> NDArray[np.complex128]:
+        """Decrypt and decode all slots as complex numbers."""
+        if self._dec is None:
+            raise ValueError("this context holds no secret key")
+        pt = seal.Plaintext()
+        self._dec.decrypt(ct, pt)
+        return np.asarray(self._encoder.decode_complex(pt), dtype=np.complex128)
+
+    # ------------------------------------------------------------------ serialization
+    def serialize(self, ct: Ciphertext) -> bytes:
+        return _save(ct)
+
+    def deserialize(self, data: bytes, *, at_top: bool = False,
+                    scale: float | None = None) -> Ciphertext:
+        """Load a ciphertext and check it belongs to these parameters.
+
+        ``at_top`` requires a fresh, top-level ciphertext; ``scale`` its exact scale.
+        """
+        if not isinstance(data, (bytes, bytearray)) or len(data) == 0:
+            raise ProtocolError("empty ciphertext")
+        ct = _load(seal.Ciphertext(), self._ctx, bytes(data), "ciphertext")
+        if ct.size() != 2:
+            raise ProtocolError(f"ciphertext has {ct.size()} polynomials; expected 2")
+        if at_top and ct.parms_id() != self.top_parms_id:
+            raise ProtocolError("ciphertext is not at the top modulus level")
+        if scale is not None and ct.scale != scale:
+            raise ProtocolError(f"ciphertext scale {ct.scale} differs from {scale}")
+        return ct
+
+    # ------------------------------------------------------------------ evaluation
+    def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.add(a, b, out)
+        return out
+
+    def add_many(self, cts: Sequence[Ciphertext]) -> Ciphertext:
+        if not cts:
+            raise ValueError("nothing to add")
+        out = seal.Ciphertext()
+        if len(cts) == 1:
+            self._evaluator.add_plain(cts[0], self._zero_plain(cts[0]), out)
+            return out
+        self._evaluator.add_many(list(cts), out)
+        return out
+
+    def _zero_plain(self, ct: Ciphertext) -> Any:
+        return self.encode_constant(0.0, scale=ct.scale, parms_id=ct.parms_id())
+
+    def sub(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.sub(a, b, out)
+        return out
+
+    def negate(self, a: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.negate(a, out)
+        return out
+
+    def _need_relin(self) -> Any:
+        if self._rk is None:
+            raise ValueError("this context has no relinearization keys")
+        return self._rk
+
+    def multiply(self, a: Ciphertext, b: Ciphertext, *, rescale: bool = True) -> Ciphertext:
+        """Ciphertext product, relinearized and (by default) rescaled."""
+        a, b = self._align(a, b)
+        out = seal.Ciphertext()
+        self._evaluator.multiply(a, b, out)
+        self._evaluator.relinearize_inplace(out, self._need_relin())
+        if rescale:
+            self._evaluator.rescale_to_next_inplace(out)
+        return out
+
+    def square(self, a: Ciphertext, *, rescale: bool = True) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.square(a, out)
+        self._evaluator.relinearize_inplace(out, self._need_relin())
+        if rescale:
+            self._evaluator.rescale_to_next_inplace(out)
+        return out
+
+    def multiply_plain(self, a: Ciphertext, values: ArrayLike, *, scale: float | None = None,
+                       rescale: bool = True) -> Ciphertext:
+        """Slot-wise product with a plaintext vector (one rescale by default)."""
+        pt = self.encode(values, scale=scale, parms_id=a.parms_id())
+        out = seal.Ciphertext()
+        self._evaluator.multiply_plain(a, pt, out)
+        if rescale:
+            self._evaluator.rescale_to_next_inplace(out)
+        return out
+
+    def multiply_const(self, a: Ciphertext, value: complex, *, scale: float,
+                       rescale: bool = False) -> Ciphertext:
+        """Multiply every slot by ``value`` encoded at ``scale`` (exact for real
+        ``value * scale`` integers); the result's scale is ``a.scale * scale``."""
+        pt = self.encode_constant(value, scale=scale, parms_id=a.parms_id())
+        out = seal.Ciphertext()
+        self._evaluator.multiply_plain(a, pt, out)
+        if rescale:
+            self._evaluator.rescale_to_next_inplace(out)
+        return out
+
+    def multiply_plaintext(self, a: Ciphertext, pt: Any) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.multiply_plain(a, pt, out)
+        return out
+
+    def add_plain(self, a: Ciphertext, values: ArrayLike) -> Ciphertext:
+        pt = self.encode(values, scale=a.scale, parms_id=a.parms_id())
+        out = seal.Ciphertext()
+        self._evaluator.add_plain(a, pt, out)
+        return out
+
+    def _galois(self) -> Any:
+        if self._gk is None:
+            raise ValueError("this context has no Galois keys")
+        return self._gk
+
+    def rotate(self, a: Ciphertext, step: int) -> Ciphertext:
+        """Rotate slots left by ``step`` (slot ``j`` receives slot ``j + step``)."""
+        s = int(step) % self.slots
+        if s == 0:
+            return self.add_many([a])
+        if s not in self.rotations:
+            raise ValueError(f"no Galois key for a rotation by {s}; keys exist for "
+                             f"{list(self.rotations)}")
+        out = seal.Ciphertext()
+        self._evaluator.rotate_vector(a, s, self._galois(), out)
+        return out
+
+    def conjugate(self, a: Ciphertext) -> Ciphertext:
+        """Complex-conjugate every slot."""
+        if not self.conjugate_key:
+            raise ValueError("no Galois key for complex conjugation")
+        out = seal.Ciphertext()
+        self._evaluator.complex_conjugate(a, self._galois(), out)
+        return out
+
+    @staticmethod
+    def sum_rotations(slots: int, stride: int = 1) -> list[int]:
+        """Rotation steps :meth:`sum_slots` uses for a given stride."""
+        steps = []
+        s = stride
+        while s < slots:
+            steps.append(s)
+            s *= 2
+        return steps
+
+    def sum_slots(self, a: Ciphertext, *, stride: int = 1) -> Ciphertext:
+        """Sum slots in the cosets of ``stride`` (a power of two).
+
+        With ``stride=1`` every slot receives the sum of all slots. With ``stride=2`` even
+        slots receive the sum of the even slots and odd slots that of the odd ones. No
+        partial sums remain in any slot.
+        """
+        if stride < 1 or stride & (stride - 1):
+            raise ValueError("stride must be a power of two")
+        out = a
+        for step in self.sum_rotations(self.slots, stride):
+            out = self.add(out, self.rotate(out, step))
+        if out is a:
+            out = self.add_many([a])
+        return out
+
+    def _align(self, a: Ciphertext, b: Ciphertext) -> tuple[Ciphertext, Ciphertext]:
+        """Bring two ciphertexts to the same level (mod switching) and scale."""
+        la, lb = self.level_of(a), self.level_of(b)
+        if la > lb:
+            a2 = seal.Ciphertext()
+            self._evaluator.mod_switch_to(a, b.parms_id(), a2)
+            a = a2
+        elif lb > la:
+            b2 = seal.Ciphertext()
+            self._evaluator.mod_switch_to(b, a.parms_id(), b2)
+            b = b2
+        return a, b
+
+    def polyval(self, a: Ciphertext, coeffs: Sequence[float]) -> Ciphertext:
+        """Evaluate ``sum(coeffs[k] * x**k)`` slot-wise.
+
+        Powers are built by repeated squaring and products, so the multiplicative depth is
+        ``ceil(log2(degree)) + 1``; the preset must provide it.
+        """
+        c = [float(x) for x in coeffs]
+        while len(c) > 1 and c[-1] == 0.0:
+            c.pop()
+        deg = len(c) - 1
+        if deg < 1:
+            raise ValueError("polyval needs a polynomial of degree >= 1")
+        need = int(np.ceil(np.log2(deg))) + 1 if deg > 1 else 1
+        if need > self.level_of(a):
+            raise ValueError(f"degree {deg} needs depth {need}; the ciphertext has "
+                             f"{self.level_of(a)} levels left")
+        powers: dict[int, Ciphertext] = {1: a}
+        for k in range(2, deg + 1):
+            hi = 1 << (k.bit_length() - 1)
+            if hi == k:
+                powers[k] = self.square(powers[k // 2])
+            else:
+                powers[k] = self.multiply(powers[hi], powers[k - hi])
+        terms = []
+        target_scale = None
+        for k in range(1, deg + 1):
+            if c[k] == 0.0:
+                continue
+            t = self.multiply_const(powers[k], c[k], scale=self.scale, rescale=True)
+            terms.append(t)
+        # bring every term to the lowest level and a common scale
+        low = min(terms, key=self.level_of)
+        target_scale = low.scale
+        out = None
+        for t in terms:
+            t2, _ = self._align(t, low)
+            t2.scale = target_scale  # scales differ by prime/2^k ratios ~ 1 + 2^-40
+            out = t2 if out is None else self.add(out, t2)
+        assert out is not None
+        if c[0] != 0.0:
+            pt = self.encode_constant(c[0], scale=out.scale, parms_id=out.parms_id())
+            res = seal.Ciphertext()
+            self._evaluator.add_plain(out, pt, res)
+            out = res
+        return out

@@ -1,0 +1,133 @@
+"""Named CKKS parameter presets and checked construction.
+
+Each preset states its security level and what it supports. Security is checked against
+SEAL's table of maximal coefficient-modulus sizes (HomomorphicEncryption.org standard,
+ternary secrets): a preset claiming 128-bit security whose modulus exceeds the table is
+rejected. Presets whose name starts with ``INSECURE_TEST_`` exist for fast tests only;
+the command line never offers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tenseal.sealapi as seal
+
+__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET"]
+
+
+@dataclass(frozen=True)
+class CKKSParams:
+    """CKKS encryption parameters.
+
+    Attributes
+    ----------
+    name : str
+        Preset name, e.g. ``CKKS_128_N8192_DEPTH1``.
+    poly_modulus_degree : int
+        Ring dimension ``n``; a ciphertext packs ``n/2`` complex slots.
+    coeff_mod_bit_sizes : tuple of int
+        Bit sizes of the RNS primes; the last is SEAL's special (key-switching) prime.
+    scale_bits : int
+        ``log2`` of the default encoding scale.
+    security_bits : int
+        Claimed classical security (128), or 0 for test-only parameters.
+    supports : str
+        What the preset is sized for.
+    """
+
+    name: str
+    poly_modulus_degree: int
+    coeff_mod_bit_sizes: tuple[int, ...]
+    scale_bits: int
+    security_bits: int
+    supports: str
+
+    @property
+    def slots(self) -> int:
+        return self.poly_modulus_degree // 2
+
+    @property
+    def total_modulus_bits(self) -> int:
+        return sum(self.coeff_mod_bit_sizes)
+
+    @property
+    def depth(self) -> int:
+        """Number of rescalings available (data primes minus one)."""
+        return len(self.coeff_mod_bit_sizes) - 2
+
+    @property
+    def insecure(self) -> bool:
+        return self.security_bits < 128
+
+    def check(self) -> CKKSParams:
+        """Validate the parameters; return ``self`` or raise ``ValueError``."""
+        n = self.poly_modulus_degree
+        if n not in (1024, 2048, 4096, 8192, 16384, 32768):
+            raise ValueError(f"{self.name}: poly_modulus_degree must be a power of two "
+                             f"in 1024..32768; got {n}")
+        if len(self.coeff_mod_bit_sizes) < 2:
+            raise ValueError(f"{self.name}: need at least one data prime and a special prime")
+        if any(not 20 <= b <= 60 for b in self.coeff_mod_bit_sizes):
+            raise ValueError(f"{self.name}: every prime must have 20..60 bits")
+        if self.security_bits >= 128:
+            limit = seal.CoeffModulus.MaxBitCount(n, seal.SEC_LEVEL_TYPE.TC128)
+            if self.total_modulus_bits > limit:
+                raise ValueError(
+                    f"{self.name}: {self.total_modulus_bits}-bit modulus exceeds the "
+                    f"{limit}-bit limit for 128-bit security at n={n}")
+            if self.name.startswith("INSECURE_TEST_"):
+                raise ValueError(f"{self.name}: INSECURE_TEST_ presets cannot claim security")
+        elif not self.name.startswith("INSECURE_TEST_"):
+            raise ValueError(f"{self.name}: parameters below 128-bit security must be named "
+                             "INSECURE_TEST_*")
+        if not 20 <= self.scale_bits <= 60:
+            raise ValueError(f"{self.name}: scale_bits must be in 20..60")
+        return self
+
+
+_PRESETS = [
+    CKKSParams(
+        "CKKS_128_N8192_DEPTH1", 8192, (54, 54, 50, 60), 50, 128,
+        "4096 complex slots; one ciphertext multiplication with rescale, then an exact "
+        "multiplication by a 16-bit-scale constant. Values up to 2^41 keep ~1e-10 relative "
+        "precision. Used by FHAUC.",
+    ),
+    CKKSParams(
+        "CKKS_128_N8192_DEPTH2", 8192, (60, 40, 40, 60), 40, 128,
+        "4096 complex slots; two multiplications with rescale at a 40-bit scale "
+        "(~1e-7 relative precision).",
+    ),
+    CKKSParams(
+        "CKKS_128_N16384_DEPTH4", 16384, (60, 50, 50, 50, 50, 60), 50, 128,
+        "8192 complex slots; four multiplications at a 50-bit scale. The FHAUC papers' "
+        "configuration (ring 2^14, 50-bit scaling, depth 4); used as the baseline in "
+        "benchmarks.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH1", 4096, (54, 54, 50, 60), 50, 0,
+        "TESTS ONLY, NOT SECURE: the FHAUC prime chain on a 4096 ring (2048 slots).",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH2", 4096, (60, 40, 40, 60), 40, 0,
+        "TESTS ONLY, NOT SECURE: two multiplications on a 4096 ring (2048 slots).",
+    ),
+]
+
+PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
+DEFAULT_PRESET = "CKKS_128_N8192_DEPTH1"
+
+
+def get_preset(name: str, *, allow_insecure: bool = False) -> CKKSParams:
+    """Look up a preset by name; insecure test presets need ``allow_insecure=True``."""
+    if not isinstance(name, str):
+        raise TypeError(f"The 'preset' parameter must be a str. Got {type(name).__name__}.")
+    try:
+        p = PRESETS[name]
+    except KeyError:
+        secure = ", ".join(k for k in PRESETS if not k.startswith("INSECURE_"))
+        raise ValueError(f"unknown CKKS preset {name!r}; choose one of: {secure}") from None
+    if p.insecure and not allow_insecure:
+        raise ValueError(f"{name} is an insecure test preset; pass allow_insecure=True "
+                         "(tests only)")
+    return p
