@@ -116,8 +116,8 @@ def laplace_noise(size: int, *, scale: float) -> FloatArray:
     n = check_int(size, "size", "laplace_noise", min_value=0)
     b = check_real(scale, "scale", "laplace_noise", gt=0.0)
     u = secure_uniform(4 * n).reshape(4, n)
-    x = np.log(u[0]) * np.cos(np.pi * u[1]) + np.log(u[2]) * np.cos(np.pi * u[3])
-    return b * x
+    x: FloatArray = np.log(u[0]) * np.cos(np.pi * u[1]) + np.log(u[2]) * np.cos(np.pi * u[3])
+    return x * b
 
 
 def gaussian_noise(size: int, *, sigma: float) -> FloatArray:
@@ -125,7 +125,8 @@ def gaussian_noise(size: int, *, sigma: float) -> FloatArray:
     n = check_int(size, "size", "gaussian_noise", min_value=0)
     s = check_real(sigma, "sigma", "gaussian_noise", gt=0.0)
     u = secure_uniform(2 * n).reshape(2, n)
-    return s * np.sqrt(-2.0 * np.log(u[0])) * np.cos(2.0 * np.pi * u[1])
+    z: FloatArray = np.sqrt(-2.0 * np.log(u[0])) * np.cos(2.0 * np.pi * u[1])
+    return z * s
 
 
 def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
