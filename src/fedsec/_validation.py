@@ -51,11 +51,12 @@ def check_real(
     v = float(value)
     if not np.isfinite(v):
         raise ValueError(f"The '{name}' parameter of {owner} must be finite. Got {v} instead.")
-    for bound, ok, sym in (
-        (gt, lambda b: v > b, ">"), (ge, lambda b: v >= b, ">="),
-        (lt, lambda b: v < b, "<"), (le, lambda b: v <= b, "<="),
-    ):
-        if bound is not None and not ok(bound):
+    checks: tuple[tuple[float | None, str], ...] = ((gt, ">"), (ge, ">="), (lt, "<"), (le, "<="))
+    for bound, sym in checks:
+        if bound is None:
+            continue
+        ok = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[sym]
+        if not ok:
             raise ValueError(
                 f"The '{name}' parameter of {owner} must be {sym} {bound}. Got {v} instead."
             )

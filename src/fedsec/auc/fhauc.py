@@ -380,9 +380,10 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
     if security == "malicious":
         from fedsec.auc.fhauc_malicious import secure_auc_malicious
 
-        return secure_auc_malicious(parties, decision_points=decision_points, preset=preset,
-                                    names=names, progress=progress,
-                                    allow_insecure=allow_insecure, **kwargs)
+        result: SecureAUCResult = secure_auc_malicious(
+            parties, decision_points=decision_points, preset=preset, names=names,
+            progress=progress, allow_insecure=allow_insecure, **kwargs)
+        return result
     if security != "semi-honest":
         raise ValueError(f"The 'security' parameter must be 'semi-honest' or 'malicious'. "
                          f"Got {security!r} instead.")

@@ -256,7 +256,7 @@ class CKKSContext:
             out_c[:arr.size] = arr
             if not np.all(np.isfinite(out_c)):
                 raise ValueError("values must be finite")
-            return list(out_c)
+            return [complex(x) for x in out_c]
         out = np.zeros(self.slots, dtype=np.float64)
         out[:arr.size] = arr.astype(np.float64)
         if not np.all(np.isfinite(out)):

@@ -161,9 +161,8 @@ class KeySetupAggregator:
             raise ProtocolError("key holder generated other Galois keys than requested")
         self.public_bytes_size = len(m.blobs[0])
         out = []
-        for name, box in zip(self.names, m.blobs[1:], strict=True):
-            meta = {"session": self.session, "names": list(self.names),
-                    "holder": self.names[self.holder]}
+        meta = {"session": self.session, "names": list(self.names),
+                "holder": self.names[self.holder]}
+        for box in m.blobs[1:]:
             out.append(wire.encode("keys/deliver", meta, [box]))
-        del name
         return out
