@@ -1,0 +1,188 @@
+"""Malicious-aggregator FHAUC: honest runs verify and match the plaintext reference;
+every result-changing forgery raises TamperingDetected."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsec.auc.adversary import ATTACKS, TamperHarness
+from fedsec.auc.fhauc import secure_auc
+from fedsec.auc.fhauc_malicious import (
+    MaliciousConfig,
+    cheat_bound_bits,
+    derive_run_randomness,
+    permutation_bound_bits,
+    smallest_splits,
+)
+from fedsec.errors import TamperingDetected, UndefinedMetricError
+from fedsec.metrics import confusion_counts, trapezoid_auc_from_counts
+
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+
+
+def _federation(rng: np.random.Generator, parties: int, max_n: int = 200,
+                ties: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for _ in range(parties):
+        n = int(rng.integers(1, max_n))
+        p = rng.uniform(0.05, 0.95)
+        y = (rng.random(n) < p).astype(int)
+        s = rng.random(n)
+        if ties:
+            s = np.round(s, 1)
+        out.append((y, s))
+    ys = np.concatenate([y for y, _ in out])
+    if ys.min() == ys.max():  # make sure both classes exist
+        out.append((np.array([0, 1]), np.array([0.2, 0.7])))
+    return out
+
+
+def _reference(parties: list[tuple[np.ndarray, np.ndarray]], points: int) -> float:
+    y = np.concatenate([a for a, _ in parties])
+    s = np.concatenate([b for _, b in parties])
+    return trapezoid_auc_from_counts(*confusion_counts(y, s, points))
+
+
+@pytest.mark.parametrize(("seed", "n_parties", "points", "splits"), [
+    (1, 2, 2, 9), (2, 3, 25, 9), (3, 7, 100, 4), (4, 12, 257, 3), (5, 4, 1000, 2),
+])
+def test_honest_runs_verify_and_match_reference(seed: int, n_parties: int, points: int,
+                                                splits: int) -> None:
+    rng = np.random.default_rng(seed)
+    parties = _federation(rng, n_parties)
+    res = secure_auc(parties, decision_points=points, security="malicious", splits=splits,
+                     min_bound_bits=0.0, preset=TEST_PRESET, allow_insecure=True)
+    ref = _reference(parties, points)
+    assert res.extra["verified"] is True
+    assert abs(res.auc - ref) <= 1e-6
+    runs = res.extra["auc_runs"]
+    assert abs(runs[0] - runs[1]) <= 1e-6
+
+
+def test_n4096_spans_several_ciphertexts() -> None:
+    rng = np.random.default_rng(9)
+    parties = _federation(rng, 3, max_n=400, ties=False)
+    res = secure_auc(parties, decision_points=4096, security="malicious", splits=2,
+                     min_bound_bits=0.0, preset=TEST_PRESET, allow_insecure=True)
+    assert abs(res.auc - _reference(parties, 4096)) <= 1e-6
+    # 2 * 4097 positions over 1024 even slots per ciphertext: 9 ciphertexts per run
+    assert res.bytes_up_per_party > 9 * 2 * 40_000
+
+
+def test_secure_default_preset_and_default_splits() -> None:
+    rng = np.random.default_rng(11)
+    parties = _federation(rng, 4)
+    res = secure_auc(parties, decision_points=100, security="malicious")
+    assert abs(res.auc - _reference(parties, 100)) <= 1e-6
+    assert res.extra["splits"] == smallest_splits(100, 40.0) == 3
+    assert res.extra["cheat_bound_bits"] >= 40.0
+
+
+def test_single_class_federation_is_undefined() -> None:
+    parties = [(np.array([1, 1]), np.array([0.2, 0.9])), (np.array([1]), np.array([0.4]))]
+    with pytest.raises(UndefinedMetricError):
+        secure_auc(parties, decision_points=10, security="malicious",
+                   preset=TEST_PRESET, allow_insecure=True)
+
+
+def test_cheat_bound_matches_paper_examples() -> None:
+    # seed 000 Sec. VI-C quotes S*N positions: N=100,S=7 -> 2^-107; N=100,S=4 -> 2^-60;
+    # N=25,S=9 -> 2^-103. With N-1 terms plus the totals entry (our N+1 groups for N+1
+    # entries = the paper's N entries when our N is one less) the figures agree.
+    for n, s, paper in ((99, 7, 107), (99, 4, 60), (24, 9, 103)):
+        assert abs(permutation_bound_bits(n, s) - paper) < 1.0
+    assert cheat_bound_bits(100, 2) < cheat_bound_bits(100, 3) < cheat_bound_bits(100, 9)
+
+
+def test_weak_parameters_are_refused_with_a_suggestion() -> None:
+    with pytest.raises(ValueError, match=r"use --splits 3 or more"):
+        MaliciousConfig.create(100, splits=2)
+    cfg = MaliciousConfig.create(100, splits=2, min_bound_bits=20.0)
+    assert cfg.splits == 2
+    with pytest.raises(ValueError):
+        MaliciousConfig.create(100, splits=1, min_bound_bits=0.0)
+    with pytest.raises(ValueError):
+        MaliciousConfig.create(100, tolerance=0.0)
+
+
+def test_run_randomness_is_shared_fresh_and_zero_sum() -> None:
+    cfg = MaliciousConfig.create(20, splits=3, min_bound_bits=0.0)
+    seed = bytes(range(32))
+    nonces = [b"a" * 16, b"b" * 16, b"c" * 16]
+    r0 = derive_run_randomness(seed, "s", cfg, nonces, 0)
+    again = derive_run_randomness(seed, "s", cfg, nonces, 0)
+    r1 = derive_run_randomness(seed, "s", cfg, nonces, 1)
+    other = derive_run_randomness(seed, "s", cfg, [b"x" * 16, *nonces[1:]], 0)
+    assert np.array_equal(r0.tr, again.tr) and np.array_equal(r0.perm, again.perm)
+    assert not np.array_equal(r0.tr, r1.tr) and not np.array_equal(r0.perm, r1.perm)
+    assert not np.array_equal(r0.tr, other.tr)
+    assert np.allclose(r0.tr.sum(axis=0), 0.0, atol=1e-6)
+    assert np.allclose(r0.fr.sum(axis=0), 0.0, atol=1e-6)
+    assert np.all(np.abs(r0.tr[:-1]) > 0) and np.all((0.5 <= r0.r) & (r0.r < 1.0))
+    assert sorted(r0.perm.tolist()) == list(range(cfg.n_positions))
+
+
+@pytest.fixture(scope="module")
+def harnesses() -> dict[str, TamperHarness]:
+    rng = np.random.default_rng(5)
+    parties = _federation(rng, 3, max_n=120)
+    return {sec: TamperHarness(parties, security=sec, decision_points=50, preset=TEST_PRESET,
+                               allow_insecure=True) for sec in ("malicious", "semi-honest")}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_malicious_mode_detects_every_attack(harnesses: dict[str, TamperHarness],
+                                             name: str) -> None:
+    h = harnesses["malicious"]
+    truth = h.honest()
+    outcomes = [h.trial(name, truth, 1e-5) for _ in range(3)]
+    assert "changed" not in outcomes
+    assert outcomes.count("detected") >= 1  # these attacks all change the result here
+
+
+@pytest.mark.parametrize("name", ["drop-party", "duplicate-party", "subset-answer",
+                                  "add-constant", "scale-denom", "reencrypt-chosen",
+                                  "replay-old", "substitute-foreign"])
+def test_semi_honest_mode_accepts_wrong_results(harnesses: dict[str, TamperHarness],
+                                                name: str) -> None:
+    """The semi-honest threat model, shown: these forgeries pass unnoticed."""
+    h = harnesses["semi-honest"]
+    truth = h.honest()
+    assert h.trial(name, truth, 1e-5) == "changed"
+
+
+def test_failed_verification_raises_not_returns() -> None:
+    rng = np.random.default_rng(6)
+    parties = _federation(rng, 3)
+
+    def swap_runs(step: str, value: object) -> object:
+        if step == "result":
+            from fedsec.crypto import wire
+            msg = wire.decode(value)  # type: ignore[arg-type]
+            return wire.encode(msg.kind, msg.meta, list(reversed(msg.blobs)))
+        return value
+
+    with pytest.raises(TamperingDetected) as info:
+        secure_auc(parties, decision_points=30, security="malicious", preset=TEST_PRESET,
+                   allow_insecure=True, tamper=swap_runs)
+    assert info.value.check in {"double-execution", "range"}
+
+
+def test_tampered_start_message_is_detected() -> None:
+    rng = np.random.default_rng(7)
+    parties = _federation(rng, 3)
+
+    def drop_nonce(step: str, value: object) -> object:
+        if step == "start":
+            from fedsec.crypto import wire
+            msg = wire.decode(value)  # type: ignore[arg-type]
+            meta = dict(msg.meta)
+            meta["parties"] = meta["parties"][1:]
+            return wire.encode(msg.kind, meta, list(msg.blobs[1:]))
+        return value
+
+    with pytest.raises(TamperingDetected) as info:
+        secure_auc(parties, decision_points=30, security="malicious", preset=TEST_PRESET,
+                   allow_insecure=True, tamper=drop_nonce)
+    assert info.value.check == "nonce"
