@@ -81,9 +81,10 @@ def secure_uniform(size: int) -> FloatArray:
         return np.empty(0, dtype=np.float64)
     words = _random_words(n)
     mantissa = (words >> _U64(12)).astype(np.float64)  # 52 uniform bits
-    # The low 12 bits give the binade: the number of leading zeros is geometric(1/2).
-    low = (words & _U64(0xFFF)) << _U64(52)
-    exponent = _leading_zeros64(low)  # 64 when all 12 bits are zero
+    # The low 12 bits give the binade: their number of leading zeros is geometric(1/2).
+    # A 12-bit integer converts to float exactly, so frexp yields its exact bit length.
+    low = (words & _U64(0xFFF)).astype(np.float64)
+    exponent = (12 - np.frexp(low)[1]).astype(np.int64)
     pending = np.flatnonzero(low == 0)
     extra = np.full(pending.size, 12, dtype=np.int64)
     while pending.size:  # probability 2**-12 per sample, then 2**-64 per round
