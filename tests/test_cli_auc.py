@@ -1,0 +1,127 @@
+"""`fedsec auc` and `fedsec demo` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsec.cli import main
+from fedsec.data.io import write_party_csv
+from fedsec.metrics import confusion_counts, trapezoid_auc_from_counts
+
+
+@pytest.fixture()
+def party_files(tmp_path: Path) -> list[Path]:
+    rng = np.random.default_rng(3)
+    paths = []
+    for i, n in enumerate([40, 7, 90]):
+        y = rng.integers(0, 2, n)
+        s = np.round(rng.random(n), 2)
+        p = tmp_path / f"hospital-{i}.csv"
+        write_party_csv(p, y, s)
+        paths.append(p)
+    only_pos = tmp_path / "one-class.csv"
+    write_party_csv(only_pos, [1, 1, 1], [0.2, 0.5, 1.0])
+    paths.append(only_pos)  # a party with one class is valid
+    return paths
+
+
+def _pooled(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    ys, ss = [], []
+    for p in paths:
+        data = np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2)
+        ys.append(data[:, 0].astype(int))
+        ss.append(data[:, 1])
+    return np.concatenate(ys), np.concatenate(ss)
+
+
+def test_auc_json_semi_honest(party_files: list[Path], capsys: pytest.CaptureFixture[str]
+                              ) -> None:
+    code = main(["auc", *map(str, party_files), "--decision-points", "64", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("auc", "parties", "decision_points", "security", "bytes_up_per_party",
+                "bytes_down_per_party", "aggregator_seconds"):
+        assert key in out
+    y, s = _pooled(party_files)
+    ref = trapezoid_auc_from_counts(*confusion_counts(y, s, 64))
+    assert abs(out["auc"] - ref) <= 1e-9 * ref
+    assert out["parties"] == 4 and out["decision_points"] == 64
+    assert out["security"] == "semi-honest"
+    assert out["bytes_up_per_party"] > 0 and out["aggregator_seconds"] > 0
+
+
+def test_auc_json_malicious(party_files: list[Path], capsys: pytest.CaptureFixture[str]
+                            ) -> None:
+    code = main(["auc", *map(str, party_files), "-N", "50", "--security", "malicious",
+                 "--splits", "4", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    y, s = _pooled(party_files)
+    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 50))) <= 1e-6
+    assert out["verified"] is True and out["security"] == "malicious"
+    assert out["cheat_bound_bits"] >= 40
+
+
+def test_human_output(party_files: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["auc", *map(str, party_files[:2]), "-N", "10", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "secure AUC" in text and "upload per party" in text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("", "file is empty"),
+    ("label,score,extra\n1,0.5,3\n", "header must be exactly"),
+    ("label\n1\n", "header must be exactly"),
+    ("label,score\n1,0.5\n1,0.5,7\n", "row 3: expected 2 columns"),
+    ("label,score\n2,0.5\n", "row 2: label must be 0 or 1"),
+    ("label,score\n1,nan\n", "row 2: score must be finite"),
+    ("label,score\n1,inf\n", "row 2: score must be finite"),
+    ("label,score\n0,1.5\n", "row 2: score must be in [0, 1]"),
+    ("label,score\n0,-0.1\n", "row 2: score must be in [0, 1]"),
+    ("label,score\n0,abc\n", "row 2: score must be a number"),
+    ("label,score\n", "no data rows"),
+])
+def test_bad_files_name_file_row_and_rule(tmp_path: Path, party_files: list[Path],
+                                          capsys: pytest.CaptureFixture[str], content: str,
+                                          message: str) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(content)
+    code = main(["auc", str(party_files[0]), str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "bad.csv" in err and message in err
+
+
+def test_single_class_federation_and_small_n(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    a = tmp_path / "a.csv"
+    b = tmp_path / "b.csv"
+    write_party_csv(a, [1, 1], [0.1, 0.9])
+    write_party_csv(b, [1], [0.5])
+    assert main(["auc", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "undefined" in err and "3 samples" in err
+    write_party_csv(b, [0], [0.5])
+    assert main(["auc", str(a), str(b), "--decision-points", "1"]) == 2
+    assert "--decision-points must be >= 2" in capsys.readouterr().err
+    assert main(["auc", str(a), str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+    assert main(["auc", str(a), str(b), "--splits", "3"]) == 2
+    assert "--splits applies to --security malicious" in capsys.readouterr().err
+
+
+def test_demo_runs_end_to_end() -> None:
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, "-m", "fedsec.cli", "demo", "--hospitals", "3"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "FHAUC, semi-honest aggregator" in proc.stdout
+    assert "FHAUC, malicious aggregator" in proc.stdout
+    assert "scikit-learn roc_auc_score" in proc.stdout
