@@ -240,7 +240,7 @@ class MaliciousParty:
     """An input party of malicious-aggregator FHAUC (steps 1-8 and 12, verification)."""
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
-                 config: MaliciousConfig) -> None:
+                 config: MaliciousConfig, nonce: bytes | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
         if keys.context.params.name != config.preset:
@@ -248,11 +248,23 @@ class MaliciousParty:
         self.config = config
         self.keys = keys
         self._y, self._s = _check_party_inputs(y_true, y_score, config.max_total_samples)
-        self._nonce = secrets.token_bytes(NONCE_BYTES)
+        if nonce is not None and len(nonce) != NONCE_BYTES:
+            raise ValueError(f"a nonce must be {NONCE_BYTES} bytes")
+        # ``nonce`` lets a stateless process resume this party between steps; a new
+        # evaluation must always use a fresh one (the default).
+        self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES)
         self._runs: list[_RunRandomness] | None = None
         self._participants: list[int] = []
         self._local = SystemRandomSource()
         self.verification: dict[str, Any] = {}
+
+    @property
+    def nonce(self) -> bytes:
+        return self._nonce
+
+    def restore(self, start: bytes) -> None:
+        """Re-enter the state after :meth:`submit` (for stateless runtimes)."""
+        self._read_start(start)
 
     def commit(self) -> bytes:
         """Round 1: a fresh nonce that makes this evaluation's randomness new."""

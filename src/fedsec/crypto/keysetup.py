@@ -42,6 +42,21 @@ class PartyKeys:
     def n_parties(self) -> int:
         return len(self.names)
 
+    def to_bytes(self) -> bytes:
+        """Serialize for local storage (a party's own disk). Contains the SECRET KEY."""
+        meta = {"session": self.session, "names": list(self.names), "index": self.index}
+        return wire.encode("keys/party-state", meta, [self.context.secret_bytes(), self.seed])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> PartyKeys:
+        msg = wire.decode(data, expect="keys/party-state")
+        if len(msg.blobs) != 2 or len(msg.blobs[1]) != SEED_BYTES:
+            raise ProtocolError("malformed party key state")
+        ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
+        names = tuple(str(n) for n in msg.meta.get("names", []))
+        return cls(str(msg.meta.get("session", "")), names, int(msg.meta.get("index", -1)),
+                   ctx, msg.blobs[1])
+
 
 def _box_context(session: str, name: str) -> bytes:
     return f"fedsec/keysetup/v1|{session}|{name}".encode()
@@ -54,6 +69,32 @@ class KeySetupParty:
         self.identity = PartyIdentity(name)
         self._allow_insecure = allow_insecure
         self._own: PartyKeys | None = None
+
+    def to_bytes(self) -> bytes:
+        """Serialize this party's set-up state for its own disk (holds its X25519 private
+        key and, for the key holder, the CKKS secret key) between protocol steps."""
+        from cryptography.hazmat.primitives import serialization
+
+        raw = self.identity._private.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+            serialization.NoEncryption())
+        own = self._own.to_bytes() if self._own is not None else b""
+        return wire.encode("keys/setup-state", {"name": self.name}, [raw, own])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> KeySetupParty:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+        msg = wire.decode(data, expect="keys/setup-state")
+        if len(msg.blobs) != 2:
+            raise ProtocolError("malformed key set-up state")
+        out = cls.__new__(cls)
+        out.identity = PartyIdentity(str(msg.meta.get("name", "")),
+                                     X25519PrivateKey.from_private_bytes(msg.blobs[0]))
+        out._allow_insecure = allow_insecure
+        out._own = PartyKeys.from_bytes(msg.blobs[1], allow_insecure=allow_insecure) \
+            if msg.blobs[1] else None
+        return out
 
     @property
     def name(self) -> str:
