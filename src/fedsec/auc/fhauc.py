@@ -338,6 +338,26 @@ class SecureAUCResult:
         return asdict(self)
 
 
+def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
+                       names: Sequence[str] | None, max_total: int
+                       ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
+    """Validate every party's data and the federation as a whole; name the parties."""
+    data = [_check_party_inputs(y, s, max_total) for y, s in parties]
+    if not data:
+        raise ValueError("at least one party is required")
+    total = sum(int(y.size) for y, _ in data)
+    pos = sum(int(y.sum()) for y, _ in data)
+    if total > max_total:
+        raise ValueError(f"the federation holds {total} samples, more than "
+                         f"max_total_samples={max_total}")
+    if pos == 0 or pos == total:
+        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
+    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
+    if len(party_names) != len(data):
+        raise ValueError(f"{len(party_names)} names for {len(data)} parties")
+    return data, party_names
+
+
 def run_key_setup(names: Sequence[str], *, preset: str, rotations: Sequence[int],
                   conjugate: bool, allow_insecure: bool = False
                   ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
@@ -390,19 +410,9 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
     if kwargs:
         raise TypeError(f"unexpected arguments for semi-honest FHAUC: {sorted(kwargs)}")
     say = progress or (lambda _msg: None)
-    if len(parties) < 1:
-        raise ValueError("at least one party is required")
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
-    data = [_check_party_inputs(y, s, cfg.max_total_samples) for y, s in parties]
-    total = sum(int(y.size) for y, _ in data)
-    pos = sum(int(y.sum()) for y, _ in data)
-    if total > cfg.max_total_samples:
-        raise ValueError(f"the federation holds {total} samples, more than "
-                         f"max_total_samples={cfg.max_total_samples}")
-    if pos == 0 or pos == total:
-        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
-    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
+    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
     t0 = time.perf_counter()
     ks_agg, keys = run_key_setup(party_names, preset=cfg.preset, rotations=cfg.rotations(),

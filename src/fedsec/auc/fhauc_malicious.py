@@ -58,6 +58,7 @@ from fedsec.auc.fhauc import (
     DEFAULT_MAX_TOTAL_SAMPLES,
     SecureAUCResult,
     _check_party_inputs,
+    prepare_federation,
     run_key_setup,
 )
 from fedsec.crypto import wire
@@ -518,17 +519,7 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     cfg = MaliciousConfig.create(decision_points, splits=splits, tolerance=tolerance,
                                  min_bound_bits=min_bound_bits, preset=preset,
                                  allow_insecure=allow_insecure)
-    data = [_check_party_inputs(y, s, cfg.max_total_samples) for y, s in parties]
-    if not data:
-        raise ValueError("at least one party is required")
-    total = sum(int(y.size) for y, _ in data)
-    pos = sum(int(y.sum()) for y, _ in data)
-    if total > cfg.max_total_samples:
-        raise ValueError(f"the federation holds {total} samples, more than "
-                         f"max_total_samples={cfg.max_total_samples}")
-    if pos == 0 or pos == total:
-        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
-    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
+    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
     t0 = time.perf_counter()
     ks_agg, keys = run_key_setup(party_names, preset=cfg.preset, rotations=cfg.rotations(),
