@@ -320,6 +320,20 @@ def test_result_for_another_config_rejected(fed, three):
         roles[0].finalize(subs[0])  # wrong kind
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "bug in src/fedsec/auc/fhauc.py FHAUCParty.finalize: result metadata is not validated; "
+    "a non-numeric 'ratio' raises ValueError/TypeError and an out-of-range 'parties' index "
+    "IndexError instead of ProtocolError"))
+@pytest.mark.parametrize("field, value", [("ratio", "x"), ("ratio", None),
+                                          ("parties", [999]), ("parties", ["a"])])
+def test_malformed_result_metadata_raises_protocol_error(fed, three, field, value):
+    _, cfg, roles, subs = three
+    msg = wire.decode(aggregator(fed, cfg).aggregate(subs))
+    forged = wire.encode(msg.kind, dict(msg.meta, **{field: value}), msg.blobs)
+    with pytest.raises(ProtocolError):
+        roles[0].finalize(forged)
+
+
 def test_malformed_submissions_rejected(fed, three):
     _, cfg, _, subs = three
     ks, keys = fed

@@ -102,6 +102,23 @@ def test_bad_metadata_raises(meta):
         wire.decode(data)
 
 
+def _with_meta(meta: bytes) -> bytes:
+    return (b"FSEC" + struct.pack(">HB", 1, 1) + b"k" + struct.pack(">I", len(meta)) + meta
+            + struct.pack(">H", 0))
+
+
+def test_deeply_nested_metadata_raises_protocol_error():
+    # json.loads raises RecursionError here; the parser must turn it into a ProtocolError
+    with pytest.raises(ProtocolError, match="metadata"):
+        wire.decode(_with_meta(b"[" * 100_000 + b"]" * 100_000))
+
+
+def test_huge_integer_in_metadata_raises_protocol_error():
+    # Python refuses int strings over 4300 digits with a plain ValueError
+    with pytest.raises(ProtocolError, match="metadata"):
+        wire.decode(_with_meta(b'{"party": ' + b"9" * 5000 + b"}"))
+
+
 def test_non_ascii_kind_raises():
     data = b"FSEC" + struct.pack(">HB", 1, 2) + "é".encode() + struct.pack(">I", 2) + b"{}" \
         + struct.pack(">H", 0)

@@ -64,6 +64,14 @@ def test_uniform_points_need_an_int(bad):
         uniform_decision_points(bad)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "bug in src/fedsec/metrics/roc.py as_decision_points: a bool is not rejected; True is "
+    "read as the custom point 1.0 and silently becomes the two points [1.0, 0.0]"))
+def test_bool_decision_points_rejected():
+    with pytest.raises(TypeError):
+        as_decision_points(True)
+
+
 def test_custom_points_sorted_deduplicated_and_closed_at_zero():
     pts = as_decision_points([0.2, 0.9, 0.5, 0.9, 0.2])
     np.testing.assert_array_equal(pts, [0.9, 0.5, 0.2, 0.0])

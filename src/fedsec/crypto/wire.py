@@ -94,7 +94,7 @@ def decode(data: bytes, *, expect: str | None = None,
         raise ProtocolError("message metadata is too large")
     try:
         meta = json.loads(bytes(take(mlen, "metadata")).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # bad UTF-8/JSON, >4300-digit ints, deep nesting
         raise ProtocolError("message metadata is not valid JSON") from None
     if not isinstance(meta, dict):
         raise ProtocolError("message metadata must be a JSON object")
