@@ -320,10 +320,6 @@ def test_result_for_another_config_rejected(fed, three):
         roles[0].finalize(subs[0])  # wrong kind
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in src/fedsec/auc/fhauc.py FHAUCParty.finalize: result metadata is not validated; "
-    "a non-numeric 'ratio' raises ValueError/TypeError and an out-of-range 'parties' index "
-    "IndexError instead of ProtocolError"))
 @pytest.mark.parametrize("field, value", [("ratio", "x"), ("ratio", None),
                                           ("parties", [999]), ("parties", ["a"])])
 def test_malformed_result_metadata_raises_protocol_error(fed, three, field, value):

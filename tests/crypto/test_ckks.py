@@ -522,10 +522,6 @@ def test_loading_public_material_rejects_garbage(ckks):
         CKKSContext.from_secret_bytes(ckks.public_bytes(), allow_insecure=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in src/fedsec/crypto/ckks.py from_public_bytes/_params_from_meta: key-material "
-    "metadata is not type-checked; rotations=['x'] raises ValueError, rotations=None or "
-    "primes=5 raise TypeError instead of ProtocolError"))
 @pytest.mark.parametrize("field, value", [("rotations", ["x"]), ("rotations", None),
                                           ("primes", 5)])
 def test_malformed_public_metadata_raises_protocol_error(ckks, field, value):

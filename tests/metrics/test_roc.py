@@ -64,9 +64,6 @@ def test_uniform_points_need_an_int(bad):
         uniform_decision_points(bad)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in src/fedsec/metrics/roc.py as_decision_points: a bool is not rejected; True is "
-    "read as the custom point 1.0 and silently becomes the two points [1.0, 0.0]"))
 def test_bool_decision_points_rejected():
     with pytest.raises(TypeError):
         as_decision_points(True)

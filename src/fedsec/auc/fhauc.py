@@ -183,11 +183,18 @@ class FHAUCParty:
             raise ProtocolError("result belongs to another configuration or session")
         if len(msg.blobs) != 1:
             raise ProtocolError("result must hold one ciphertext")
-        ratio = float(msg.meta.get("ratio", 0.0))
-        if (self.config.masking == "single") != (ratio == 0.0) or not np.isfinite(ratio):
+        ratio = msg.meta.get("ratio", 0.0)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or \
+                not np.isfinite(ratio) or (self.config.masking == "single") != (ratio == 0.0):
             raise ProtocolError("result masking does not match the configuration")
         included = msg.meta.get("parties", [])
-        self.included = tuple(self.keys.names[int(i)] for i in included)
+        n = self.keys.n_parties
+        if not isinstance(included, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                for i in included):
+            raise ProtocolError("result lists invalid party indices")
+        self.included = tuple(self.keys.names[i] for i in included)
+        ratio = float(ratio)
         ctx = self.keys.context
         z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[0]
         denom, num = float(z.real), float(z.imag)

@@ -190,9 +190,14 @@ class CKKSContext:
             params = get_preset(str(meta["preset"]), allow_insecure=allow_insecure)
         except (KeyError, ValueError) as exc:
             raise ProtocolError(f"key material names an unusable preset: {exc}") from None
-        if (meta.get("n") != params.poly_modulus_degree
-                or tuple(meta.get("primes", ())) != params.coeff_mod_bit_sizes):
+        primes = meta.get("primes")
+        if (meta.get("n") != params.poly_modulus_degree or not isinstance(primes, list)
+                or tuple(primes) != params.coeff_mod_bit_sizes):
             raise ProtocolError("key material parameters do not match their preset")
+        rot = meta.get("rotations", [])
+        if not isinstance(rot, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in rot):
+            raise ProtocolError("key material lists invalid rotations")
         return params
 
     @classmethod

@@ -66,7 +66,10 @@ def as_decision_points(points: Any) -> FloatArray:
     in decreasing order. If the smallest is above 0, 0.0 is appended so that the last point
     counts every sample as positive and the curve ends at ``(1, 1)``.
     """
-    if isinstance(points, (int, np.integer)) and not isinstance(points, bool):
+    if isinstance(points, (bool, np.bool_)):
+        raise TypeError("The 'decision_points' parameter must be an int or a sequence of "
+                        "numbers. Got bool instead.")
+    if isinstance(points, (int, np.integer)):
         return uniform_decision_points(int(points))
     try:
         arr = np.asarray(points, dtype=np.float64).ravel()
