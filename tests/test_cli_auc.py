@@ -114,7 +114,7 @@ def test_single_class_federation_and_small_n(tmp_path: Path,
     assert main(["auc", str(a), str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv" in capsys.readouterr().err
     assert main(["auc", str(a), str(b), "--splits", "3"]) == 2
-    assert "--splits applies to --security malicious" in capsys.readouterr().err
+    assert "apply to --security malicious only" in capsys.readouterr().err
 
 
 def test_demo_runs_end_to_end() -> None:
