@@ -12,7 +12,19 @@ from fedsec.errors import (
     UndefinedMetricError,
 )
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy top-level shortcuts (``fedsec.secure_auc``) without importing SEAL eagerly."""
+    if name == "secure_auc":
+        from fedsec.auc.fhauc import secure_auc
+
+        return secure_auc
+    raise AttributeError(f"module 'fedsec' has no attribute {name!r}")
+
 
 __all__ = [
     "FedsecError",
@@ -21,4 +33,5 @@ __all__ = [
     "TamperingDetected",
     "UndefinedMetricError",
     "__version__",
+    "secure_auc",
 ]
