@@ -4,6 +4,8 @@ Secure federated ROC-AUC under CKKS (FHAUC, semi-honest and malicious aggregator
 baselines and their attacks, secure Shapley values and private personalised FL.
 """
 
+from typing import Any
+
 from fedsec.errors import (
     FedsecError,
     PrivacyWarning,
@@ -11,8 +13,6 @@ from fedsec.errors import (
     TamperingDetected,
     UndefinedMetricError,
 )
-
-from typing import Any
 
 __version__ = "0.1.0"
 
