@@ -125,3 +125,4 @@ def test_demo_runs_end_to_end() -> None:
     assert "FHAUC, semi-honest aggregator" in proc.stdout
     assert "FHAUC, malicious aggregator" in proc.stdout
     assert "scikit-learn roc_auc_score" in proc.stdout
+    assert "malicious    parties raise TamperingDetected" in proc.stdout

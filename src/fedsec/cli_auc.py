@@ -24,7 +24,8 @@ def _progress(quiet: bool) -> Any:
     return say
 
 
-def _run(pairs: list[Any], names: list[str], args: argparse.Namespace) -> Any:
+def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
+         say: Any = None) -> Any:
     from fedsec.auc.fhauc import secure_auc
 
     kwargs: dict[str, Any] = {}
@@ -38,7 +39,7 @@ def _run(pairs: list[Any], names: list[str], args: argparse.Namespace) -> Any:
         kwargs["masking"] = args.masking
     return secure_auc(pairs, decision_points=args.decision_points, security=args.security,
                       preset=args.preset, names=names,
-                      progress=_progress(args.json or args.quiet), **kwargs)
+                      progress=say or _progress(args.json or args.quiet), **kwargs)
 
 
 def _cmd_auc(args: argparse.Namespace) -> int:
@@ -107,7 +108,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 json=False, quiet=False, tolerance=1e-5,
                                 min_bound_bits=40.0)
         say(f"running FHAUC with a {security} aggregator")
-        res = _run(fed.pairs(), [p.name for p in fed.parties], ns)
+        res = _run(fed.pairs(), [p.name for p in fed.parties], ns, say)
         rows.append((security, res))
     plain = trapezoid_auc_from_counts(*confusion_counts(y, s, args.decision_points))
     exact = roc_auc_score(y, s)
@@ -123,6 +124,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(f"{'scikit-learn roc_auc_score, pooled data':<44}{exact:>14.10f}")
     print("\nNo party's labels or scores left its process unencrypted; the aggregator saw "
           "ciphertexts and public keys only.")
+
+    from fedsec.auc.adversary import TamperHarness
+    say(f"now a cheating aggregator silently drops {fed.parties[0].name}'s submission")
+    print(f"\nA cheating aggregator drops {fed.parties[0].name} and answers as if it had not:")
+    for security in ("semi-honest", "malicious"):
+        harness = TamperHarness(fed.pairs(), security=security,
+                                decision_points=args.decision_points)
+        truth = harness.honest()
+        outcome = harness.trial("drop-party", truth, 1e-5)
+        if outcome == "detected":
+            print(f"  {security:<12} parties raise TamperingDetected - no AUC is reported")
+        else:
+            got = harness.last_accepted
+            print(f"  {security:<12} parties accept AUC {got:.10f} (true {truth:.10f}) - "
+                  "this mode trusts the aggregator to compute correctly")
     return 0
 
 

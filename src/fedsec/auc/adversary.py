@@ -351,6 +351,7 @@ class TamperHarness:
         self._names = names
         self._session = ks.session
         self._previous: Observed | None = None
+        self.last_accepted: float = float("nan")
         # An earlier evaluation under the same keys, of another model (other scores), for
         # the replay and substitution attacks.
         own = self.parties
@@ -400,6 +401,7 @@ class TamperHarness:
         got, _ = self._evaluate(name)
         if isinstance(got, Exception):
             return "detected"
+        self.last_accepted = got
         return "changed" if abs(got - honest_auc) > tol else "unchanged"
 
     def honest(self) -> float:
