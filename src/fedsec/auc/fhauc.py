@@ -35,6 +35,7 @@ hundred (one ciphertext up to ``N = slots``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -121,10 +122,16 @@ class FHAUCConfig:
     def points(self) -> np.ndarray:
         return np.asarray(self.decision_points, dtype=np.float64)
 
-    def digest(self) -> str:
+    @functools.cached_property
+    def _digest(self) -> str:
         """A short hash that binds every message to this exact configuration."""
         blob = json.dumps(asdict(self), sort_keys=True).encode()
         return hashlib.sha256(b"fedsec/fhauc/config/v1|" + blob).hexdigest()[:32]
+
+    def digest(self) -> str:
+        """A short hash binding every message to this exact configuration (cached: it
+        hashes every decision point)."""
+        return self._digest
 
     def rotations(self) -> list[int]:
         """The Galois keys the aggregator needs: powers of two below the slot count."""

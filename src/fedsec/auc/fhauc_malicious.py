@@ -41,6 +41,7 @@ tolerance itself (``tolerance_bound_bits``); tighten ``tolerance`` (our CKKS err
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -186,9 +187,15 @@ class MaliciousConfig:
         half = self.params_slots() // 2
         return -(-self.n_positions // half)
 
-    def digest(self) -> str:
+    @functools.cached_property
+    def _digest(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
         return hashlib.sha256(b"fedsec/fhauc-malicious/config/v1|" + blob).hexdigest()[:32]
+
+    def digest(self) -> str:
+        """A short hash binding every message to this exact configuration (cached: it
+        hashes every decision point)."""
+        return self._digest
 
     def rotations(self) -> list[int]:
         return CKKSContext.sum_rotations(self.params_slots())
