@@ -27,6 +27,12 @@ whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms
 4. masks with exact constants and returns one ciphertext whose every slot holds
    ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
 
+What parties see: with the single mask every slot holds ``d*denom + i*d*num``. With the
+``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while odd slots
+hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the same
+information as the paper's triple. Decrypted CKKS noise is not flooded: its low-order bits
+depend, very weakly, on intermediate values; the papers do not flood either.
+
 All constants are exactly representable (dyadic masks, a real constant, and ``X^(n/2)``,
 which SEAL's slot order evaluates to ``±i`` alternating), so CKKS adds only its own noise:
 about 1e-10 relative error on the AUC. Thousands of decision points cost the same as a
