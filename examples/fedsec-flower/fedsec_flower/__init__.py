@@ -1,0 +1,1 @@
+"""fedsec's Flower app: secure federated AUC (FHAUC) across machines."""
