@@ -31,6 +31,7 @@ with warnings.catch_warnings():
 
 from fedsec.auc.fhauc import secure_auc  # noqa: E402
 from fedsec.data.io import load_party_csv, write_party_csv  # noqa: E402
+from fedsec.errors import ProtocolError  # noqa: E402
 from fedsec.metrics import trapezoid_auc  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,6 +98,64 @@ def _no_secrets_left(tmp_path: Path, n: int) -> None:
         if state.exists():
             assert (state.stat().st_mode & 0o077) == 0, "state dir must be private (0700)"
             assert list(state.glob("*.fedsec")) == [], "node-local secret state not deleted"
+
+
+# ------------------------------------------------------------- pieces (no processes)
+def _context(node_config: dict[str, Any], run_config: dict[str, Any] | None = None) -> Any:
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=5, node_id=9, node_config=node_config, state=RecordDict(),
+                   run_config=run_config or {})
+
+
+def test_node_store_is_private_atomic_and_deleted(tmp_path: Path) -> None:
+    from fedsec.runtime.flower_client import NodeStore
+
+    loose = tmp_path / "state"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    store = NodeStore.for_context(_context({"state-dir": str(loose)}))
+    assert store.path == loose / "run-5-node-9.fedsec"
+    with pytest.raises(ProtocolError, match="no fedsec state"):
+        store.load()
+    store.save("hospital-a", {"keys": b"secret", "nonce": b"n" * 16})
+    assert (loose.stat().st_mode & 0o777) == 0o700
+    assert (store.path.stat().st_mode & 0o777) == 0o600
+    assert store.load() == ("hospital-a", {"keys": b"secret", "nonce": b"n" * 16})
+    assert [p.name for p in loose.iterdir()] == [store.path.name]  # no temp files left
+    store.delete()
+    assert not store.path.exists()
+
+
+def test_party_policy_checks_the_announced_configuration() -> None:
+    from fedsec.auc.fhauc_malicious import MaliciousConfig
+    from fedsec.runtime.flower_client import protocol_config
+    from fedsec.runtime.flower_server import RunOptions
+
+    mal = RunOptions.from_run_config({"security": "malicious", "decision-points": 50})
+    cfg = protocol_config(mal.protocol_meta(), _context({}))
+    assert isinstance(cfg, MaliciousConfig)
+    assert cfg.digest() == mal.protocol_config().digest()  # the same bytes-level config
+    sh = RunOptions.from_run_config({"security": "semi-honest", "masking": "pair"})
+    assert protocol_config(sh.protocol_meta(), _context({})).digest() == \
+        sh.protocol_config().digest()
+    with pytest.raises(ProtocolError, match="require-malicious"):
+        protocol_config(sh.protocol_meta(), _context({"require-malicious": True}))
+    with pytest.raises(ProtocolError, match="min-bound-bits"):
+        protocol_config(mal.protocol_meta(), _context({"min-bound-bits": 60.0}))
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"security": "honest"}, "security"),
+    ({"min-parties": 4}, "min-parties"),
+    ({"step-timeout": 0.0}, "step-timeout"),
+    ({"max-restarts": -1}, "max-restarts"),
+])
+def test_run_options_reject_bad_values(bad: dict[str, Any], match: str) -> None:
+    from fedsec.runtime.flower_server import RunOptions
+
+    with pytest.raises(ValueError, match=match):
+        RunOptions.from_run_config({"num-nodes": 3, **bad})
 
 
 # ------------------------------------------------------------------------ deployment
