@@ -48,7 +48,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -76,8 +76,33 @@ CONST_SCALE = 2.0 ** 16  # encoding scale of the masks; budgeted in the preset's
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
 
 
+class BoundConfig:
+    """What every FHAUC configuration shares: its decision points and a digest that binds
+    each protocol message to the exact configuration. Subclasses are frozen dataclasses."""
+
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v1|"
+    decision_points: tuple[float, ...]
+
+    @property
+    def n_points(self) -> int:
+        return len(self.decision_points)
+
+    @property
+    def points(self) -> np.ndarray:
+        return np.asarray(self.decision_points, dtype=np.float64)
+
+    @functools.cached_property
+    def _digest(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()  # type: ignore[call-overload]
+        return hashlib.sha256(self.DIGEST_TAG + blob).hexdigest()[:32]
+
+    def digest(self) -> str:
+        """A short hash of the configuration (cached: it hashes every decision point)."""
+        return self._digest
+
+
 @dataclass(frozen=True)
-class FHAUCConfig:
+class FHAUCConfig(BoundConfig):
     """Public parameters every role must agree on.
 
     Parameters
@@ -119,25 +144,6 @@ class FHAUCConfig:
                   max_value=DEFAULT_MAX_TOTAL_SAMPLES)
         return cls(tuple(float(x) for x in points), preset, masking,  # type: ignore[arg-type]
                    int(max_total_samples), allow_insecure)
-
-    @property
-    def n_points(self) -> int:
-        return len(self.decision_points)
-
-    @property
-    def points(self) -> np.ndarray:
-        return np.asarray(self.decision_points, dtype=np.float64)
-
-    @functools.cached_property
-    def _digest(self) -> str:
-        """A short hash that binds every message to this exact configuration."""
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(b"fedsec/fhauc/config/v1|" + blob).hexdigest()[:32]
-
-    def digest(self) -> str:
-        """A short hash binding every message to this exact configuration (cached: it
-        hashes every decision point)."""
-        return self._digest
 
     def rotations(self) -> list[int]:
         """The Galois keys the aggregator needs: powers of two below the slot count."""

@@ -41,15 +41,13 @@ tolerance itself (``tolerance_bound_bits``); tighten ``tolerance`` (our CKKS err
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -57,6 +55,7 @@ from numpy.typing import ArrayLike
 from fedsec._validation import check_int, check_real
 from fedsec.auc.fhauc import (
     DEFAULT_MAX_TOTAL_SAMPLES,
+    BoundConfig,
     SecureAUCResult,
     _check_party_inputs,
     prepare_federation,
@@ -122,8 +121,10 @@ def smallest_splits(n_points: int, min_bits: float) -> int | None:
 
 
 @dataclass(frozen=True)
-class MaliciousConfig:
+class MaliciousConfig(BoundConfig):
     """Public parameters of malicious-aggregator FHAUC."""
+
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v1|"
 
     decision_points: tuple[float, ...]
     splits: int
@@ -168,14 +169,6 @@ class MaliciousConfig:
                    float(min_bound_bits), preset, int(max_total_samples), allow_insecure)
 
     @property
-    def n_points(self) -> int:
-        return len(self.decision_points)
-
-    @property
-    def points(self) -> np.ndarray:
-        return np.asarray(self.decision_points, dtype=np.float64)
-
-    @property
     def n_positions(self) -> int:
         return self.splits * (self.n_points + 1)
 
@@ -186,16 +179,6 @@ class MaliciousConfig:
     def n_chunks(self) -> int:
         half = self.params_slots() // 2
         return -(-self.n_positions // half)
-
-    @functools.cached_property
-    def _digest(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(b"fedsec/fhauc-malicious/config/v1|" + blob).hexdigest()[:32]
-
-    def digest(self) -> str:
-        """A short hash binding every message to this exact configuration (cached: it
-        hashes every decision point)."""
-        return self._digest
 
     def rotations(self) -> list[int]:
         return CKKSContext.sum_rotations(self.params_slots())
