@@ -186,3 +186,41 @@ def test_tampered_start_message_is_detected() -> None:
         secure_auc(parties, decision_points=30, security="malicious", preset=TEST_PRESET,
                    allow_insecure=True, tamper=drop_nonce)
     assert info.value.check == "nonce"
+
+
+def test_no_byte_the_malicious_aggregator_receives_contains_the_secret_key() -> None:
+    """Key set-up, commits and both runs' submissions searched for the secret key."""
+    import importlib.util
+    from pathlib import Path
+
+    from fedsec.auc.fhauc_malicious import MaliciousAggregator, MaliciousParty
+    from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty
+
+    spec = importlib.util.spec_from_file_location(
+        "ckks_leak", Path(__file__).parents[1] / "crypto" / "test_ckks.py")
+    assert spec is not None and spec.loader is not None
+    leak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(leak)
+
+    names = ["a", "b", "c"]
+    cfg = MaliciousConfig.create(40, splits=3, preset=TEST_PRESET, allow_insecure=True)
+    parties = [KeySetupParty(n, allow_insecure=True) for n in names]
+    ks = KeySetupAggregator(preset=TEST_PRESET, rotations=cfg.rotations(), conjugate=True,
+                            allow_insecure=True)
+    received: list[bytes] = [p.hello() for p in parties]
+    holder, request = ks.request(received)
+    offer = parties[holder].offer(request)
+    received.append(offer)
+    keys = [p.receive(d) for p, d in zip(parties, ks.accept(offer), strict=True)]
+    rng = np.random.default_rng(4)
+    roles = [MaliciousParty(rng.integers(0, 2, 30), rng.random(30), keys=k, config=cfg)
+             for k in keys]
+    assert ks.context is not None
+    agg = MaliciousAggregator(ks.context, cfg, names=names, session=ks.session)
+    commits = [r.commit() for r in roles]
+    start = agg.start(commits)
+    subs = [r.submit(start) for r in roles]
+    received += commits + subs
+    assert 0.0 <= roles[0].finalize(agg.aggregate(subs)) <= 1.0
+    leak._assert_no_secret(keys[0].context, *received)
+    leak._assert_no_secret(keys[0].context, b"".join(received))
