@@ -203,7 +203,7 @@ def test_no_byte_the_malicious_aggregator_receives_contains_the_secret_key() -> 
     spec.loader.exec_module(leak)
 
     names = ["a", "b", "c"]
-    cfg = MaliciousConfig.create(40, splits=3, preset=TEST_PRESET, allow_insecure=True)
+    cfg = MaliciousConfig.create(40, splits=4, preset=TEST_PRESET, allow_insecure=True)
     parties = [KeySetupParty(n, allow_insecure=True) for n in names]
     ks = KeySetupAggregator(preset=TEST_PRESET, rotations=cfg.rotations(), conjugate=True,
                             allow_insecure=True)
