@@ -6,6 +6,7 @@ __all__ = [
     "FedsecError",
     "ProtocolError",
     "TamperingDetected",
+    "PolicyViolation",
     "UndefinedMetricError",
     "PrivacyWarning",
 ]
@@ -23,6 +24,18 @@ class TamperingDetected(FedsecError):
     """Verification of a protocol result failed: the aggregator deviated.
 
     Raised instead of returning a number. ``check`` names the check that failed.
+    """
+
+    def __init__(self, message: str, *, check: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
+class PolicyViolation(ProtocolError):
+    """A configuration or participant set that the party's own policy refuses.
+
+    ``check`` names the rule (``quorum``, ``tolerance``, ``cheat-bound``, ``preset``,
+    ``decision-points``); the message never carries private data.
     """
 
     def __init__(self, message: str, *, check: str) -> None:

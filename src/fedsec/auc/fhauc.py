@@ -41,24 +41,32 @@ hundred (one ciphertext up to ``N = slots``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedsec._validation import check_int, check_labels_scores
+from fedsec._validation import check_int
+from fedsec.auc.common import (
+    DEFAULT_MAX_TOTAL_SAMPLES,
+    BoundConfig,
+    SecureAUCResult,
+    check_party_inputs,
+    finish_auc,
+    local_federation,
+    prepare_federation,
+)
+from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
+from fedsec.crypto.identity import Roster
+from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
-from fedsec.errors import ProtocolError, UndefinedMetricError
+from fedsec.errors import ProtocolError
 from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
 
 __all__ = [
@@ -66,39 +74,13 @@ __all__ = [
     "FHAUCParty",
     "FHAUCAggregator",
     "SecureAUCResult",
-    "run_key_setup",
+    "finish_auc",
     "secure_auc",
 ]
 
 Masking = Literal["single", "pair"]
 MASK_BITS = 14  # random bits of each multiplicative mask (dyadic, so encoding is exact)
 CONST_SCALE = 2.0 ** 16  # encoding scale of the masks; budgeted in the preset's modulus
-DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
-
-
-class BoundConfig:
-    """What every FHAUC configuration shares: its decision points and a digest that binds
-    each protocol message to the exact configuration. Subclasses are frozen dataclasses."""
-
-    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v1|"
-    decision_points: tuple[float, ...]
-
-    @property
-    def n_points(self) -> int:
-        return len(self.decision_points)
-
-    @property
-    def points(self) -> np.ndarray:
-        return np.asarray(self.decision_points, dtype=np.float64)
-
-    @functools.cached_property
-    def _digest(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()  # type: ignore[call-overload]
-        return hashlib.sha256(self.DIGEST_TAG + blob).hexdigest()[:32]
-
-    def digest(self) -> str:
-        """A short hash of the configuration (cached: it hashes every decision point)."""
-        return self._digest
 
 
 @dataclass(frozen=True)
@@ -150,14 +132,10 @@ class FHAUCConfig(BoundConfig):
         return CKKSContext.sum_rotations(get_preset(self.preset,
                                                     allow_insecure=self.allow_insecure).slots)
 
-
-def _check_party_inputs(y_true: ArrayLike, y_score: ArrayLike,
-                        max_total: int) -> tuple[np.ndarray, np.ndarray]:
-    y, s = check_labels_scores(y_true, y_score, "FHAUCParty")
-    if y.size > max_total:
-        raise ValueError(f"a party holds {y.size} samples, more than max_total_samples="
-                         f"{max_total} that the CKKS parameters are sized for")
-    return y, s
+    def key_spec(self) -> KeySpec:
+        """The CKKS keys this configuration needs (each party derives them itself)."""
+        return KeySpec.create(self.preset, self.rotations(), True,
+                              allow_insecure=self.allow_insecure)
 
 
 class FHAUCParty:
@@ -170,15 +148,36 @@ class FHAUCParty:
     keys : PartyKeys
         From key set-up.
     config : FHAUCConfig
+        The run configuration (in a deployment, chosen by the aggregator).
+    policy : PartyPolicy, optional
+        This party's own limits; the configuration and the result's participant set are
+        checked against it (default :class:`~fedsec.auc.policy.PartyPolicy()`: at least
+        two parties, this one among them).
+    roster : Roster, optional
+        The federation's roster, for its quorum.
+
+    Notes
+    -----
+    Semi-honest mode trusts the aggregator to follow the protocol. A deviating aggregator
+    can send a party any ciphertext instead of the masked result; the party decrypts it
+    and computes a ratio of two of its slots. The checks here (the ciphertext's level, the
+    same value in every slot, the participant list) stop the obvious substitutions but are
+    no proof: **do not send the AUC back to a semi-honest aggregator** you do not trust
+    (``share_auc`` is off by default), and use malicious mode when the aggregator may
+    deviate.
     """
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
-                 config: FHAUCConfig) -> None:
+                 config: FHAUCConfig, policy: PartyPolicy | None = None,
+                 roster: Roster | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
+        self.policy = policy if policy is not None else PartyPolicy()
+        self.policy.check_config(config)
         self.config = config
         self.keys = keys
-        self._y, self._s = _check_party_inputs(y_true, y_score, config.max_total_samples)
+        self.roster = roster
+        self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
         self.included: tuple[str, ...] = ()
 
     def terms(self) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +195,8 @@ class FHAUCParty:
 
     def finalize(self, response: bytes) -> float:
         """Step 9: decrypt the masked pair and return the global AUC."""
-        msg = wire.decode(response, expect="fhauc/result")
+        msg = wire.decode(response, expect="fhauc/result",
+                          max_bytes=self.policy.max_message_bytes)
         if msg.meta.get("config") != self.config.digest() or \
                 msg.meta.get("session") != self.keys.session:
             raise ProtocolError("result belongs to another configuration or session")
@@ -210,27 +210,34 @@ class FHAUCParty:
         n = self.keys.n_parties
         if not isinstance(included, list) or not all(
                 isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
-                for i in included):
+                for i in included) or len(set(included)) != len(included):
             raise ProtocolError("result lists invalid party indices")
+        if self.keys.index not in included:
+            raise ProtocolError("the result does not include this party's submission")
+        self.policy.check_participants(len(included), "semi-honest", n, self.roster)
         self.included = tuple(self.keys.names[i] for i in included)
         ratio = float(ratio)
         ctx = self.keys.context
-        z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[0]
-        denom, num = float(z.real), float(z.imag)
+        z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+        _check_uniform_slots(z, single=self.config.masking == "single")
+        denom, num = float(z[0].real), float(z[0].imag)
         return finish_auc(num, denom, ratio)
 
 
-def finish_auc(num: float, denom: float, ratio: float) -> float:
-    """``num/denom - ratio`` with the checks every FHAUC variant needs."""
-    # denom = d * 2 * Pos * Neg >= 1 when both classes exist (d >= 1/2); CKKS noise ~1e-9
-    if abs(denom) < 0.25:
-        raise UndefinedMetricError("AUC is undefined: the federation's test data hold only "
-                                   "one class")
-    auc = num / denom - ratio
-    if not -1e-6 <= auc <= 1.0 + 1e-6:
-        raise ProtocolError(f"decrypted AUC {auc:.6g} is outside [0, 1]: the federation "
-                            "exceeds max_total_samples or the response is corrupt")
-    return min(1.0, max(0.0, auc))
+def _check_uniform_slots(z: np.ndarray, *, single: bool) -> None:
+    """A genuine result holds one value in every even and one in every odd slot (and the
+    same in both with single masking); anything else is not a result. Raises
+    ``ProtocolError`` naming the check, never the values."""
+    even, odd = z[0::2], z[1::2]
+    ref = max(1.0, float(np.abs(z[:2]).max()))
+    tol = 1e-6 * ref
+    ok = (np.abs(even - even[0]).max() <= tol and np.abs(odd - odd[0]).max() <= tol
+          and abs(even[0].real - odd[0].real) <= tol)
+    if single:
+        ok = ok and abs(even[0] - odd[0]) <= tol
+    if not ok:
+        raise ProtocolError("the response is not a masked FHAUC result (check: "
+                            "slot-consistency)")
 
 
 def _dyadic_mask() -> tuple[float, int]:
@@ -342,60 +349,6 @@ class FHAUCAggregator:
 
 
 # ---------------------------------------------------------------------- in-process runner
-@dataclass
-class SecureAUCResult:
-    """The AUC and what it cost."""
-
-    auc: float
-    parties: int
-    decision_points: int
-    security: str
-    masking: str
-    preset: str
-    bytes_up_per_party: int
-    bytes_down_per_party: int
-    aggregator_seconds: float
-    setup_bytes_to_aggregator: int
-    setup_seconds: float
-    included: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
-                       names: Sequence[str] | None, max_total: int
-                       ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
-    """Validate every party's data and the federation as a whole; name the parties."""
-    data = [_check_party_inputs(y, s, max_total) for y, s in parties]
-    if not data:
-        raise ValueError("at least one party is required")
-    total = sum(int(y.size) for y, _ in data)
-    pos = sum(int(y.sum()) for y, _ in data)
-    if total > max_total:
-        raise ValueError(f"the federation holds {total} samples, more than "
-                         f"max_total_samples={max_total}")
-    if pos == 0 or pos == total:
-        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
-    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
-    if len(party_names) != len(data):
-        raise ValueError(f"{len(party_names)} names for {len(data)} parties")
-    return data, party_names
-
-
-def run_key_setup(names: Sequence[str], *, preset: str, rotations: Sequence[int],
-                  conjugate: bool, allow_insecure: bool = False
-                  ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
-    """Play key set-up in one process; return the aggregator side and each party's keys."""
-    parties = [KeySetupParty(n, allow_insecure=allow_insecure) for n in names]
-    agg = KeySetupAggregator(preset=preset, rotations=rotations, conjugate=conjugate,
-                             allow_insecure=allow_insecure)
-    holder, request = agg.request([p.hello() for p in parties])
-    deliveries = agg.accept(parties[holder].offer(request))
-    return agg, [p.receive(d) for p, d in zip(parties, deliveries, strict=True)]
-
-
 def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_points: Any = 100,
                security: str = "semi-honest", masking: str = "single",
                preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
@@ -439,14 +392,15 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
+    identities, roster = local_federation(party_names)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
     t0 = time.perf_counter()
-    ks_agg, keys = run_key_setup(party_names, preset=cfg.preset, rotations=cfg.rotations(),
-                                 conjugate=True, allow_insecure=allow_insecure)
+    ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec())
     setup_s = time.perf_counter() - t0
     assert ks_agg.context is not None
-    agg = FHAUCAggregator(ks_agg.context, cfg, names=party_names, session=ks_agg.session)
-    roles = [FHAUCParty(y, s, keys=k, config=cfg) for (y, s), k in zip(data, keys, strict=True)]
+    agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
+    roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster)
+             for (y, s), k in zip(data, keys, strict=True)]
     say(f"parties encrypt their statistics ({cfg.n_points} decision points)")
     subs = [r.submit() for r in roles]
     say("aggregator computes on ciphertexts")
@@ -464,5 +418,5 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
         included=list(roles[0].included),
         extra={"aggregator_deserialize_s": agg.timing["deserialize_s"],
                "aggregator_compute_s": agg.timing["compute_s"],
-               "key_holder": party_names[ks_agg.holder or 0]},
+               "key_holder": ks_agg.names[ks_agg.holder or 0]},
     )

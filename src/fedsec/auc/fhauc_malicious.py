@@ -53,18 +53,20 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_real
-from fedsec.auc.fhauc import (
+from fedsec.auc.common import (
     DEFAULT_MAX_TOTAL_SAMPLES,
     BoundConfig,
     SecureAUCResult,
-    _check_party_inputs,
+    check_party_inputs,
+    local_federation,
     prepare_federation,
-    run_key_setup,
 )
+from fedsec.auc.policy import DEFAULT_MAX_TOLERANCE, DEFAULT_MIN_BOUND_BITS, PartyPolicy
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
-from fedsec.crypto.keysetup import PartyKeys
+from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
@@ -79,7 +81,9 @@ __all__ = [
     "secure_auc_malicious",
 ]
 
-RUNS = 2
+DEFAULT_RUNS = 4
+MAX_RUNS = 8
+DEFAULT_TOLERANCE = 5e-10
 MASK_BITS = 14
 CONST_SCALE = 2.0 ** 16
 # Magnitudes of the zero-sum masks and of the random shares. Both are hidden under
@@ -94,79 +98,124 @@ MULTIPLIER_BITS = 52
 NONCE_BYTES = 16
 
 
-def permutation_bound_bits(n_points: int, splits: int) -> float:
-    """``-log2((S!(SN'-S)!/(SN')!)**2)`` with ``N' = N + 1`` share groups (Sec. VI-C)."""
+#: A forged AUC counts as a successful cheat when it is off by at least this much.
+SHIFT_RESOLUTION = 1e-4
+#: Upper bound on the density of ``r2/r0`` (numerically 2.15 for r's uniform in [1/2, 1)).
+_RATIO_DENSITY = 2.5
+
+
+def permutation_bound_bits(n_points: int, splits: int, runs: int = 2) -> float:
+    """``-log2(C(S*N', S)**-runs)`` with ``N' = N + 1`` share groups (Sec. VI-C): the
+    aggregator must find an entry's ``S`` shares among ``S*N'`` positions in every run."""
     total = splits * (n_points + 1)
     log_binom = (math.lgamma(total + 1) - math.lgamma(splits + 1)
                  - math.lgamma(total - splits + 1)) / math.log(2)
-    return 2.0 * log_binom
+    return float(runs) * log_binom
 
 
-def tolerance_bound_bits(tolerance: float) -> float:
-    """Bits of the blind-shift term: the two runs must agree within ``tolerance``."""
-    return -math.log2(2.0 * tolerance)
+def tolerance_bound_bits(tolerance: float, runs: int = 2,
+                         resolution: float = SHIFT_RESOLUTION) -> float:
+    """Bits of the blind-shift term.
+
+    An aggregator that adds ``beta_k`` times the denominator channel to the numerator
+    channel of run ``k`` (no secret needed) shifts that run's AUC by ``beta_k * r2/r0``
+    with the run's secret ratio ``r2/r0`` in [1/8, 2] (density at most 2.5). All runs must
+    agree within ``tolerance``; for a shift of at least ``resolution`` each further run
+    lands in the window with probability at most ``4 * 2.5 * tolerance / (resolution -
+    tolerance)``, so the term is ``(runs - 1)`` times that, in bits.
+    """
+    if tolerance >= resolution:
+        return 0.0
+    p = min(1.0, 4.0 * _RATIO_DENSITY * tolerance / (resolution - tolerance))
+    return -(runs - 1) * math.log2(p)
 
 
-def cheat_bound_bits(n_points: int, splits: int) -> float:
-    """The Sec. VI-C bound in bits: the weaker of the permutation and multiplier terms."""
-    return min(permutation_bound_bits(n_points, splits), 6.0 * MULTIPLIER_BITS)
+def cheat_bound_bits(n_points: int, splits: int, runs: int = 2,
+                     tolerance: float | None = None) -> float:
+    """The weakest of the permutation, multiplier and (given ``tolerance``) blind-shift
+    terms, in bits."""
+    bits = min(permutation_bound_bits(n_points, splits, runs),
+               runs * 3.0 * MULTIPLIER_BITS)
+    if tolerance is not None:
+        bits = min(bits, tolerance_bound_bits(tolerance, runs))
+    return bits
 
 
-def smallest_splits(n_points: int, min_bits: float) -> int | None:
-    """Smallest ``S`` in 2..64 whose cheating bound reaches ``min_bits``."""
+def smallest_splits(n_points: int, min_bits: float, runs: int = 2) -> int | None:
+    """Smallest ``S`` in 2..64 whose permutation and multiplier terms reach ``min_bits``."""
     for s in range(2, 65):
-        if cheat_bound_bits(n_points, s) >= min_bits:
+        if cheat_bound_bits(n_points, s, runs) >= min_bits:
             return s
     return None
 
 
 @dataclass(frozen=True)
 class MaliciousConfig(BoundConfig):
-    """Public parameters of malicious-aggregator FHAUC."""
+    """Public parameters of malicious-aggregator FHAUC.
 
-    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v1|"
+    ``runs`` independent executions must agree within ``tolerance``; ``splits`` shares per
+    entry hide the positions. :meth:`cheat_bound_bits` is the probability (in bits) that
+    a cheating aggregator passes verification, every term included.
+    """
+
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v2|"
 
     decision_points: tuple[float, ...]
     splits: int
-    tolerance: float = 1e-5
-    min_bound_bits: float = 40.0
+    tolerance: float = DEFAULT_TOLERANCE
+    runs: int = DEFAULT_RUNS
     preset: str = DEFAULT_PRESET
     max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES
     allow_insecure: bool = False
 
     @classmethod
     def create(cls, decision_points: Any = 100, *, splits: int | None = None,
-               tolerance: float = 1e-5, min_bound_bits: float = 40.0,
+               tolerance: float = DEFAULT_TOLERANCE, runs: int = DEFAULT_RUNS,
+               min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
                preset: str = DEFAULT_PRESET,
                max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES,
                allow_insecure: bool = False) -> MaliciousConfig:
-        """Validate parameters; refuse splits whose cheating bound is too weak.
-
-        ``splits=None`` picks the smallest ``S`` meeting ``min_bound_bits``.
-        """
+        """Validate parameters; refuse any whose cheating bound is weaker than
+        ``min_bound_bits``. ``splits=None`` picks the smallest ``S`` that reaches it."""
         points = as_decision_points(decision_points)
         n = points.size
         get_preset(preset, allow_insecure=allow_insecure)
         check_real(tolerance, "tolerance", "MaliciousConfig", gt=0.0, lt=0.5)
+        check_int(runs, "runs", "MaliciousConfig", min_value=2, max_value=MAX_RUNS)
         check_real(min_bound_bits, "min_bound_bits", "MaliciousConfig", ge=0.0)
         check_int(max_total_samples, "max_total_samples", "MaliciousConfig", min_value=1,
                   max_value=DEFAULT_MAX_TOTAL_SAMPLES)
+        tol_bits = tolerance_bound_bits(tolerance, runs)
+        if tol_bits < min_bound_bits:
+            raise ValueError(
+                f"with tolerance {tolerance:g} and {runs} runs a blind shift of the AUC by "
+                f"{SHIFT_RESOLUTION:g} passes with probability up to 2^-{tol_bits:.1f}, weaker "
+                f"than the required 2^-{min_bound_bits:g}; lower the tolerance or add runs")
         if splits is None:
-            s = smallest_splits(n, min_bound_bits)
+            s = smallest_splits(n, min_bound_bits, runs)
             if s is None:
                 raise ValueError(f"no split count up to 64 reaches a 2^-{min_bound_bits:g} "
                                  f"cheating bound with N={n}")
             splits = s
         check_int(splits, "splits", "MaliciousConfig", min_value=2, max_value=64)
-        bits = cheat_bound_bits(n, splits)
+        bits = cheat_bound_bits(n, splits, runs)
         if bits < min_bound_bits:
-            better = smallest_splits(n, min_bound_bits)
+            better = smallest_splits(n, min_bound_bits, runs)
             hint = f"use --splits {better} or more" if better else "use fewer decision points"
             raise ValueError(
                 f"with N={n} and S={splits} the aggregator cheats undetected with probability "
                 f"2^-{bits:.1f}, weaker than the required 2^-{min_bound_bits:g}; {hint}")
-        return cls(tuple(float(x) for x in points), int(splits), float(tolerance),
-                   float(min_bound_bits), preset, int(max_total_samples), allow_insecure)
+        return cls(tuple(float(x) for x in points), int(splits), float(tolerance), int(runs),
+                   preset, int(max_total_samples), allow_insecure)
+
+    def cheat_bound_bits(self) -> float:
+        """Every term of the bound (permutation, multipliers, blind shift), in bits."""
+        return cheat_bound_bits(self.n_points, self.splits, self.runs, self.tolerance)
+
+    def key_spec(self) -> KeySpec:
+        """The CKKS keys this configuration needs (each party derives them itself)."""
+        return KeySpec.create(self.preset, self.rotations(), True,
+                              allow_insecure=self.allow_insecure)
 
     @property
     def n_positions(self) -> int:
@@ -227,18 +276,69 @@ def derive_run_randomness(seed: bytes, session: str, cfg: MaliciousConfig,
     return _RunRandomness(r, tr, fr, rs.bits(n + 1), rs.permutation(cfg.n_positions))
 
 
+def _commit_payload(session: str, config: str, name: str, nonce: bytes) -> bytes:
+    return hashlib.sha256(b"fedsec/fhauc-malicious/commit/v1|" + session.encode() + b"|"
+                          + config.encode() + b"|" + name.encode() + b"|" + nonce).digest()
+
+
+def parse_commit(raw: bytes, *, roster: Roster | None, names: Sequence[str], session: str,
+                 config: str) -> tuple[int, bytes]:
+    """Check one signed commit; return ``(index in names, nonce)`` or raise
+    ``ProtocolError`` naming the sender."""
+    msg = wire.decode(raw, expect="fhauc-m/commit", max_bytes=1 << 12)
+    name = msg.meta.get("name")
+    if not isinstance(name, str) or name not in names:
+        raise ProtocolError(f"a commit from a party outside the key set-up "
+                            f"({str(name)[:64]!r})")
+    if msg.meta.get("config") != config or msg.meta.get("session") != session:
+        raise ProtocolError(f"the commit of {name!r} belongs to another configuration or "
+                            "session")
+    if len(msg.blobs) != 2 or len(msg.blobs[0]) != NONCE_BYTES:
+        raise ProtocolError(f"malformed commit from {name!r}")
+    if roster is not None:
+        roster.verify(name, "fhauc-m/commit",
+                      _commit_payload(session, config, name, msg.blobs[0]), msg.blobs[1])
+    return list(names).index(name), msg.blobs[0]
+
+
 class MaliciousParty:
-    """An input party of malicious-aggregator FHAUC (steps 1-8 and 12, verification)."""
+    """An input party of malicious-aggregator FHAUC (steps 1-8 and 12, verification).
+
+    Parameters
+    ----------
+    y_true, y_score : array-like
+        This party's private labels and scores.
+    keys : PartyKeys
+        From the signed key set-up.
+    config : MaliciousConfig
+        The run configuration (in a deployment, chosen by the aggregator); checked against
+        ``policy``.
+    identity : Identity
+        This party's signing identity (it signs its commit).
+    roster : Roster
+        The federation; every commit in the start message must verify against it.
+    policy : PartyPolicy, optional
+        This party's limits: quorum (default: the whole roster), tolerance ceiling,
+        minimum cheating bound, decision points, presets, message sizes.
+    """
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
-                 config: MaliciousConfig, nonce: bytes | None = None) -> None:
+                 config: MaliciousConfig, identity: Identity, roster: Roster,
+                 policy: PartyPolicy | None = None, nonce: bytes | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
         if keys.context.params.name != config.preset:
             raise ValueError("keys and configuration use different presets")
+        if identity.name != keys.name or identity.name not in roster or \
+                roster.public_key(identity.name) != identity.public_key:
+            raise ValueError("the identity does not match the keys and the roster")
+        self.policy = policy if policy is not None else PartyPolicy()
+        self.policy.check_config(config)
         self.config = config
         self.keys = keys
-        self._y, self._s = _check_party_inputs(y_true, y_score, config.max_total_samples)
+        self.identity = identity
+        self.roster = roster
+        self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
         if nonce is not None and len(nonce) != NONCE_BYTES:
             raise ValueError(f"a nonce must be {NONCE_BYTES} bytes")
         # ``nonce`` lets a stateless process resume this party between steps; a new
@@ -258,28 +358,42 @@ class MaliciousParty:
         self._read_start(start)
 
     def commit(self) -> bytes:
-        """Round 1: a fresh nonce that makes this evaluation's randomness new."""
-        meta = {"config": self.config.digest(), "session": self.keys.session,
-                "party": self.keys.index}
-        return wire.encode("fhauc-m/commit", meta, [self._nonce])
+        """Round 1: a signed fresh nonce that makes this evaluation's randomness new and
+        proves this party takes part."""
+        cfg, session, name = self.config.digest(), self.keys.session, self.keys.name
+        sig = self.identity.sign("fhauc-m/commit",
+                                 _commit_payload(session, cfg, name, self._nonce))
+        meta = {"config": cfg, "session": session, "name": name}
+        return wire.encode("fhauc-m/commit", meta, [self._nonce, sig])
 
     def _read_start(self, start: bytes) -> None:
-        msg = wire.decode(start, expect="fhauc-m/start")
-        if msg.meta.get("config") != self.config.digest() or \
-                msg.meta.get("session") != self.keys.session:
+        msg = wire.decode(start, expect="fhauc-m/start",
+                          max_bytes=self.policy.max_message_bytes)
+        cfg, session = self.config.digest(), self.keys.session
+        if msg.meta.get("config") != cfg or msg.meta.get("session") != session:
             raise ProtocolError("start message belongs to another configuration or session")
-        parts = msg.meta.get("parties")
-        if not isinstance(parts, list) or len(parts) != len(msg.blobs) or \
-                len(set(parts)) != len(parts) or \
-                not all(isinstance(p, int) and 0 <= p < self.keys.n_parties for p in parts):
-            raise ProtocolError("malformed participant list")
+        entries: dict[int, bytes] = {}
+        for raw in msg.blobs:
+            try:
+                idx, nonce = parse_commit(raw, roster=self.roster, names=self.keys.names,
+                                          session=session, config=cfg)
+            except ProtocolError as exc:
+                raise TamperingDetected(f"the start message carries a bad commit ({exc})",
+                                        check="commits") from None
+            if idx in entries:
+                raise TamperingDetected("the start message lists a party twice",
+                                        check="commits")
+            entries[idx] = nonce
         me = self.keys.index
-        if me not in parts or msg.blobs[parts.index(me)] != self._nonce:
-            raise TamperingDetected("the start message does not carry this party's nonce",
+        if entries.get(me) != self._nonce:
+            raise TamperingDetected("the start message does not carry this party's commit",
                                     check="nonce")
-        self._participants = [int(p) for p in parts]
-        self._runs = [derive_run_randomness(self.keys.seed, self.keys.session, self.config,
-                                            msg.blobs, k) for k in range(RUNS)]
+        self.policy.check_participants(len(entries), "malicious", len(self.roster),
+                                       self.roster)
+        self._participants = sorted(entries)
+        nonces = [entries[i] for i in self._participants]
+        self._runs = [derive_run_randomness(self.keys.seed, session, self.config,
+                                            nonces, k) for k in range(self.config.runs)]
 
     def _entries(self, rr: _RunRandomness, row: int) -> tuple[np.ndarray, np.ndarray,
                                                              complex]:
@@ -338,11 +452,16 @@ class MaliciousParty:
         return wire.encode("fhauc-m/submit", meta, blobs)
 
     def finalize(self, response: bytes) -> float:
-        """Step 12 and verification: the AUC, or ``TamperingDetected``."""
+        """Step 12 and verification: the AUC, or ``TamperingDetected``.
+
+        Error messages name the failed check and never carry decrypted values; the
+        per-run values stay in :attr:`verification` on this party's side.
+        """
         if self._runs is None:
             raise ProtocolError("finalize() before submit()")
         try:
-            msg = wire.decode(response, expect="fhauc-m/result")
+            msg = wire.decode(response, expect="fhauc-m/result",
+                              max_bytes=self.policy.max_message_bytes)
         except ProtocolError as exc:
             raise TamperingDetected(f"unreadable result: {exc}", check="format") from None
         if msg.meta.get("config") != self.config.digest() or \
@@ -352,7 +471,8 @@ class MaliciousParty:
         if msg.meta.get("parties") != self._participants:
             raise TamperingDetected("the result does not cover exactly the parties that "
                                     "started this evaluation", check="participants")
-        if len(msg.blobs) != RUNS:
+        runs = self.config.runs
+        if len(msg.blobs) != runs:
             raise TamperingDetected("the result must hold one ciphertext per run",
                                     check="format")
         ctx = self.keys.context
@@ -362,8 +482,8 @@ class MaliciousParty:
         for k, (rr, blob) in enumerate(zip(self._runs, msg.blobs, strict=True)):
             try:
                 slots = ctx.decrypt(ctx.deserialize(blob))
-            except ProtocolError as exc:
-                raise TamperingDetected(f"run {k + 1}: unreadable ciphertext ({exc})",
+            except ProtocolError:
+                raise TamperingDetected(f"run {k + 1}: unreadable ciphertext",
                                         check="format") from None
             x = slots[0::2]
             y = slots[1::2]
@@ -382,21 +502,22 @@ class MaliciousParty:
                 undefined += 1
                 continue
             aucs.append((big_x / big_y - rr.r1 / rr.r2) * rr.r2 / rr.r0)
-        if undefined == RUNS:
+        both_local = bool(self._y.any() and not self._y.all())
+        if undefined == runs and not both_local:
             raise UndefinedMetricError("AUC is undefined: the federation's test data hold "
                                        "only one class")
         if undefined:
-            raise TamperingDetected("one run reports a zero denominator and the other not",
-                                    check="double-execution")
+            # This party holds both classes, so the federation does: a zero denominator
+            # in any run is a forged answer.
+            raise TamperingDetected("a run reports a zero denominator", check="denominator")
         self.verification = {"auc_runs": aucs, "tolerance": tol}
         for k, a in enumerate(aucs):
             if not -tol <= a <= 1.0 + tol:
-                raise TamperingDetected(f"run {k + 1} yields AUC {a:.6g}, outside [0, 1]",
+                raise TamperingDetected(f"run {k + 1} yields an AUC outside [0, 1]",
                                         check="range")
-        if abs(aucs[0] - aucs[1]) > tol:
-            raise TamperingDetected(
-                f"the two runs disagree: {aucs[0]:.8f} vs {aucs[1]:.8f} "
-                f"(tolerance {tol:g})", check="double-execution")
+        if max(aucs) - min(aucs) > tol:
+            raise TamperingDetected(f"the {runs} runs disagree beyond the tolerance "
+                                    f"{tol:g}", check="double-execution")
         return min(1.0, max(0.0, aucs[0]))
 
 
@@ -404,7 +525,8 @@ class MaliciousAggregator:
     """The aggregator of malicious-aggregator FHAUC (steps 9-11)."""
 
     def __init__(self, context: CKKSContext, config: MaliciousConfig, *,
-                 names: Sequence[str], session: str, min_parties: int | None = None) -> None:
+                 names: Sequence[str], session: str, roster: Roster | None = None,
+                 min_parties: int | None = None) -> None:
         if context.has_secret_key:
             raise ValueError("the aggregator must not hold the secret key")
         missing = set(config.rotations()) - set(context.rotations)
@@ -414,35 +536,41 @@ class MaliciousAggregator:
         self.config = config
         self.names = tuple(names)
         self.session = session
+        self.roster = roster
         self.min_parties = len(self.names) if min_parties is None else int(min_parties)
         self.participants: list[int] = []
+        self.rejected: dict[int, str] = {}
         self.timing: dict[str, float] = {}
 
     def start(self, commits: Sequence[bytes]) -> bytes:
-        """Round 1: fix the participants and relay everyone's nonce to everyone."""
+        """Round 1: fix the participants and relay everyone's signed commit to everyone.
+
+        A bad commit is left out and recorded in :attr:`rejected` (by position)."""
         entries: dict[int, bytes] = {}
-        for raw in commits:
-            msg = wire.decode(raw, expect="fhauc-m/commit")
-            if msg.meta.get("config") != self.config.digest() or \
-                    msg.meta.get("session") != self.session:
-                raise ProtocolError("a commit belongs to another configuration or session")
-            idx = msg.meta.get("party")
-            if not isinstance(idx, int) or not 0 <= idx < len(self.names) or idx in entries \
-                    or len(msg.blobs) != 1 or len(msg.blobs[0]) != NONCE_BYTES:
-                raise ProtocolError(f"invalid or duplicate commit from party {idx!r}")
-            entries[idx] = msg.blobs[0]
-        if len(entries) < max(1, self.min_parties):
+        self.rejected = {}
+        for pos, raw in enumerate(commits):
+            try:
+                idx, _nonce = parse_commit(raw, roster=self.roster, names=self.names,
+                                           session=self.session, config=self.config.digest())
+            except ProtocolError as exc:
+                self.rejected[pos] = str(exc)
+                continue
+            if idx in entries:
+                self.rejected[pos] = f"a second commit from {self.names[idx]!r}"
+                continue
+            entries[idx] = raw
+        if len(entries) < max(2, self.min_parties):
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
-                                f"{self.min_parties} are required")
+                                f"{max(2, self.min_parties)} are required")
         self.participants = sorted(entries)
-        meta = {"config": self.config.digest(), "session": self.session,
-                "parties": self.participants}
+        meta = {"config": self.config.digest(), "session": self.session}
         return wire.encode("fhauc-m/start", meta, [entries[i] for i in self.participants])
 
     def _load(self, submissions: Sequence[bytes]) -> list[list[Any]]:
         """Return ``[run][chunk] -> list of ciphertexts`` over the participants."""
         chunks = self.config.n_chunks
-        per_run: list[list[list[Any]]] = [[[] for _ in range(chunks)] for _ in range(RUNS)]
+        runs = self.config.runs
+        per_run: list[list[list[Any]]] = [[[] for _ in range(chunks)] for _ in range(runs)]
         seen = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-m/submit")
@@ -452,10 +580,10 @@ class MaliciousAggregator:
                 raise ProtocolError("a submission belongs to another configuration or session")
             if idx not in self.participants or idx in seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
-            if len(msg.blobs) != RUNS * chunks:
-                raise ProtocolError(f"a submission must hold {RUNS * chunks} ciphertexts")
+            if len(msg.blobs) != runs * chunks:
+                raise ProtocolError(f"a submission must hold {runs * chunks} ciphertexts")
             seen.append(idx)
-            for k in range(RUNS):
+            for k in range(runs):
                 for c in range(chunks):
                     per_run[k][c].append(self.context.deserialize(
                         msg.blobs[k * chunks + c], at_top=True, scale=self.context.scale))
@@ -494,57 +622,75 @@ class MaliciousAggregator:
 
 def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                          decision_points: Any = 100, splits: int | None = None,
-                         tolerance: float = 1e-5, min_bound_bits: float = 40.0,
+                         tolerance: float = DEFAULT_TOLERANCE, runs: int = DEFAULT_RUNS,
+                         min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
                          preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
+                         policy: PartyPolicy | None = None,
                          progress: Callable[[str], None] | None = None,
                          allow_insecure: bool = False,
                          tamper: Callable[[str, Any], Any] | None = None) -> SecureAUCResult:
-    """Run malicious-aggregator FHAUC in one process.
+    """Run malicious-aggregator FHAUC in one process (every party, the aggregator and a
+    fresh identity per party, made here).
 
     ``tamper(step, value)`` (tests and the tamper battery) may rewrite what the aggregator
-    forwards: it is called with ``("start", bytes)``, ``("submissions", list[bytes])`` and
-    ``("result", bytes)`` and returns the replacement.
+    forwards: key set-up steps (see :func:`fedsec.crypto.keysetup.run_key_setup`), then
+    ``("start", bytes)``, ``("submissions", list[bytes])`` and ``("result", bytes)``; it
+    returns the replacement. ``"start"`` and ``"result"`` may also be answered with a list
+    of one message per party (equivocation).
     """
     say = progress or (lambda _msg: None)
+    pol = policy if policy is not None else PartyPolicy(
+        max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE), min_bound_bits=min_bound_bits)
     cfg = MaliciousConfig.create(decision_points, splits=splits, tolerance=tolerance,
-                                 min_bound_bits=min_bound_bits, preset=preset,
+                                 runs=runs, min_bound_bits=min_bound_bits, preset=preset,
                                  allow_insecure=allow_insecure)
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
+    identities, roster = local_federation(party_names)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
     t0 = time.perf_counter()
-    ks_agg, keys = run_key_setup(party_names, preset=cfg.preset, rotations=cfg.rotations(),
-                                 conjugate=True, allow_insecure=allow_insecure)
+    ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec(),
+                                 min_parties=pol.required_parties("malicious", len(roster),
+                                                                  roster),
+                                 tamper=tamper)
     setup_s = time.perf_counter() - t0
     assert ks_agg.context is not None
-    agg = MaliciousAggregator(ks_agg.context, cfg, names=party_names, session=ks_agg.session)
-    roles = [MaliciousParty(y, s, keys=k, config=cfg)
-             for (y, s), k in zip(data, keys, strict=True)]
+    agg = MaliciousAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session,
+                              roster=roster)
+    roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol)
+             for (y, s), k, i in zip(data, keys, identities, strict=True)]
     edit = tamper or (lambda _step, value: value)
-    say(f"parties commit fresh nonces (S={cfg.splits}, bound 2^-"
-        f"{cheat_bound_bits(cfg.n_points, cfg.splits):.1f})")
-    start = edit("start", agg.start([r.commit() for r in roles]))
-    say(f"parties mask, split, permute and encrypt two runs ({cfg.n_chunks} ciphertext(s) "
-        "per run)")
-    subs = edit("submissions", [r.submit(start) for r in roles])
-    say("aggregator computes both runs on ciphertexts")
-    response = edit("result", agg.aggregate(subs))
+
+    def per_party(value: Any) -> list[bytes]:
+        return list(value) if isinstance(value, list) else [value] * len(roles)
+
+    bits = cfg.cheat_bound_bits()
+    say(f"parties commit fresh nonces (S={cfg.splits}, {cfg.runs} runs, bound 2^-{bits:.1f})")
+    commits = [r.commit() for r in roles]
+    start = per_party(edit("start", agg.start(commits)))
+    say(f"parties mask, split, permute and encrypt {cfg.runs} runs ({cfg.n_chunks} "
+        "ciphertext(s) per run)")
+    subs = edit("submissions", [r.submit(st) for r, st in zip(roles, start, strict=True)])
+    say(f"aggregator computes {cfg.runs} runs on ciphertexts")
+    response = per_party(edit("result", agg.aggregate(subs)))
     say("parties decrypt and verify")
-    aucs = [r.finalize(response) for r in roles]
+    aucs = [r.finalize(resp) for r, resp in zip(roles, response, strict=True)]
     if max(aucs) - min(aucs) > cfg.tolerance:
         raise TamperingDetected("parties obtained different AUC values", check="agreement")
-    bits = cheat_bound_bits(cfg.n_points, cfg.splits)
     return SecureAUCResult(
         auc=aucs[0], parties=len(roles), decision_points=cfg.n_points, security="malicious",
         masking="single", preset=cfg.preset,
-        bytes_up_per_party=max(len(s) for s in subs) + max(len(r.commit()) for r in roles[:1]),
-        bytes_down_per_party=len(response) + len(start),
+        bytes_up_per_party=max(len(s) for s in subs) + max(len(c) for c in commits),
+        bytes_down_per_party=max(len(r) for r in response) + max(len(st) for st in start),
         aggregator_seconds=agg.timing["total_s"],
         setup_bytes_to_aggregator=ks_agg.public_bytes_size, setup_seconds=setup_s,
-        included=[party_names[i] for i in agg.participants],
+        included=[ks_agg.names[i] for i in agg.participants],
         extra={"verified": True, "cheat_bound_bits": bits, "splits": cfg.splits,
-               "permutation_bound_bits": permutation_bound_bits(cfg.n_points, cfg.splits),
-               "multiplier_bound_bits": 6.0 * MULTIPLIER_BITS,
-               "tolerance_bound_bits": tolerance_bound_bits(cfg.tolerance),
+               "runs": cfg.runs,
+               "permutation_bound_bits": permutation_bound_bits(cfg.n_points, cfg.splits,
+                                                                cfg.runs),
+               "multiplier_bound_bits": cfg.runs * 3.0 * MULTIPLIER_BITS,
+               "tolerance_bound_bits": tolerance_bound_bits(cfg.tolerance, cfg.runs),
+               "shift_resolution": SHIFT_RESOLUTION,
                "tolerance": cfg.tolerance,
                "auc_runs": roles[0].verification.get("auc_runs"),
                "aggregator_deserialize_s": agg.timing["deserialize_s"],

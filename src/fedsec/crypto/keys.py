@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedsec.errors import ProtocolError
 
-__all__ = ["PartyIdentity", "seal_to", "open_sealed", "public_key_bytes"]
+__all__ = ["PartyIdentity", "seal_to", "open_sealed", "public_key_bytes", "check_x25519"]
 
 _RAW = serialization.Encoding.Raw
 _PUB = serialization.PublicFormat.Raw
@@ -37,6 +37,17 @@ def _derive(shared: bytes, context: bytes) -> bytes:
                 info=context).derive(shared)
 
 
+def check_x25519(public: bytes, *, who: str = "a party") -> None:
+    """Raise ``ProtocolError`` unless ``public`` is a usable X25519 key (32 bytes, not a
+    low-order point that makes every shared secret zero)."""
+    if not isinstance(public, bytes) or len(public) != 32:
+        raise ProtocolError(f"the X25519 key of {who} is not 32 bytes")
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        raise ProtocolError(f"the X25519 key of {who} is invalid (low order)") from None
+
+
 def seal_to(recipient_public: bytes, plaintext: bytes, *, context: bytes) -> bytes:
     """Encrypt ``plaintext`` so only the holder of ``recipient_public``'s key can read it."""
     try:
@@ -45,7 +56,11 @@ def seal_to(recipient_public: bytes, plaintext: bytes, *, context: bytes) -> byt
         raise ProtocolError("invalid X25519 public key") from None
     eph = X25519PrivateKey.generate()
     eph_pub = public_key_bytes(eph.public_key())
-    key = _derive(eph.exchange(recipient), context)
+    try:
+        shared = eph.exchange(recipient)
+    except ValueError:
+        raise ProtocolError("invalid X25519 public key (low order)") from None
+    key = _derive(shared, context)
     nonce = os.urandom(12)
     aad = b"fedsec/seal/v1|" + recipient_public + b"|" + context
     return eph_pub + nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
@@ -60,7 +75,11 @@ def open_sealed(private_key: X25519PrivateKey, sealed: bytes, *, context: bytes)
     except ValueError:
         raise ProtocolError("sealed box carries an invalid ephemeral key") from None
     mine = public_key_bytes(private_key.public_key())
-    key = _derive(private_key.exchange(eph), context)
+    try:
+        shared = private_key.exchange(eph)
+    except ValueError:
+        raise ProtocolError("sealed box carries an invalid ephemeral key") from None
+    key = _derive(shared, context)
     aad = b"fedsec/seal/v1|" + mine + b"|" + context
     try:
         return AESGCM(key).decrypt(sealed[32:44], sealed[44:], aad)

@@ -1,36 +1,121 @@
-"""Key set-up as roles exchanging bytes (seed 000, Sec. IV-C-1).
+"""Signed, transcript-bound key set-up as roles exchanging bytes (seed 000, Sec. IV-C-1).
 
-1. Every party sends :meth:`KeySetupParty.hello` (its name and X25519 public key).
-2. The aggregator picks a key holder uniformly at random (``secrets``) and sends it
-   :meth:`KeySetupAggregator.request`.
-3. The key holder generates the CKKS keys and a 32-byte shared seed, and answers with
-   :meth:`KeySetupParty.offer`: public material for the aggregator plus one sealed box per
-   other party holding the secret key and the seed.
-4. :meth:`KeySetupAggregator.accept` keeps the public material and returns one delivery
-   message per party; :meth:`KeySetupParty.receive` opens it.
+The papers assume party keys certified out of band; here that is the :class:`Roster`
+(identity public keys agreed out of band) and each party's Ed25519 :class:`Identity`.
+Everything else travels through the aggregator, which may lie.
 
-The aggregator sees public keys and sealed boxes only.
+Rounds
+------
+1. **hello** - every party makes a fresh X25519 key and nonce and signs
+   ``(roster digest, key spec digest, name, X25519 key, nonce)`` with its identity.
+2. **request** - the aggregator checks each hello (a bad one is attributed to its sender
+   and left out; the others go on), orders the valid ones by the roster and relays them all
+   to the key holder. The holder's index is fixed by the hash of the hellos (the
+   *transcript*), so the aggregator does not choose it.
+3. **offer** - the key holder verifies every hello against the roster, checks its own hello
+   is there unchanged and that the parties reach its quorum, then generates the CKKS keys
+   from **its own** key spec (derived from the configuration it validated - never from a
+   list sent to it) and a 32-byte shared seed. It seals the secret key and seed to each
+   other party's signed X25519 key, binding each box to the transcript and to both
+   identities, and signs a header holding the transcript hash, the hash of the public
+   material and the hash of every box.
+4. **deliver / confirm** - each party receives the relayed hellos, the signed header and
+   its box; it repeats every check, opens the box and signs a *confirmation* of the full
+   transcript hash (hellos + header).
+5. **confirmed** - the aggregator relays every confirmation to every party; a party uses
+   its keys only after checking that *every* participant confirmed the same transcript. An
+   aggregator that showed different hellos, offers or public keys to different parties
+   (equivocation) is detected here (:class:`~fedsec.errors.TamperingDetected`).
+
+What the aggregator learns: the public CKKS material, names, X25519 keys and sealed boxes.
+It can stop the set-up (denial of service) but cannot substitute keys, insert a party,
+make a party accept keys from anyone but the transcript's key holder, or replay an old
+session (each party's fresh nonce and X25519 key are in the transcript).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES
-from fedsec.crypto.keys import PartyIdentity, seal_to
+from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.params import get_preset
-from fedsec.errors import ProtocolError
+from fedsec.errors import ProtocolError, TamperingDetected
 
-__all__ = ["PartyKeys", "KeySetupParty", "KeySetupAggregator"]
+__all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator",
+           "PARTY_MAX_MESSAGE_BYTES", "AGGREGATOR_MAX_MESSAGE_BYTES"]
+
+NONCE_BYTES = 16
+PARTY_MAX_MESSAGE_BYTES = 64 << 20       # what a party accepts from the aggregator
+AGGREGATOR_MAX_MESSAGE_BYTES = 512 << 20  # the offer carries Galois keys
+_MAX_ROTATIONS = 64
+
+
+def _h(*parts: bytes) -> bytes:
+    """SHA-256 over length-prefixed parts (unambiguous)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "big"))
+        h.update(p)
+    return h.digest()
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """The CKKS keys a protocol needs. Each party derives it from its own configuration.
+
+    Parameters
+    ----------
+    preset : str
+        CKKS preset name.
+    rotations : tuple of int
+        Left-rotation steps to create Galois keys for (at most 64, each in 1..slots-1).
+    conjugate : bool
+        Create the complex-conjugation key.
+    """
+
+    preset: str
+    rotations: tuple[int, ...]
+    conjugate: bool
+    allow_insecure: bool = False
+
+    @classmethod
+    def create(cls, preset: str, rotations: Sequence[int], conjugate: bool, *,
+               allow_insecure: bool = False) -> KeySpec:
+        params = get_preset(preset, allow_insecure=allow_insecure)
+        rot = tuple(sorted({int(r) % params.slots for r in rotations} - {0}))
+        if len(rot) > _MAX_ROTATIONS:
+            raise ValueError(f"a key spec may ask for at most {_MAX_ROTATIONS} rotations")
+        return cls(preset, rot, bool(conjugate), allow_insecure)
+
+    def digest(self) -> bytes:
+        return _h(b"fedsec/keyspec/v1", self.preset.encode(),
+                  ",".join(str(r) for r in self.rotations).encode(),
+                  b"1" if self.conjugate else b"0")
+
+    def matches(self, ctx: CKKSContext) -> bool:
+        """Whether a public context carries exactly these keys."""
+        return (ctx.params.name == self.preset and tuple(ctx.rotations) == self.rotations
+                and ctx.conjugate_key == self.conjugate)
 
 
 @dataclass
 class PartyKeys:
-    """What a party holds after set-up: the CKKS secret context and the shared seed."""
+    """What a party holds after set-up: the CKKS secret context and the shared seed.
+
+    ``session`` is the hash of the confirmed transcript; every later protocol message is
+    bound to it. ``names`` are the set-up's participants in roster order.
+    """
 
     session: str
     names: tuple[str, ...]
@@ -42,6 +127,10 @@ class PartyKeys:
     def n_parties(self) -> int:
         return len(self.names)
 
+    @property
+    def name(self) -> str:
+        return self.names[self.index]
+
     def to_bytes(self) -> bytes:
         """Serialize for local storage (a party's own disk). Contains the SECRET KEY."""
         meta = {"session": self.session, "names": list(self.names), "index": self.index}
@@ -52,158 +141,434 @@ class PartyKeys:
         msg = wire.decode(data, expect="keys/party-state")
         if len(msg.blobs) != 2 or len(msg.blobs[1]) != SEED_BYTES:
             raise ProtocolError("malformed party key state")
+        session, names, index = (msg.meta.get("session"), msg.meta.get("names"),
+                                 msg.meta.get("index"))
+        if not isinstance(session, str) or not isinstance(names, list) or not all(
+                isinstance(n, str) for n in names) or isinstance(index, bool) \
+                or not isinstance(index, int) or not 0 <= index < len(names):
+            raise ProtocolError("malformed party key state")
         ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
-        names = tuple(str(n) for n in msg.meta.get("names", []))
-        return cls(str(msg.meta.get("session", "")), names, int(msg.meta.get("index", -1)),
-                   ctx, msg.blobs[1])
+        return cls(session, tuple(names), index, ctx, msg.blobs[1])
 
 
-def _box_context(session: str, name: str) -> bytes:
-    return f"fedsec/keysetup/v1|{session}|{name}".encode()
+# ---------------------------------------------------------------------- message helpers
+@dataclass(frozen=True)
+class _Hello:
+    raw: bytes
+    name: str
+    x25519: bytes
+    nonce: bytes
 
 
+def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
+    return _h(b"hello", roster, spec, name.encode(), x25519, nonce)
+
+
+def _parse_hello(raw: bytes, roster: Roster, spec: bytes, *, max_bytes: int = 1 << 16
+                 ) -> _Hello:
+    """Decode and verify one hello; ``ProtocolError`` names the failed rule."""
+    msg = wire.decode(raw, expect="keys/hello", max_bytes=max_bytes)
+    name = msg.meta.get("name")
+    if not isinstance(name, str) or name not in roster:
+        raise ProtocolError(f"hello from a party not on the roster ({str(name)[:64]!r})")
+    if len(msg.blobs) != 3 or len(msg.blobs[0]) != 32 or len(msg.blobs[1]) != NONCE_BYTES:
+        raise ProtocolError(f"malformed hello from {name!r}")
+    if msg.meta.get("roster") != roster.digest().hex():
+        raise ProtocolError(f"{name!r} uses another roster")
+    if msg.meta.get("spec") != spec.hex():
+        raise ProtocolError(f"{name!r} expects other keys (another configuration)")
+    x_pk, nonce, sig = msg.blobs
+    roster.verify(name, "keys/hello",
+                  _hello_payload(roster.digest(), spec, name, x_pk, nonce), sig)
+    check_x25519(x_pk, who=name)
+    return _Hello(bytes(raw), name, x_pk, nonce)
+
+
+def _transcript(roster: Roster, spec: bytes, hellos: Sequence[_Hello]) -> bytes:
+    return _h(b"fedsec/keysetup/v2/transcript", roster.digest(), spec,
+              *[h.raw for h in hellos])
+
+
+def _holder_index(transcript: bytes, m: int) -> int:
+    return int.from_bytes(_h(b"holder", transcript), "big") % m
+
+
+def _box_context(transcript: bytes, holder: str, recipient: str) -> bytes:
+    return b"fedsec/keysetup/v2/box|" + transcript + b"|" + holder.encode() + b"|" + \
+        recipient.encode()
+
+
+def _check_hellos(raws: Sequence[bytes], roster: Roster, spec: bytes, min_parties: int
+                  ) -> list[_Hello]:
+    """Every relayed hello must verify; names unique; roster order; at least the quorum."""
+    if not isinstance(raws, (list, tuple)) or len(raws) > len(roster):
+        raise ProtocolError("the request lists more hellos than the roster has parties")
+    hellos = [_parse_hello(r, roster, spec) for r in raws]
+    names = [h.name for h in hellos]
+    if len(set(names)) != len(names):
+        raise ProtocolError("a party appears twice in the key set-up")
+    if names != roster.order(names):
+        raise ProtocolError("the hellos are not in roster order")
+    if len(hellos) < min_parties:
+        raise ProtocolError(f"only {len(hellos)} parties take part in key set-up; this "
+                            f"party's policy requires at least {min_parties}")
+    return hellos
+
+
+def _parse_header(header: bytes, m: int) -> tuple[bytes, str, bytes, list[bytes]]:
+    msg = wire.decode(header, expect="keys/offer-header", max_bytes=1 << 20)
+    holder = msg.meta.get("holder")
+    if not isinstance(holder, str) or len(msg.blobs) != m + 2 or \
+            any(len(b) != 32 for b in msg.blobs):
+        raise ProtocolError("malformed key offer header")
+    return msg.blobs[0], holder, msg.blobs[1], list(msg.blobs[2:])
+
+
+def _confirm_payload(name: str, final: bytes) -> bytes:
+    return _h(b"confirm", name.encode(), final)
+
+
+# ---------------------------------------------------------------------- the party
 class KeySetupParty:
-    """A party's side of key set-up."""
+    """A party's side of key set-up.
 
-    def __init__(self, name: str, *, allow_insecure: bool = False) -> None:
-        self.identity = PartyIdentity(name)
-        self._allow_insecure = allow_insecure
-        self._own: PartyKeys | None = None
+    Parameters
+    ----------
+    identity : Identity
+        This party's long-term signing identity.
+    roster : Roster
+        The federation as agreed out of band.
+    spec : KeySpec
+        The keys this party's own configuration needs.
+    min_parties : int, optional
+        The fewest set-up participants this party accepts (default: the roster's quorum,
+        else 2; never below 2).
+    """
 
-    def to_bytes(self) -> bytes:
-        """Serialize this party's set-up state for its own disk (holds its X25519 private
-        key and, for the key holder, the CKKS secret key) between protocol steps."""
-        from cryptography.hazmat.primitives import serialization
-
-        raw = self.identity._private.private_bytes(
-            serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-            serialization.NoEncryption())
-        own = self._own.to_bytes() if self._own is not None else b""
-        return wire.encode("keys/setup-state", {"name": self.name}, [raw, own])
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> KeySetupParty:
-        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-        msg = wire.decode(data, expect="keys/setup-state")
-        if len(msg.blobs) != 2:
-            raise ProtocolError("malformed key set-up state")
-        out = cls.__new__(cls)
-        out.identity = PartyIdentity(str(msg.meta.get("name", "")),
-                                     X25519PrivateKey.from_private_bytes(msg.blobs[0]))
-        out._allow_insecure = allow_insecure
-        out._own = PartyKeys.from_bytes(msg.blobs[1], allow_insecure=allow_insecure) \
-            if msg.blobs[1] else None
-        return out
+    def __init__(self, identity: Identity, roster: Roster, spec: KeySpec, *,
+                 min_parties: int | None = None,
+                 max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES) -> None:
+        if not isinstance(identity, Identity) or not isinstance(roster, Roster):
+            raise TypeError("KeySetupParty needs an Identity and a Roster")
+        if identity.name not in roster or roster.public_key(identity.name) != \
+                identity.public_key:
+            raise ValueError(f"the identity {identity.name!r} is not on the roster with "
+                             "this public key")
+        self.identity = identity
+        self.roster = roster
+        self.spec = spec
+        q = roster.quorum if min_parties is None else min_parties
+        self.min_parties = max(2, int(q or 2))
+        if self.min_parties > len(roster):
+            raise ValueError(f"min_parties={self.min_parties} exceeds the roster's "
+                             f"{len(roster)} parties")
+        self.max_message_bytes = int(max_message_bytes)
+        self._x = X25519PrivateKey.generate()
+        self._nonce = secrets.token_bytes(NONCE_BYTES)
+        self._hello: bytes | None = None
+        self._own: tuple[CKKSContext, bytes] | None = None    # the holder's fresh keys
+        self._pending: PartyKeys | None = None
+        self._final: bytes | None = None
 
     @property
     def name(self) -> str:
         return self.identity.name
 
-    def hello(self) -> bytes:
-        return wire.encode("keys/hello", {"name": self.name}, [self.identity.public_key])
+    # -------------------------------------------------------------- state on disk
+    def to_bytes(self) -> bytes:
+        """This party's set-up state for its own disk between steps (holds its X25519
+        private key and, for the key holder and after delivery, the CKKS secret key)."""
+        raw = self._x.private_bytes(serialization.Encoding.Raw,
+                                    serialization.PrivateFormat.Raw,
+                                    serialization.NoEncryption())
+        own = b"" if self._own is None else wire.encode(
+            "keys/own", {}, [self._own[0].secret_bytes(), self._own[1]])
+        pending = self._pending.to_bytes() if self._pending is not None else b""
+        return wire.encode("keys/setup-state", {"name": self.name},
+                           [raw, self._nonce, self._hello or b"", own, pending,
+                            self._final or b""])
 
-    def offer(self, request: bytes) -> bytes:
-        """Generate the key set (this party was chosen as key holder)."""
-        msg = wire.decode(request, expect="keys/request")
+    @classmethod
+    def from_bytes(cls, data: bytes, *, identity: Identity, roster: Roster, spec: KeySpec,
+                   min_parties: int | None = None) -> KeySetupParty:
+        msg = wire.decode(data, expect="keys/setup-state")
+        if len(msg.blobs) != 6 or msg.meta.get("name") != identity.name:
+            raise ProtocolError("malformed key set-up state")
+        out = cls(identity, roster, spec, min_parties=min_parties)
         try:
-            session = str(msg.meta["session"])
-            names = [str(n) for n in msg.meta["names"]]
-            preset = str(msg.meta["preset"])
-            rotations = [int(r) for r in msg.meta["rotations"]]
-            conjugate = bool(msg.meta["conjugate"])
-        except (KeyError, TypeError, ValueError):
-            raise ProtocolError("malformed key request") from None
-        if len(names) != len(msg.blobs) or self.name not in names:
-            raise ProtocolError("key request does not list this party")
-        params = get_preset(preset, allow_insecure=self._allow_insecure)
-        ctx = CKKSContext.generate(params, rotations=rotations, conjugate=conjugate,
-                                   allow_insecure=self._allow_insecure)
+            out._x = X25519PrivateKey.from_private_bytes(msg.blobs[0])
+        except ValueError:
+            raise ProtocolError("malformed key set-up state") from None
+        out._nonce = msg.blobs[1]
+        out._hello = msg.blobs[2] or None
+        if msg.blobs[3]:
+            own = wire.decode(msg.blobs[3], expect="keys/own")
+            if len(own.blobs) != 2 or len(own.blobs[1]) != SEED_BYTES:
+                raise ProtocolError("malformed key set-up state")
+            ctx = CKKSContext.from_secret_bytes(own.blobs[0], allow_insecure=spec.allow_insecure)
+            out._own = (ctx, own.blobs[1])
+        if msg.blobs[4]:
+            out._pending = PartyKeys.from_bytes(msg.blobs[4],
+                                                allow_insecure=spec.allow_insecure)
+        out._final = msg.blobs[5] or None
+        return out
+
+    # -------------------------------------------------------------- round 1
+    def hello(self) -> bytes:
+        """A signed hello with a fresh X25519 key and nonce."""
+        x_pk = public_key_bytes(self._x.public_key())
+        sig = self.identity.sign("keys/hello", _hello_payload(
+            self.roster.digest(), self.spec.digest(), self.name, x_pk, self._nonce))
+        self._hello = wire.encode("keys/hello", {"name": self.name,
+                                                 "roster": self.roster.digest().hex(),
+                                                 "spec": self.spec.digest().hex()},
+                                  [x_pk, self._nonce, sig])
+        return self._hello
+
+    def _verify_request(self, raws: Sequence[bytes]) -> tuple[list[_Hello], bytes]:
+        if self._hello is None:
+            raise ProtocolError("hello() was not called")
+        hellos = _check_hellos(raws, self.roster, self.spec.digest(), self.min_parties)
+        mine = [h for h in hellos if h.name == self.name]
+        if not mine or mine[0].raw != self._hello:
+            raise TamperingDetected("the key set-up does not carry this party's own hello",
+                                    check="own-hello")
+        return hellos, _transcript(self.roster, self.spec.digest(), hellos)
+
+    # -------------------------------------------------------------- round 3 (holder)
+    def offer(self, request: bytes) -> bytes:
+        """Generate the key set (this party is the transcript's key holder)."""
+        msg = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
+        hellos, transcript = self._verify_request(list(msg.blobs))
+        if hellos[_holder_index(transcript, len(hellos))].name != self.name:
+            raise ProtocolError("this party is not the transcript's key holder")
+        spec = self.spec
+        ctx = CKKSContext.generate(spec.preset, rotations=spec.rotations,
+                                   conjugate=spec.conjugate,
+                                   allow_insecure=spec.allow_insecure)
         seed = secrets.token_bytes(SEED_BYTES)
-        secret = wire.encode("keys/secret", {"session": session}, [ctx.secret_bytes(), seed])
-        boxes = []
-        for name, pk in zip(names, msg.blobs, strict=True):
-            boxes.append(b"" if name == self.name else
-                         seal_to(pk, secret, context=_box_context(session, name)))
-        self._own = PartyKeys(session, tuple(names), names.index(self.name), ctx, seed)
-        return wire.encode("keys/offer", {"session": session, "holder": self.name},
-                           [ctx.public_bytes(), *boxes])
+        public = ctx.public_bytes()
+        secret = wire.encode("keys/secret", {}, [ctx.secret_bytes(), seed])
+        boxes = [b"" if h.name == self.name else
+                 seal_to(h.x25519, secret, context=_box_context(transcript, self.name, h.name))
+                 for h in hellos]
+        header = wire.encode("keys/offer-header", {"holder": self.name},
+                             [transcript, hashlib.sha256(public).digest(),
+                              *[hashlib.sha256(b).digest() for b in boxes]])
+        sig = self.identity.sign("keys/offer", header)
+        self._own = (ctx, seed)
+        return wire.encode("keys/offer", {"holder": self.name}, [public, header, sig, *boxes])
 
-    def receive(self, delivery: bytes) -> PartyKeys:
-        """Open this party's delivery and return its keys."""
-        msg = wire.decode(delivery, expect="keys/deliver")
-        session = str(msg.meta.get("session", ""))
-        names = tuple(str(n) for n in msg.meta.get("names", []))
-        if self.name not in names or len(msg.blobs) != 1:
-            raise ProtocolError("key delivery is not addressed to this party")
-        if msg.meta.get("holder") == self.name:
-            if self._own is None or self._own.session != session:
+    # -------------------------------------------------------------- round 4
+    def receive(self, delivery: bytes) -> bytes:
+        """Check the relayed transcript, open this party's box; return a confirmation."""
+        msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self.max_message_bytes)
+        if len(msg.blobs) != 4:
+            raise ProtocolError("malformed key delivery")
+        request, header, sig, box = msg.blobs
+        req = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
+        hellos, transcript = self._verify_request(list(req.blobs))
+        names = tuple(h.name for h in hellos)
+        m = len(hellos)
+        t_hash, holder, _public_hash, box_hashes = _parse_header(header, m)
+        if t_hash != transcript:
+            raise TamperingDetected("the key offer belongs to another transcript",
+                                    check="transcript")
+        expected_holder = names[_holder_index(transcript, m)]
+        if holder != expected_holder:
+            raise TamperingDetected("the key offer comes from a party that is not the "
+                                    "transcript's key holder", check="holder")
+        try:
+            self.roster.verify(holder, "keys/offer", header, sig)
+        except ProtocolError:
+            raise TamperingDetected("the key holder's signature on the offer does not "
+                                    "verify", check="offer-signature") from None
+        me = names.index(self.name)
+        if hashlib.sha256(box).digest() != box_hashes[me]:
+            raise TamperingDetected("this party's sealed box is not the one the key holder "
+                                    "signed", check="box")
+        if holder == self.name:
+            if self._own is None or box != b"":
                 raise ProtocolError("key delivery claims this party generated keys it did not")
-            return self._own
-        inner = wire.decode(self.identity.open(msg.blobs[0],
-                                               context=_box_context(session, self.name)),
-                            expect="keys/secret")
-        if inner.meta.get("session") != session or len(inner.blobs) != 2:
-            raise ProtocolError("sealed key material belongs to another session")
-        ctx = CKKSContext.from_secret_bytes(inner.blobs[0], allow_insecure=self._allow_insecure)
-        seed = inner.blobs[1]
-        if len(seed) != SEED_BYTES:
-            raise ProtocolError("shared seed has the wrong length")
-        return PartyKeys(session, names, names.index(self.name), ctx, seed)
+            ctx, seed = self._own
+            # The holder keeps only what a party needs (secret key); public keys stay out.
+            ctx = CKKSContext.from_secret_bytes(ctx.secret_bytes(),
+                                                allow_insecure=self.spec.allow_insecure)
+        else:
+            inner = wire.decode(open_sealed(self._x, box, context=_box_context(
+                transcript, holder, self.name)), expect="keys/secret")
+            if len(inner.blobs) != 2 or len(inner.blobs[1]) != SEED_BYTES:
+                raise ProtocolError("malformed sealed key material")
+            ctx = CKKSContext.from_secret_bytes(inner.blobs[0],
+                                                allow_insecure=self.spec.allow_insecure)
+            seed = inner.blobs[1]
+            if ctx.params.name != self.spec.preset:
+                raise TamperingDetected("the key holder used another preset", check="spec")
+        final = _h(b"fedsec/keysetup/v2/final", transcript, header)
+        self._final = final
+        self._pending = PartyKeys(final.hex(), names, me, ctx, seed)
+        sig_c = self.identity.sign("keys/confirm", _confirm_payload(self.name, final))
+        return wire.encode("keys/confirm", {"name": self.name}, [final, sig_c])
+
+    # -------------------------------------------------------------- round 5
+    def finish(self, confirmed: bytes) -> PartyKeys:
+        """Check that every participant confirmed the same transcript; return the keys."""
+        if self._pending is None or self._final is None:
+            raise ProtocolError("finish() before receive()")
+        msg = wire.decode(confirmed, expect="keys/confirmed",
+                          max_bytes=self.max_message_bytes)
+        names = self._pending.names
+        if len(msg.blobs) != len(names):
+            raise TamperingDetected("the confirmations do not cover exactly the key set-up's "
+                                    "participants", check="transcript")
+        for name, raw in zip(names, msg.blobs, strict=True):
+            c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
+            if c.meta.get("name") != name or len(c.blobs) != 2:
+                raise TamperingDetected("the confirmations do not cover exactly the key "
+                                        "set-up's participants", check="transcript")
+            final, sig = c.blobs
+            try:
+                self.roster.verify(name, "keys/confirm", _confirm_payload(name, final), sig)
+            except ProtocolError:
+                raise TamperingDetected(f"the confirmation of {name!r} does not verify",
+                                        check="transcript") from None
+            if final != self._final:
+                raise TamperingDetected(f"{name!r} saw another key set-up transcript "
+                                        "(equivocation)", check="transcript")
+        return self._pending
 
 
+# ---------------------------------------------------------------------- the aggregator
 class KeySetupAggregator:
-    """The aggregator's side: choose the key holder, relay sealed boxes, keep public keys."""
+    """The aggregator's side: relay hellos, offer and confirmations; keep public keys.
 
-    def __init__(self, *, preset: str, rotations: Sequence[int], conjugate: bool,
-                 allow_insecure: bool = False) -> None:
-        self.params = get_preset(preset, allow_insecure=allow_insecure)
-        self.rotations = [int(r) for r in rotations]
-        self.conjugate = bool(conjugate)
-        self._allow_insecure = allow_insecure
-        self.session = secrets.token_hex(16)
+    Parameters
+    ----------
+    roster : Roster
+        The federation's public roster (to attribute bad hellos to their senders).
+    spec : KeySpec
+        The keys the aggregator's own configuration needs.
+    min_parties : int
+        Fewest valid hellos to go on with.
+    """
+
+    def __init__(self, roster: Roster, spec: KeySpec, *, min_parties: int = 2,
+                 max_message_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES) -> None:
+        self.roster = roster
+        self.spec = spec
+        self.params = get_preset(spec.preset, allow_insecure=spec.allow_insecure)
+        self.min_parties = max(2, int(min_parties))
+        self.max_message_bytes = int(max_message_bytes)
         self.names: tuple[str, ...] = ()
+        self.rejected: dict[int, str] = {}
         self.holder: int | None = None
         self.context: CKKSContext | None = None
+        self.session: str = ""
         self.public_bytes_size = 0
+        self._request: bytes | None = None
+        self._header: tuple[bytes, bytes] | None = None
+        self._final: bytes | None = None
 
     def request(self, hellos: Sequence[bytes]) -> tuple[int, bytes]:
-        """Pick the key holder at random; return its index and the request for it."""
-        if len(hellos) < 1:
-            raise ValueError("key set-up needs at least one party")
-        names, pks = [], []
-        for h in hellos:
-            m = wire.decode(h, expect="keys/hello")
-            if len(m.blobs) != 1 or len(m.blobs[0]) != 32:
-                raise ProtocolError("malformed hello")
-            names.append(str(m.meta.get("name", "")))
-            pks.append(m.blobs[0])
-        if len(set(names)) != len(names) or any(not n for n in names):
-            raise ProtocolError("party names must be unique and non-empty")
-        self.names = tuple(names)
-        self.holder = secrets.randbelow(len(names))
-        meta = {"session": self.session, "names": names, "preset": self.params.name,
-                "rotations": self.rotations, "conjugate": self.conjugate}
-        return self.holder, wire.encode("keys/request", meta, pks)
+        """Check the hellos; return the key holder's index (in :attr:`names`) and its
+        request. Bad hellos are left out and recorded in :attr:`rejected` (by position)."""
+        valid: dict[str, _Hello] = {}
+        self.rejected = {}
+        spec = self.spec.digest()
+        for i, raw in enumerate(hellos):
+            try:
+                h = _parse_hello(raw, self.roster, spec)
+            except ProtocolError as exc:
+                self.rejected[i] = str(exc)
+                continue
+            if h.name in valid:
+                self.rejected[i] = f"a second hello from {h.name!r}"
+                continue
+            valid[h.name] = h
+        if len(valid) < self.min_parties:
+            raise ProtocolError(f"only {len(valid)} valid hellos; at least "
+                                f"{self.min_parties} are required")
+        ordered = [valid[n] for n in self.roster.order(valid)]
+        self.names = tuple(h.name for h in ordered)
+        transcript = _transcript(self.roster, spec, ordered)
+        self.holder = _holder_index(transcript, len(ordered))
+        self._transcript = transcript
+        self._request = wire.encode("keys/request", {}, [h.raw for h in ordered])
+        return self.holder, self._request
 
     def accept(self, offer: bytes) -> list[bytes]:
-        """Keep the public material; return one delivery message per party (in order)."""
-        if self.holder is None:
+        """Keep the public material; return one delivery per party (in :attr:`names`)."""
+        if self.holder is None or self._request is None:
             raise ProtocolError("accept() before request()")
-        m = wire.decode(offer, expect="keys/offer")
-        if m.meta.get("session") != self.session or m.meta.get("holder") != \
-                self.names[self.holder] or len(m.blobs) != len(self.names) + 1:
-            raise ProtocolError("key offer does not match the request")
-        self.context = CKKSContext.from_public_bytes(m.blobs[0],
-                                                     allow_insecure=self._allow_insecure)
-        if self.context.params.name != self.params.name:
-            raise ProtocolError("key holder used other parameters than requested")
-        if set(self.context.rotations) != {r % self.params.slots for r in self.rotations} - {0}:
-            raise ProtocolError("key holder generated other Galois keys than requested")
-        self.public_bytes_size = len(m.blobs[0])
-        out = []
-        meta = {"session": self.session, "names": list(self.names),
-                "holder": self.names[self.holder]}
-        for box in m.blobs[1:]:
-            out.append(wire.encode("keys/deliver", meta, [box]))
-        return out
+        m = wire.decode(offer, expect="keys/offer", max_bytes=self.max_message_bytes)
+        n = len(self.names)
+        if len(m.blobs) != n + 3:
+            raise ProtocolError("the key offer does not match the request")
+        public, header, sig, *boxes = m.blobs
+        holder = self.names[self.holder]
+        t_hash, h_name, public_hash, box_hashes = _parse_header(header, n)
+        if t_hash != self._transcript or h_name != holder:
+            raise ProtocolError("the key offer does not match the request")
+        self.roster.verify(holder, "keys/offer", header, sig)
+        if hashlib.sha256(public).digest() != public_hash or any(
+                hashlib.sha256(b).digest() != bh for b, bh in zip(boxes, box_hashes,
+                                                                   strict=True)):
+            raise ProtocolError("the key offer's contents do not match its signed header")
+        ctx = CKKSContext.from_public_bytes(public, allow_insecure=self.spec.allow_insecure)
+        if not self.spec.matches(ctx) or ctx.has_secret_key:
+            raise ProtocolError("the key holder generated other keys than the configuration "
+                                "needs")
+        self.context = ctx
+        self.public_bytes_size = len(public)
+        self._final = _h(b"fedsec/keysetup/v2/final", self._transcript, header)
+        return [wire.encode("keys/deliver", {}, [self._request, header, sig, box])
+                for box in boxes]
+
+    def confirm(self, confirmations: Sequence[bytes]) -> bytes:
+        """Bundle every party's confirmation (in :attr:`names` order) for every party."""
+        if self._final is None:
+            raise ProtocolError("confirm() before accept()")
+        by_name: dict[str, bytes] = {}
+        for raw in confirmations:
+            c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
+            name = c.meta.get("name")
+            if not isinstance(name, str) or name not in self.names or name in by_name \
+                    or len(c.blobs) != 2:
+                raise ProtocolError(f"unexpected confirmation from {str(name)[:64]!r}")
+            self.roster.verify(name, "keys/confirm", _confirm_payload(name, c.blobs[0]),
+                               c.blobs[1])
+            if c.blobs[0] != self._final:
+                raise ProtocolError(f"{name!r} confirmed another transcript")
+            by_name[name] = raw
+        missing = [n for n in self.names if n not in by_name]
+        if missing:
+            raise ProtocolError(f"no confirmation from {missing}")
+        self.session = self._final.hex()
+        return wire.encode("keys/confirmed", {}, [by_name[n] for n in self.names])
+
+
+def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec, *,
+                  min_parties: int | None = None,
+                  tamper: Callable[[str, Any], Any] | None = None
+                  ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
+    """Play key set-up in one process; return the aggregator side and each party's keys
+    (in the order of ``identities``).
+
+    ``tamper(step, value)`` lets tests play a cheating aggregator: it may rewrite
+    ``("keys/hellos", list)``, ``("keys/request", bytes)``, ``("keys/deliveries", list)``
+    (one per party, in :attr:`KeySetupAggregator.names` order) and ``("keys/confirmed",
+    bytes or list)`` (a list sends each party its own bundle).
+    """
+    edit = tamper or (lambda _step, value: value)
+    parties = [KeySetupParty(i, roster, spec, min_parties=min_parties) for i in identities]
+    agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2)
+    holder, request = agg.request(edit("keys/hellos", [p.hello() for p in parties]))
+    by_name = {p.name: p for p in parties}
+    deliveries = edit("keys/deliveries",
+                      agg.accept(by_name[agg.names[holder]].offer(edit("keys/request",
+                                                                       request))))
+    confirms = [by_name[n].receive(d) for n, d in zip(agg.names, deliveries, strict=True)]
+    confirmed = edit("keys/confirmed", agg.confirm(confirms))
+    bundles = confirmed if isinstance(confirmed, list) else [confirmed] * len(agg.names)
+    keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}
+    return agg, [keys[p.name] for p in parties]

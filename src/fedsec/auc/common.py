@@ -1,0 +1,131 @@
+"""What every FHAUC variant shares: bound configurations, input checks, the result type,
+the final division and the in-process federation helpers.
+
+Both :mod:`fedsec.auc.fhauc` (semi-honest) and :mod:`fedsec.auc.fhauc_malicious` import
+this module; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fedsec._validation import check_labels_scores
+from fedsec.crypto.identity import Identity, Roster
+from fedsec.errors import ProtocolError, UndefinedMetricError
+
+__all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
+           "finish_auc", "local_federation", "DEFAULT_MAX_TOTAL_SAMPLES"]
+
+DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
+
+
+class BoundConfig:
+    """What every FHAUC configuration shares: its decision points and a digest that binds
+    each protocol message to the exact configuration. Subclasses are frozen dataclasses."""
+
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v1|"
+    decision_points: tuple[float, ...]
+
+    @property
+    def n_points(self) -> int:
+        return len(self.decision_points)
+
+    @property
+    def points(self) -> np.ndarray:
+        return np.asarray(self.decision_points, dtype=np.float64)
+
+    @functools.cached_property
+    def _digest(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()  # type: ignore[call-overload]
+        return hashlib.sha256(self.DIGEST_TAG + blob).hexdigest()[:32]
+
+    def digest(self) -> str:
+        """A short hash of the configuration (cached: it hashes every decision point)."""
+        return self._digest
+
+
+def check_party_inputs(y_true: ArrayLike, y_score: ArrayLike,
+                       max_total: int) -> tuple[np.ndarray, np.ndarray]:
+    y, s = check_labels_scores(y_true, y_score, "FHAUCParty")
+    if y.size > max_total:
+        raise ValueError(f"a party holds {y.size} samples, more than max_total_samples="
+                         f"{max_total} that the CKKS parameters are sized for")
+    return y, s
+
+
+@dataclass
+class SecureAUCResult:
+    """The AUC and what it cost."""
+
+    auc: float
+    parties: int
+    decision_points: int
+    security: str
+    masking: str
+    preset: str
+    bytes_up_per_party: int
+    bytes_down_per_party: int
+    aggregator_seconds: float
+    setup_bytes_to_aggregator: int
+    setup_seconds: float
+    included: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
+                       names: Sequence[str] | None, max_total: int
+                       ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
+    """Validate every party's data and the federation as a whole; name the parties."""
+    data = [check_party_inputs(y, s, max_total) for y, s in parties]
+    if len(data) < 2:
+        raise ValueError(f"a federation needs at least 2 parties; got {len(data)} (one "
+                         "party's AUC needs no secure protocol)")
+    total = sum(int(y.size) for y, _ in data)
+    pos = sum(int(y.sum()) for y, _ in data)
+    if total > max_total:
+        raise ValueError(f"the federation holds {total} samples, more than "
+                         f"max_total_samples={max_total}")
+    if pos == 0 or pos == total:
+        raise UndefinedMetricError("AUC is undefined: the federation's data hold only one class")
+    party_names = list(names) if names is not None else [f"party-{i}" for i in range(len(data))]
+    if len(party_names) != len(data):
+        raise ValueError(f"{len(party_names)} names for {len(data)} parties")
+    return data, party_names
+
+
+def local_federation(names: Sequence[str], *, quorum: int | None = None
+                     ) -> tuple[list[Identity], Roster]:
+    """Fresh identities for parties simulated in one process, and their roster.
+
+    In a deployment each party makes its identity on its own machine
+    (``fedsec identity init``) and the roster is agreed out of band.
+    """
+    identities = [Identity(n) for n in names]
+    return identities, Roster.of(identities, quorum=quorum)
+
+
+def finish_auc(num: float, denom: float, ratio: float) -> float:
+    """``num/denom - ratio`` with the checks every FHAUC variant needs.
+
+    Error messages never carry decrypted values (they may travel to the aggregator).
+    """
+    # denom = d * 2 * Pos * Neg >= 1 when both classes exist (d >= 1/2); CKKS noise ~1e-9
+    if abs(denom) < 0.25:
+        raise UndefinedMetricError("AUC is undefined: the federation's test data hold only "
+                                   "one class")
+    auc = num / denom - ratio
+    if not -1e-6 <= auc <= 1.0 + 1e-6:
+        raise ProtocolError("the decrypted AUC is outside [0, 1]: the federation exceeds "
+                            "max_total_samples or the response is corrupt")
+    return min(1.0, max(0.0, auc))
