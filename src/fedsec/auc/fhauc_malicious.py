@@ -225,12 +225,22 @@ class MaliciousConfig(BoundConfig):
         return get_preset(self.preset, allow_insecure=self.allow_insecure).slots
 
     @property
+    def stride(self) -> int:
+        """Slot classes per ciphertext: run ``k`` uses class ``2k`` for its share positions
+        and class ``2k + 1`` for its denominator pair (a power of two >= ``2 * runs``)."""
+        return 1 << (2 * self.runs - 1).bit_length()
+
+    @property
+    def positions_per_chunk(self) -> int:
+        return self.params_slots() // self.stride
+
+    @property
     def n_chunks(self) -> int:
-        half = self.params_slots() // 2
-        return -(-self.n_positions // half)
+        return -(-self.n_positions // self.positions_per_chunk)
 
     def rotations(self) -> list[int]:
-        return CKKSContext.sum_rotations(self.params_slots())
+        """Galois keys for the class sums (rotations by multiples of the stride)."""
+        return CKKSContext.sum_rotations(self.params_slots(), self.stride)
 
 
 @dataclass
@@ -413,8 +423,8 @@ class MaliciousParty:
         df = r8 * (neg + rr.fr[row, n + 1])
         return tv, fv, complex(dt, df)
 
-    def _pack(self, rr: _RunRandomness, row: int) -> list[bytes]:
-        """Steps 6-8: split, permute, pack and encrypt one run."""
+    def _positions(self, rr: _RunRandomness, row: int) -> tuple[np.ndarray, complex]:
+        """Steps 6-7 for one run: split every entry into shares and permute the positions."""
         cfg = self.config
         s_count = cfg.splits
         tv, fv, dpair = self._entries(rr, row)
@@ -429,26 +439,29 @@ class MaliciousParty:
         flat = (t_all + 1j * f_all).reshape(-1)
         permuted = np.empty_like(flat)
         permuted[rr.perm] = flat
-        half = cfg.params_slots() // 2
+        return permuted, dpair
+
+    def submit(self, start: bytes) -> bytes:
+        """Round 2 (step 8): every run packed into the same ciphertext(s) - run ``k`` in
+        slot class ``2k`` (positions) and ``2k + 1`` (denominator pair) - and encrypted."""
+        self._read_start(start)
+        assert self._runs is not None
+        cfg = self.config
+        row = self._participants.index(self.keys.index)
+        runs = [self._positions(rr, row) for rr in self._runs]
+        per, stride = cfg.positions_per_chunk, cfg.stride
         ctx = self.keys.context
         blobs = []
         for c in range(cfg.n_chunks):
-            vec = np.zeros(2 * half, dtype=np.complex128)
-            part = permuted[c * half:(c + 1) * half]
-            vec[0:2 * part.size:2] = part
-            if c == 0:
-                vec[1] = dpair
+            vec = np.zeros(cfg.params_slots(), dtype=np.complex128)
+            for k, (permuted, dpair) in enumerate(runs):
+                part = permuted[c * per:(c + 1) * per]
+                vec[2 * k:2 * k + stride * part.size:stride] = part
+                if c == 0:
+                    vec[2 * k + 1] = dpair
             blobs.append(ctx.encrypt_to_bytes(vec))
-        return blobs
-
-    def submit(self, start: bytes) -> bytes:
-        """Rounds 2: both runs' ciphertexts, after checking the start message."""
-        self._read_start(start)
-        assert self._runs is not None
-        row = self._participants.index(self.keys.index)
-        blobs = [b for rr in self._runs for b in self._pack(rr, row)]
-        meta = {"config": self.config.digest(), "session": self.keys.session,
-                "party": self.keys.index, "chunks": self.config.n_chunks}
+        meta = {"config": cfg.digest(), "session": self.keys.session,
+                "party": self.keys.index, "chunks": cfg.n_chunks}
         return wire.encode("fhauc-m/submit", meta, blobs)
 
     def finalize(self, response: bytes) -> float:
@@ -471,22 +484,26 @@ class MaliciousParty:
         if msg.meta.get("parties") != self._participants:
             raise TamperingDetected("the result does not cover exactly the parties that "
                                     "started this evaluation", check="participants")
-        runs = self.config.runs
-        if len(msg.blobs) != runs:
-            raise TamperingDetected("the result must hold one ciphertext per run",
-                                    check="format")
+        runs, stride = self.config.runs, self.config.stride
+        if len(msg.blobs) != 1:
+            raise TamperingDetected("the result must hold one ciphertext", check="format")
         ctx = self.keys.context
         tol = self.config.tolerance
+        try:
+            slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+        except ProtocolError:
+            raise TamperingDetected("unreadable ciphertext", check="format") from None
         aucs = []
         undefined = 0
-        for k, (rr, blob) in enumerate(zip(self._runs, msg.blobs, strict=True)):
-            try:
-                slots = ctx.decrypt(ctx.deserialize(blob))
-            except ProtocolError:
-                raise TamperingDetected(f"run {k + 1}: unreadable ciphertext",
-                                        check="format") from None
-            x = slots[0::2]
-            y = slots[1::2]
+        dens = []
+        peak = max(1.0, float(np.abs(slots[:stride]).max()))
+        for j in range(2 * runs, stride):   # unused slot classes must be empty
+            if np.abs(slots[j::stride]).max() > 1e-6 * peak:
+                raise TamperingDetected("an unused slot class is not empty",
+                                        check="slot-consistency")
+        for k, rr in enumerate(self._runs):
+            x = slots[2 * k::stride]
+            y = slots[2 * k + 1::stride]
             big_x = float(x[0].imag)
             big_y = float(y[0].imag)
             scale_x = max(1.0, abs(big_x))
@@ -497,11 +514,17 @@ class MaliciousParty:
                     or np.abs(y.real).max() > 1e-6 * scale_y):
                 raise TamperingDetected(f"run {k + 1}: the answer's slots are inconsistent",
                                         check="slot-consistency")
+            dens.append(big_y / rr.r2)
             # Y = c * r2 * denom >= 1/16 when both classes exist (c >= 1/2, r2 >= 1/8)
             if abs(big_y) < 1.0 / 32.0:
                 undefined += 1
                 continue
             aucs.append((big_x / big_y - rr.r1 / rr.r2) * rr.r2 / rr.r0)
+        # One mask for all runs: every run's Y / r2 is the same c * denom.
+        ref = max(1.0, max(abs(d) for d in dens))
+        if max(dens) - min(dens) > 1e-6 * ref:
+            raise TamperingDetected("the runs' denominators disagree",
+                                    check="denominator")
         both_local = bool(self._y.any() and not self._y.all())
         if undefined == runs and not both_local:
             raise UndefinedMetricError("AUC is undefined: the federation's test data hold "
@@ -566,11 +589,10 @@ class MaliciousAggregator:
         meta = {"config": self.config.digest(), "session": self.session}
         return wire.encode("fhauc-m/start", meta, [entries[i] for i in self.participants])
 
-    def _load(self, submissions: Sequence[bytes]) -> list[list[Any]]:
-        """Return ``[run][chunk] -> list of ciphertexts`` over the participants."""
+    def _load(self, submissions: Sequence[bytes]) -> list[Any]:
+        """Return the participants' sum for every chunk."""
         chunks = self.config.n_chunks
-        runs = self.config.runs
-        per_run: list[list[list[Any]]] = [[[] for _ in range(chunks)] for _ in range(runs)]
+        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
         seen = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-m/submit")
@@ -580,22 +602,21 @@ class MaliciousAggregator:
                 raise ProtocolError("a submission belongs to another configuration or session")
             if idx not in self.participants or idx in seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
-            if len(msg.blobs) != runs * chunks:
-                raise ProtocolError(f"a submission must hold {runs * chunks} ciphertexts")
+            if len(msg.blobs) != chunks:
+                raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
             seen.append(idx)
-            for k in range(runs):
-                for c in range(chunks):
-                    per_run[k][c].append(self.context.deserialize(
-                        msg.blobs[k * chunks + c], at_top=True, scale=self.context.scale))
+            for c in range(chunks):
+                per_chunk[c].append(self.context.deserialize(
+                    msg.blobs[c], at_top=True, scale=self.context.scale))
         if sorted(seen) != self.participants:
             raise ProtocolError("missing submissions: malicious FHAUC needs every party that "
                                 "started (their zero-sum masks must cancel); restart with "
                                 "the parties still present")
-        return [[self.context.add_many(c) for c in run] for run in per_run]
+        return [self.context.add_many(c) for c in per_chunk]
 
-    def compute_run(self, chunk_sums: Sequence[Any]) -> Any:
-        """Steps 9-11 for one run: even slots ``c*(r0 num + r1 denom)``, odd ``c*r2 denom``
-        (times ``i``)."""
+    def combine(self, chunk_sums: Sequence[Any]) -> Any:
+        """Steps 9-10 for all runs at once: slot class ``2k`` holds ``4i(r0 num + r1
+        denom)`` of run ``k``, class ``2k + 1`` holds ``4i r2 denom``."""
         ctx = self.context
         q = None
         for z in chunk_sums:
@@ -603,21 +624,24 @@ class MaliciousAggregator:
             q = sq if q is None else ctx.add(q, sq)
         assert q is not None
         q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
-        q = ctx.sum_slots(q, stride=2)            # even: 4i(r0 num + r1 denom), odd: 4i r2 den
+        return ctx.sum_slots(q, stride=self.config.stride)
+
+    def mask(self, q: Any) -> Any:
+        """Step 11: one secret mask ``c`` for every run."""
         k = (1 << (MASK_BITS - 1)) + secrets.randbelow(1 << (MASK_BITS - 1))
         c = k / float(1 << MASK_BITS)
-        return ctx.multiply_const(q, c / 4.0, scale=CONST_SCALE)
+        return self.context.multiply_const(q, c / 4.0, scale=CONST_SCALE)
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         t0 = time.perf_counter()
         sums = self._load(submissions)
         t1 = time.perf_counter()
-        blobs = [self.context.serialize(self.compute_run(run)) for run in sums]
+        blob = self.context.serialize(self.mask(self.combine(sums)))
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
         meta = {"config": self.config.digest(), "session": self.session,
                 "parties": self.participants}
-        return wire.encode("fhauc-m/result", meta, blobs)
+        return wire.encode("fhauc-m/result", meta, [blob])
 
 
 def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
