@@ -3,6 +3,9 @@
 Sub-commands live in small modules that expose ``register(subparsers)``; each registered
 handler returns the process exit code. Errors in user input print one clear line on stderr
 and exit with status 2; protocol failures and detected tampering exit with status 3.
+
+Sub-commands: ``auc`` and ``demo`` (:mod:`fedsec.cli_auc`), ``dpauc`` and ``attack``
+(:mod:`fedsec.cli_dpauc`), ``identity`` and ``roster`` (:mod:`fedsec.cli_identity`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = ["main", "build_parser"]
 COMMAND_MODULES: tuple[str, ...] = (
     "fedsec.cli_auc",
     "fedsec.cli_dpauc",
+    "fedsec.cli_identity",
 )
 
 

@@ -5,57 +5,106 @@ Each handler plays exactly one protocol step of the in-process roles
 :mod:`fedsec.auc.fhauc_malicious`) on the bytes the ServerApp forwards and answers
 with the bytes the role produces. No protocol step is reimplemented here.
 
-===============  ========================================================  =========
-message type     role method                                               reply
-===============  ========================================================  =========
-``query.hello``     ``KeySetupParty(name).hello()``                        hello
-``query.offer``     ``KeySetupParty.offer(request)`` (key holder only)     offer
-``query.deliver``   ``KeySetupParty.receive(delivery)`` -> ``PartyKeys``   ack
-``query.commit``    ``MaliciousParty.commit()`` (fresh nonce)              commit
-``query.submit``    ``FHAUCParty.submit()`` / ``MaliciousParty.submit``    submission
-``query.finalize``  ``.finalize(result)``                                  AUC or error
-===============  ========================================================  =========
+=====================  ==========================================================  ==========
+message type           role method                                                 reply
+=====================  ==========================================================  ==========
+``query.hello``        check the CSV, identity, roster and the announced            signed
+                       configuration against this party's policy;                   hello
+                       ``KeySetupParty(identity, roster, config.key_spec()).hello()``
+``query.offer``        ``KeySetupParty.offer(request)`` (the transcript's key holder) offer
+``query.deliver``      ``KeySetupParty.receive(delivery)``                          confirmation
+``query.confirmed``    ``KeySetupParty.finish(confirmed)`` -> ``PartyKeys``         ok
+``query.commit``       ``MaliciousParty.commit()`` (signed, fresh nonce)            commit
+``query.submit``       ``FHAUCParty.submit()`` / ``MaliciousParty.submit(start)``   submission
+``query.finalize``     ``.finalize(result)``                                        ok / check
+=====================  ==========================================================  ==========
+
+Every reply's metadata has ``ok``. On any failure the reply is ``ok=False`` with a
+**check name** only (``input-invalid``, ``identity-invalid``, ``roster-invalid``,
+``identity-not-on-roster``, ``node-config``, ``policy:<rule>``, ``tampering:<check>``,
+``undefined-metric``, ``protocol-error``, ``out-of-order``, ``internal-error``): never a
+file path, row number, score, decrypted value or exception text. The details go to this
+node's own log (node config ``log-path``, else the ClientApp's standard error, which the
+SuperNode prints). A handler never raises: Flower would send the exception text to the
+server.
+
+What the party trusts
+---------------------
+Its identity file and the roster, both on its own disk (``fedsec identity init``,
+``fedsec roster create``; see :mod:`fedsec.cli_identity`), and its own policy (node
+config below). The configuration of the run (security mode, decision points, preset,
+tolerance...) comes from the ServerApp and is checked against the policy at ``hello``;
+the party pins it for the rest of the run (its key spec, commits and submissions are
+bound to it).
 
 Node-local state and secrets
 ----------------------------
 Flower runs every message in a fresh ``flwr-clientapp`` process, so a party's state
-between steps (its X25519 private key, then its CKKS **secret key** and shared seed,
-then its malicious-mode nonce) is kept in a file on the party's own machine,
+between steps (the :class:`~fedsec.crypto.keysetup.KeySetupParty` state with its X25519
+private key, then its CKKS **secret key** and shared seed as ``PartyKeys``, then its
+malicious-mode nonce) is kept in a file on the party's own machine,
 ``<state-dir>/run-<run id>-node-<node id>.fedsec`` (directory mode 0700, file mode
-0600), and deleted after ``finalize``. It never goes into the run config, into a reply
-or into ``context.state`` (which travels between the SuperNode and the ClientApp
-process over plain local HTTP unless the SuperNode is given TLS files).
+0600). It is deleted after ``finalize`` and after any failure. It never goes into the
+run config, into a reply or into ``context.state`` (which travels between the SuperNode
+and the ClientApp process over plain local HTTP unless the SuperNode is given TLS
+files). After ``finalize`` the party's outcome (its AUC, whether it verified, who was
+included, or the failed check) is written next to it,
+``<state-dir>/run-<run id>-node-<node id>.result.json`` (mode 0600), and logged.
 
 Node config (``flower-supernode --node-config "k='v' ..."``)
 -----------------------------------------------------------
 ``data-path``
-    The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required
-    in the deployment engine.
-``party-name``
-    Name announced in key set-up (default: the CSV's file name without extension).
+    The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required.
+``identity-path``
+    The party's identity file (``fedsec identity init``; mode 0600). Required. It names
+    the party. Identities are never made by, or fetched from, the server.
+``roster-path``
+    The federation's roster (``fedsec roster create``), whose fingerprint this party
+    compared out of band. Required.
 ``state-dir``
-    Directory for the node-local state file (default:
+    Directory for the node-local state and result files (default
     ``<tmp>/fedsec-flower-<uid>``).
+``log-path``
+    Append this node's log (failure details, the AUC) to this file (created 0600).
+``quorum``
+    The fewest parties an evaluation may cover (default: the roster's quorum, else the
+    whole roster in malicious mode and 2 in semi-honest mode).
+``max-tolerance``, ``min-bound-bits``, ``max-decision-points``
+    Malicious mode: the largest run-agreement tolerance (default 1e-6) and the weakest
+    cheating bound in bits (default 40) accepted; any mode: the most decision points
+    accepted (default 8192). See :class:`fedsec.auc.policy.PartyPolicy`.
 ``require-malicious``
-    ``true`` refuses to take part in semi-honest runs (the aggregator chooses the mode,
-    so a party that does not trust it should insist on verification).
-``min-bound-bits``
-    Malicious mode: the weakest cheating bound (bits) this party accepts (default 40).
+    ``true`` refuses semi-honest runs (the aggregator chooses the mode, so a party that
+    does not trust it should insist on verification).
 ``share-auc``
-    ``false`` keeps the decrypted AUC on this node: the finalize reply then reports
-    only whether verification passed.
+    Whether the finalize reply carries the decrypted AUC. Default ``true`` in malicious
+    mode (the AUC the party verified) and ``false`` in semi-honest mode: the semi-honest
+    threat model trusts the aggregator to follow the protocol, and one that deviates can
+    send any ciphertext for decryption in place of the masked result and would read what
+    the party decrypted from it. Without sharing, the reply says only whether the party
+    accepted the result (one bit, once: the party deletes its keys after finalize).
 
-Simulation engine: nodes have no ``data-path``; party ``k`` (``partition-id``) reads
-the ``k``-th CSV (sorted by name) of the run config's ``sim-data-dir``.
+Simulation engine: virtual nodes have no files and no node config of their own. Node
+``k`` (``partition-id``) plays the ``k``-th identity file (``*.identity.json``, sorted by
+file name) of the run config's ``sim-identity-dir``, with that directory's
+``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if present, takes its node
+config (policy keys) from ``<sim-identity-dir>/<party name>.node.json``. Every virtual
+node's log is the simulation's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import math
 import os
+import re
 import stat
+import sys
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,46 +115,70 @@ with warnings.catch_warnings():
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
+from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES, check_party_inputs
 from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
+from fedsec.auc.policy import (
+    DEFAULT_MAX_DECISION_POINTS,
+    DEFAULT_MAX_TOLERANCE,
+    DEFAULT_MIN_BOUND_BITS,
+    PartyPolicy,
+)
 from fedsec.crypto import wire
+from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupParty, PartyKeys
 from fedsec.data.io import PartyData, load_party_csv
-from fedsec.errors import FedsecError, ProtocolError
+from fedsec.errors import (
+    PolicyViolation,
+    ProtocolError,
+    TamperingDetected,
+    UndefinedMetricError,
+)
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
 
 __all__ = [
+    "NodeCheckFailed",
+    "NodePolicy",
+    "NodeSetup",
     "NodeStore",
     "build_client_app",
+    "check_name",
     "handle_commit",
+    "handle_confirmed",
     "handle_deliver",
     "handle_finalize",
     "handle_hello",
     "handle_offer",
     "handle_submit",
+    "load_node",
     "protocol_config",
 ]
 
 STATE_KIND = "flower/node-state"
-DEFAULT_MIN_BOUND_BITS = 40.0
+LOGGER_NAME = "fedsec.node"
+_CHECK_RE = re.compile(r"^[a-z0-9][a-z0-9:_-]{0,63}$")
 
 
 # ------------------------------------------------------------------- node-local state
 class NodeStore:
     """The party's state between protocol steps, in one node-local file (mode 0600).
 
-    Fields are named byte strings (``setup``, ``keys``, ``nonce``, ``submitted``) plus
-    the party name. Writes are atomic (temporary file + ``os.replace``).
+    Fields are named byte strings (``config``, ``setup``, ``keys``, ``nonce``,
+    ``submitted``) plus the party name. Writes are atomic (temporary file +
+    ``os.replace``).
     """
 
     def __init__(self, directory: Path, run_id: int, node_id: int) -> None:
         self.directory = directory
         self.path = directory / f"run-{int(run_id)}-node-{int(node_id)}.fedsec"
+        self.result_path = directory / f"run-{int(run_id)}-node-{int(node_id)}.result.json"
 
     @classmethod
-    def for_context(cls, context: Context) -> NodeStore:
+    def for_context(cls, context: Context, node_config: Mapping[str, Any] | None = None
+                    ) -> NodeStore:
         """The store of this node and run (``state-dir`` node config or a default)."""
-        raw = context.node_config.get("state-dir")
+        cfg = context.node_config if node_config is None else node_config
+        raw = cfg.get("state-dir")
         directory = Path(str(raw)) if raw else default_state_dir()
         return cls(directory, context.run_id, context.node_id)
 
@@ -134,16 +207,23 @@ class NodeStore:
 
     def save(self, name: str, fields: dict[str, bytes]) -> None:
         """Replace the state with ``fields`` (atomic, mode 0600)."""
+        self._write(self.path, wire.encode(STATE_KIND, {"name": name,
+                                                        "fields": sorted(fields)},
+                                           [fields[k] for k in sorted(fields)]))
+
+    def save_result(self, doc: Mapping[str, Any]) -> None:
+        """Write this party's outcome of the run (atomic, mode 0600)."""
+        self._write(self.result_path, (json.dumps(dict(doc), indent=1, sort_keys=True)
+                                       + "\n").encode())
+
+    def _write(self, path: Path, data: bytes) -> None:
         self._ensure_dir()
-        names = sorted(fields)
-        data = wire.encode(STATE_KIND, {"name": name, "fields": names},
-                           [fields[k] for k in names])
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".fedsec")
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -160,193 +240,498 @@ def default_state_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"fedsec-flower-{os.getuid()}"
 
 
+# ------------------------------------------------------------------- errors and checks
+class NodeCheckFailed(Exception):
+    """A node-side check failed before the protocol: ``check`` goes to the server, the
+    message (paths, rows, values) stays in this node's log."""
+
+    def __init__(self, check: str, detail: str) -> None:
+        super().__init__(detail)
+        self.check = check
+
+
+def check_name(exc: BaseException) -> str:
+    """The only thing a party tells the server about a failure: a fixed check name."""
+    if isinstance(exc, NodeCheckFailed):
+        name = exc.check
+    elif isinstance(exc, PolicyViolation):
+        name = f"policy:{exc.check}"
+    elif isinstance(exc, TamperingDetected):
+        name = f"tampering:{exc.check}"
+    elif isinstance(exc, UndefinedMetricError):
+        name = "undefined-metric"
+    elif isinstance(exc, ProtocolError):
+        name = "protocol-error"
+    else:
+        name = "internal-error"
+    return name if _CHECK_RE.match(name) else "internal-error"
+
+
+_LOGGERS: dict[str, logging.Logger] = {}
+
+
+def _node_logger(node_config: Mapping[str, Any]) -> logging.Logger:
+    """This node's logger: appends to ``log-path`` (created 0600) or writes to standard
+    error (which the SuperNode prints). It propagates to the root logger as usual; Flower
+    does not forward a ClientApp's log to the server."""
+    path = str(node_config.get("log-path", "") or "")
+    key = path or "<stderr>"
+    found = _LOGGERS.get(key)
+    if found is not None:
+        return found
+    log = logging.getLogger(f"{LOGGER_NAME}.{len(_LOGGERS)}")
+    log.setLevel(logging.INFO)
+    handler: logging.Handler
+    try:
+        if not path:
+            raise OSError("no log-path")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
+    except OSError:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s fedsec-node %(levelname)s: "
+                                           "%(message)s"))
+    log.addHandler(handler)
+    _LOGGERS[key] = log
+    return log
+
+
+# ------------------------------------------------------------------------ node policy
+def _flag(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"node config '{key}' must be true or false; got {value!r}")
+
+
+def _number(value: Any, key: str, kind: type) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"node config '{key}' must be a number; got {value!r}")
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"node config '{key}' must be a number; got {value!r}") from None
+    if kind is int and float(value) != out:
+        raise ValueError(f"node config '{key}' must be an integer; got {value!r}")
+    if kind is float and not math.isfinite(out):
+        raise ValueError(f"node config '{key}' must be finite; got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class NodePolicy:
+    """This party's policy, from its own node config (never from the run config).
+
+    ``share_auc=None`` means the mode's default: shared in malicious mode (the verified
+    AUC), kept on the node in semi-honest mode (see the module notes).
+    """
+
+    party: PartyPolicy = PartyPolicy()
+    require_malicious: bool = False
+    share_auc: bool | None = None
+
+    @classmethod
+    def from_node_config(cls, cfg: Mapping[str, Any]) -> NodePolicy:
+        """Read ``quorum``, ``max-tolerance``, ``min-bound-bits``, ``max-decision-points``,
+        ``require-malicious`` and ``share-auc``; ``ValueError`` names a bad key."""
+        quorum = _number(cfg.get("quorum", 0), "quorum", int)
+        party = PartyPolicy(
+            quorum=quorum or None,
+            max_tolerance=_number(cfg.get("max-tolerance", DEFAULT_MAX_TOLERANCE),
+                                  "max-tolerance", float),
+            min_bound_bits=_number(cfg.get("min-bound-bits", DEFAULT_MIN_BOUND_BITS),
+                                   "min-bound-bits", float),
+            max_decision_points=_number(cfg.get("max-decision-points",
+                                                DEFAULT_MAX_DECISION_POINTS),
+                                        "max-decision-points", int))
+        share = cfg.get("share-auc")
+        return cls(party, _flag(cfg.get("require-malicious", False), "require-malicious"),
+                   None if share is None or share == "" else _flag(share, "share-auc"))
+
+    def shares_auc(self, security: str) -> bool:
+        return self.share_auc if self.share_auc is not None else security == "malicious"
+
+    def min_parties(self, security: str, roster: Roster) -> int:
+        return self.party.required_parties(security, len(roster), roster)
+
+
+def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
+                    ) -> FHAUCConfig | MaliciousConfig:
+    """Rebuild the public protocol configuration the ServerApp announced in ``meta`` and
+    check it against this party's ``policy``.
+
+    Raises ``PolicyViolation`` (the policy refuses it) or ``ProtocolError`` (``meta`` is
+    not a valid configuration). Every role recomputes the same configuration digest, so
+    a mismatch between parties is caught by the protocol itself.
+    """
+    security = meta.get("security")
+    try:
+        points = meta["decision-points"]
+        preset = meta["preset"]
+        if isinstance(points, bool) or not isinstance(points, int) \
+                or not isinstance(preset, str):
+            raise TypeError("bad types")
+        if points > policy.party.max_decision_points:  # before allocating anything
+            raise PolicyViolation(f"{points} decision points exceed this party's limit of "
+                                  f"{policy.party.max_decision_points}",
+                                  check="decision-points")
+        cfg: FHAUCConfig | MaliciousConfig
+        if security == "semi-honest":
+            if policy.require_malicious:
+                raise PolicyViolation("this party requires malicious-aggregator security "
+                                      "(node config require-malicious) but the run is "
+                                      "semi-honest", check="require-malicious")
+            masking = meta.get("masking", "single")
+            if not isinstance(masking, str):
+                raise TypeError("bad masking")
+            cfg = FHAUCConfig.create(points, preset=preset, masking=masking)
+        elif security == "malicious":
+            splits, tol, runs = meta["splits"], meta["tolerance"], meta["runs"]
+            if any(isinstance(v, bool) for v in (splits, tol, runs)) \
+                    or not isinstance(splits, int) or not isinstance(runs, int) \
+                    or not isinstance(tol, (int, float)):
+                raise TypeError("bad types")
+            # min_bound_bits=0: validity only; the party's own floor is checked below.
+            cfg = MaliciousConfig.create(points, splits=splits, tolerance=float(tol),
+                                         runs=runs, min_bound_bits=0.0, preset=preset)
+        else:
+            raise ProtocolError("unknown security mode")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"the run's protocol configuration is invalid: {exc}") from None
+    policy.party.check_config(cfg)
+    return cfg
+
+
 # ------------------------------------------------------------------------ node inputs
 @dataclass(frozen=True)
-class _Node:
+class NodeSetup:
+    """What this node brings to a run: its data, identity, roster, policy and store."""
+
     data: PartyData
-    name: str
+    identity: Identity
+    roster: Roster
+    policy: NodePolicy
     store: NodeStore
+    node_config: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
 
 
-def _data_path(context: Context) -> Path:
-    if "data-path" in context.node_config:
-        return Path(str(context.node_config["data-path"]))
-    if "partition-id" in context.node_config:  # simulation engine
-        directory = str(context.run_config.get("sim-data-dir", ""))
-        if not directory:
-            raise ValueError("simulation run: set the run config 'sim-data-dir'")
-        files = sorted(Path(directory).glob("*.csv"))
+def _sim_paths(context: Context) -> dict[str, Any]:
+    """Simulation engine: this virtual node's files from the run config's directories."""
+    ident_dir = str(context.run_config.get("sim-identity-dir", "") or "")
+    data_dir = str(context.run_config.get("sim-data-dir", "") or "")
+    if not ident_dir or not data_dir:
+        raise NodeCheckFailed("node-config", "simulation run: set the run config keys "
+                              "'sim-identity-dir' and 'sim-data-dir'")
+    files = sorted(Path(ident_dir).glob("*.identity.json"))
+    try:
         pid = int(context.node_config["partition-id"])
-        if not 0 <= pid < len(files):
-            raise ValueError(f"simulation partition {pid}: only {len(files)} CSV files in "
-                             f"{directory}")
-        return files[pid]
-    raise ValueError("this SuperNode has no 'data-path' node config: start it with "
-                     "--node-config \"data-path='/path/to/party.csv'\"")
+    except (KeyError, TypeError, ValueError):
+        raise NodeCheckFailed("node-config", "simulation run without a partition-id") from None
+    if not 0 <= pid < len(files):
+        raise NodeCheckFailed("node-config", f"simulation partition {pid}: only "
+                              f"{len(files)} identity files in {ident_dir}")
+    identity = files[pid]
+    name = identity.name[:-len(".identity.json")]
+    out: dict[str, Any] = {}
+    extra = Path(ident_dir) / f"{name}.node.json"
+    if extra.exists():
+        try:
+            loaded = json.loads(extra.read_text(encoding="utf-8"))
+            if not isinstance(loaded, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            raise NodeCheckFailed("node-config", f"{extra}: {exc}") from None
+        out.update(loaded)
+    out.update({"identity-path": str(identity), "roster-path": str(Path(ident_dir) /
+                                                                  "roster.json"),
+                "data-path": str(Path(data_dir) / f"{name}.csv")})
+    return out
 
 
-def _node(context: Context) -> _Node:
-    path = _data_path(context)
-    data = load_party_csv(path)
-    name = str(context.node_config.get("party-name", "")) or path.stem
-    return _Node(data, name, NodeStore.for_context(context))
+def node_config_of(context: Context) -> dict[str, Any]:
+    """The node config, with a simulation's virtual node's files filled in."""
+    cfg = dict(context.node_config)
+    if "data-path" not in cfg and "partition-id" in cfg:
+        cfg.update(_sim_paths(context))
+    return cfg
 
 
-def _flag(context: Context, key: str, default: bool) -> bool:
-    value = context.node_config.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+def _required_path(cfg: Mapping[str, Any], key: str) -> Path:
+    raw = cfg.get(key)
+    if not raw:
+        raise NodeCheckFailed("node-config", f"this SuperNode has no '{key}' node config: "
+                              f"start it with --node-config \"{key}='/absolute/path'\"")
+    return Path(str(raw))
 
 
-def protocol_config(meta: dict[str, Any], context: Context) -> FHAUCConfig | MaliciousConfig:
-    """Rebuild the public protocol configuration the ServerApp announced in ``meta``,
-    after checking it against this node's own policy (``require-malicious``,
-    ``min-bound-bits``). Every role recomputes the same configuration digest, so a
-    mismatch between parties is caught by the protocol itself."""
-    security = str(meta.get("security", ""))
-    points = int(meta["decision-points"])
-    preset = str(meta["preset"])
-    if security == "semi-honest":
-        if _flag(context, "require-malicious", False):
-            raise ProtocolError("this party requires malicious-aggregator security "
-                                "(node config require-malicious) but the run is semi-honest")
-        return FHAUCConfig.create(points, preset=preset, masking=str(meta["masking"]))
-    if security == "malicious":
-        floor = float(context.node_config.get("min-bound-bits", DEFAULT_MIN_BOUND_BITS))
-        bits = float(meta["min-bound-bits"])
-        if bits < floor:
-            raise ProtocolError(f"the run asks for a 2^-{bits:g} cheating bound; this party "
-                                f"requires at least 2^-{floor:g} (node config min-bound-bits)")
-        splits = int(meta["splits"])
-        return MaliciousConfig.create(points, splits=splits or None,
-                                      tolerance=float(meta["tolerance"]),
-                                      min_bound_bits=bits, preset=preset)
-    raise ProtocolError(f"unknown security mode {security!r}")
+def load_node(context: Context) -> NodeSetup:
+    """Load and check everything this node brings, before any protocol step.
+
+    Raises :class:`NodeCheckFailed` with a check name for the server and the details
+    (file, row, rule) for this node's log.
+    """
+    cfg = node_config_of(context)
+    try:
+        policy = NodePolicy.from_node_config(cfg)
+    except (TypeError, ValueError) as exc:
+        raise NodeCheckFailed("node-config", str(exc)) from None
+    ident_path = _required_path(cfg, "identity-path")
+    roster_path = _required_path(cfg, "roster-path")
+    data_path = _required_path(cfg, "data-path")
+    try:
+        identity = Identity.load(ident_path)
+    except (OSError, ValueError) as exc:
+        raise NodeCheckFailed("identity-invalid", f"identity file {ident_path}: "
+                              f"{exc}") from None
+    try:
+        roster = Roster.load(roster_path)
+    except (OSError, ValueError) as exc:
+        raise NodeCheckFailed("roster-invalid", f"roster {roster_path}: {exc}") from None
+    if identity.name not in roster or roster.public_key(identity.name) != identity.public_key:
+        raise NodeCheckFailed("identity-not-on-roster",
+                              f"the identity {identity.name!r} ({ident_path}) is not on the "
+                              f"roster {roster_path} with this public key")
+    if policy.party.quorum is not None and policy.party.quorum > len(roster):
+        raise NodeCheckFailed("node-config", f"node config quorum={policy.party.quorum} "
+                              f"exceeds the roster's {len(roster)} parties")
+    try:
+        data = load_party_csv(data_path)
+        check_party_inputs(data.y_true, data.y_score, DEFAULT_MAX_TOTAL_SAMPLES)
+    except (OSError, ValueError) as exc:
+        raise NodeCheckFailed("input-invalid", f"party data {data_path}: {exc}") from None
+    return NodeSetup(data, identity, roster, policy, NodeStore.for_context(context, cfg), cfg)
+
+
+# ----------------------------------------------------------------- resuming a run
+_Reply = tuple[list[bytes], dict[str, Any]]
+
+
+def _meta_bytes(meta: Mapping[str, Any]) -> bytes:
+    return json.dumps(dict(meta), sort_keys=True).encode()
+
+
+def _resume(node: NodeSetup, *need: str
+            ) -> tuple[FHAUCConfig | MaliciousConfig, dict[str, bytes]]:
+    """This run's pinned configuration and state fields (each of ``need`` present)."""
+    try:
+        name, fields = node.store.load()
+    except ProtocolError as exc:
+        raise NodeCheckFailed("out-of-order", str(exc)) from None
+    missing = [k for k in ("config", *need) if k not in fields]
+    if name != node.name or missing:
+        raise NodeCheckFailed("out-of-order", f"this step needs {missing} from earlier steps "
+                              f"of this run (state {node.store.path}, party {name!r})")
+    try:
+        meta = json.loads(fields["config"])
+    except ValueError:
+        raise NodeCheckFailed("out-of-order", "corrupt pinned configuration") from None
+    return protocol_config(meta, node.policy), fields
+
+
+def _setup_party(node: NodeSetup, cfg: FHAUCConfig | MaliciousConfig,
+                 fields: dict[str, bytes]) -> KeySetupParty:
+    return KeySetupParty.from_bytes(fields["setup"], identity=node.identity,
+                                    roster=node.roster, spec=cfg.key_spec(),
+                                    min_parties=node.policy.min_parties(_security(cfg),
+                                                                        node.roster))
+
+
+def _security(cfg: FHAUCConfig | MaliciousConfig) -> str:
+    return "malicious" if isinstance(cfg, MaliciousConfig) else "semi-honest"
 
 
 def _keys(fields: dict[str, bytes]) -> PartyKeys:
-    if "keys" not in fields:
-        raise ProtocolError("this party has no keys for this run (key set-up incomplete)")
     return PartyKeys.from_bytes(fields["keys"])
 
 
-# ---------------------------------------------------------------------------- handlers
-def handle_hello(msg: Message, context: Context) -> Message:
-    """Key set-up step 1: load and validate the CSV, make an X25519 identity, say hello."""
-    node = _node(context)
-    party = KeySetupParty(node.name)
-    node.store.save(node.name, {"setup": party.to_bytes()})
-    return reply(msg, make_content([party.hello()], meta={"name": node.name}))
+# ---------------------------------------------------------------------------- steps
+def _hello(msg: Message, node: NodeSetup) -> _Reply:
+    """Key set-up round 1: check the announced configuration, pin it, say hello."""
+    meta = get_meta(msg.content)
+    cfg = protocol_config(meta, node.policy)
+    min_parties = node.policy.min_parties(_security(cfg), node.roster)
+    party = KeySetupParty(node.identity, node.roster, cfg.key_spec(), min_parties=min_parties)
+    hello = party.hello()
+    node.store.save(node.name, {"config": _meta_bytes(meta), "setup": party.to_bytes()})
+    node_log = _node_logger(node.node_config)
+    node_log.info("run: %s FHAUC, %d decision points; this party (%s, %d samples) accepts "
+                  "at least %d parties; roster fingerprint %s", _security(cfg), cfg.n_points,
+                  node.name, node.data.n_samples, min_parties, node.roster.fingerprint)
+    return [hello], {"name": node.name, "quorum": min_parties}
 
 
-def handle_offer(msg: Message, context: Context) -> Message:
-    """Key set-up step 3 (the key holder): generate the CKKS keys and seal them."""
-    store = NodeStore.for_context(context)
-    name, fields = store.load()
-    if "setup" not in fields:
-        raise ProtocolError("offer before hello on this node")
-    party = KeySetupParty.from_bytes(fields["setup"])
+def _offer(msg: Message, node: NodeSetup) -> _Reply:
+    """Key set-up round 3 (the transcript's key holder): generate and seal the keys."""
+    cfg, fields = _resume(node, "setup")
+    party = _setup_party(node, cfg, fields)
     offer = party.offer(get_blob(msg.content))
-    store.save(name, {"setup": party.to_bytes()})
-    return reply(msg, make_content([offer]))
+    node.store.save(node.name, {**fields, "setup": party.to_bytes()})
+    return [offer], {}
 
 
-def handle_deliver(msg: Message, context: Context) -> Message:
-    """Key set-up step 4: open the sealed delivery; keep the keys, drop the identity."""
-    store = NodeStore.for_context(context)
-    name, fields = store.load()
-    if "setup" not in fields:
-        raise ProtocolError("delivery before hello on this node")
-    keys = KeySetupParty.from_bytes(fields["setup"]).receive(get_blob(msg.content))
-    store.save(name, {"keys": keys.to_bytes()})
-    return reply(msg, make_content(meta={"session": keys.session, "index": keys.index}))
+def _deliver(msg: Message, node: NodeSetup) -> _Reply:
+    """Key set-up round 4: check the transcript, open this party's box, confirm."""
+    cfg, fields = _resume(node, "setup")
+    party = _setup_party(node, cfg, fields)
+    confirm = party.receive(get_blob(msg.content))
+    node.store.save(node.name, {**fields, "setup": party.to_bytes()})
+    return [confirm], {}
 
 
-def handle_commit(msg: Message, context: Context) -> Message:
-    """Malicious mode, round 1: a fresh nonce (a new commit for every restart)."""
-    node = _node(context)
-    cfg = protocol_config(get_meta(msg.content), context)
+def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
+    """Key set-up round 5: every participant confirmed the same transcript -> keys."""
+    cfg, fields = _resume(node, "setup")
+    keys = _setup_party(node, cfg, fields).finish(get_blob(msg.content))
+    node.store.save(node.name, {"config": fields["config"], "keys": keys.to_bytes()})
+    return [], {"parties": len(keys.names)}
+
+
+def _commit(msg: Message, node: NodeSetup) -> _Reply:
+    """Malicious mode, round 1: a signed fresh nonce (a new one for every restart)."""
+    cfg, fields = _resume(node, "keys")
     if not isinstance(cfg, MaliciousConfig):
         raise ProtocolError("commit is a malicious-mode step")
-    name, fields = node.store.load()
-    party = MaliciousParty(node.data.y_true, node.data.y_score, keys=_keys(fields), config=cfg)
-    node.store.save(name, {"keys": fields["keys"], "nonce": party.nonce})
-    return reply(msg, make_content([party.commit()]))
+    party = MaliciousParty(node.data.y_true, node.data.y_score, keys=_keys(fields),
+                           config=cfg, identity=node.identity, roster=node.roster,
+                           policy=node.policy.party)
+    node.store.save(node.name, {"config": fields["config"], "keys": fields["keys"],
+                                "nonce": party.nonce})
+    return [party.commit()], {}
 
 
-def handle_submit(msg: Message, context: Context) -> Message:
+def _submit(msg: Message, node: NodeSetup) -> _Reply:
     """Encrypted statistics: semi-honest ``FHAUCParty.submit()`` or malicious
     ``MaliciousParty.submit(start)`` (at most once per committed nonce)."""
-    node = _node(context)
-    cfg = protocol_config(get_meta(msg.content), context)
-    name, fields = node.store.load()
+    cfg, fields = _resume(node, "keys")
     keys = _keys(fields)
     if isinstance(cfg, FHAUCConfig):
-        sub = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg).submit()
-        return reply(msg, make_content([sub]))
+        sub = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
+                         policy=node.policy.party, roster=node.roster).submit()
+        return [sub], {}
     nonce = fields.get("nonce")
     if nonce is None:
-        raise ProtocolError("submit before commit on this node")
+        raise NodeCheckFailed("out-of-order", "submit before commit on this node")
     if fields.get("submitted") == nonce:
-        raise ProtocolError("this party already submitted for its current nonce; a new "
-                            "evaluation needs a new commit round")
+        raise NodeCheckFailed("already-submitted", "this party already submitted for its "
+                              "current nonce; a new evaluation needs a new commit round")
     party = MaliciousParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
-                           nonce=nonce)
+                           identity=node.identity, roster=node.roster,
+                           policy=node.policy.party, nonce=nonce)
     sub = party.submit(get_blob(msg.content))
-    node.store.save(name, {**fields, "submitted": nonce})
-    return reply(msg, make_content([sub]))
+    node.store.save(node.name, {**fields, "submitted": nonce})
+    return [sub], {}
 
 
-def handle_finalize(msg: Message, context: Context) -> Message:
-    """Decrypt (and in malicious mode verify) the result.
+def _finalize(msg: Message, node: NodeSetup) -> _Reply:
+    """Decrypt (and in malicious mode verify) the result; keep the outcome locally.
 
-    The reply carries ``ok``, and either the AUC (unless node config ``share-auc`` is
-    false) or the error type and message (``TamperingDetected``, ``ProtocolError``,
-    ``UndefinedMetricError``). The node-local state file (secret key) is deleted.
-    """
-    node = _node(context)
-    meta = get_meta(msg.content)
-    try:
-        cfg = protocol_config(meta, context)
-        _, fields = node.store.load()
-        keys = _keys(fields)
-        blobs = get_blobs(msg.content)
-        out: dict[str, Any] = {"ok": True, "verified": isinstance(cfg, MaliciousConfig)}
-        if isinstance(cfg, FHAUCConfig):
-            if len(blobs) != 1:
-                raise ProtocolError("semi-honest finalize expects one result")
-            sh = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg)
-            auc = sh.finalize(blobs[0])
-            included = list(sh.included)
-        else:
-            if len(blobs) != 2 or "nonce" not in fields:
-                raise ProtocolError("malicious finalize expects the result and the start "
-                                    "message, after a commit")
-            mp = MaliciousParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
-                                nonce=fields["nonce"])
-            mp.restore(blobs[1])  # validates the start message and this party's nonce
-            auc = mp.finalize(blobs[0])
-            parties = wire.decode(blobs[1], expect="fhauc-m/start").meta["parties"]
-            included = [keys.names[int(i)] for i in parties]
-        out["included"] = included
-        if _flag(context, "share-auc", True):
-            out["auc"] = float(auc)
-    except FedsecError as exc:
-        out = {"ok": False, "verified": False, "error-type": type(exc).__name__,
-               "error": str(exc), "check": str(getattr(exc, "check", ""))}
-    finally:
-        node.store.delete()
-    return reply(msg, make_content(meta=out))
+    The reply carries ``verified``, the names the result covers and the AUC only if
+    this party shares it (node config ``share-auc``)."""
+    cfg, fields = _resume(node, "keys")
+    keys = _keys(fields)
+    blobs = get_blobs(msg.content)
+    security = _security(cfg)
+    if isinstance(cfg, FHAUCConfig):
+        if len(blobs) != 1:
+            raise ProtocolError("semi-honest finalize expects one result")
+        sh = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
+                        policy=node.policy.party, roster=node.roster)
+        auc = sh.finalize(blobs[0])
+        included = list(sh.included)
+    else:
+        if len(blobs) != 2 or "nonce" not in fields:
+            raise ProtocolError("malicious finalize expects the result and the start "
+                                "message, after a commit")
+        mp = MaliciousParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
+                            identity=node.identity, roster=node.roster,
+                            policy=node.policy.party, nonce=fields["nonce"])
+        mp.restore(blobs[1])  # validates the start message, this party's nonce, quorum
+        auc = mp.finalize(blobs[0])  # checks the result covers exactly the participants
+        parties = wire.decode(blobs[0], expect="fhauc-m/result").meta["parties"]
+        included = [keys.names[int(i)] for i in parties]
+    shared = node.policy.shares_auc(security)
+    verified = security == "malicious"
+    node.store.save_result({"status": "ok", "party": node.name, "security": security,
+                            "auc": float(auc), "verified": verified, "included": included,
+                            "auc_shared_with_aggregator": shared})
+    _node_logger(node.node_config).info(
+        "result: AUC %.10f (%s, %s) over %d parties %s; shared with the aggregator: %s",
+        auc, security, "verified" if verified else "not verifiable in semi-honest mode",
+        len(included), included, shared)
+    out: dict[str, Any] = {"verified": verified, "included": included, "shared": shared}
+    if shared:
+        out["auc"] = float(auc)
+    return [], out
+
+
+# ------------------------------------------------------------------------- handlers
+_Step = Callable[[Message, NodeSetup], _Reply]
+
+
+def _guarded(step: str, fn: _Step) -> Callable[[Message, Context], Message]:
+    """Wrap one step: load and check the node, run the step, and turn every failure into
+    an ``ok=False`` reply carrying a check name (details to the node's log only). The
+    node-local state is deleted after ``finalize`` and after any failure."""
+
+    def handler(msg: Message, context: Context) -> Message:
+        node: NodeSetup | None = None
+        try:
+            node = load_node(context)
+            blobs, meta = fn(msg, node)
+            if step == "finalize":
+                node.store.delete()
+            return reply(msg, make_content(blobs, {"ok": True, **meta}))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a check name
+            check = check_name(exc)
+            cfg: Mapping[str, Any] = node.node_config if node is not None else {}
+            if not cfg:
+                with contextlib.suppress(Exception):
+                    cfg = node_config_of(context)
+            log = _node_logger(cfg)
+            log.error("step %s failed, check %s (only the check name goes to the "
+                      "server): %s: %s", step, check, type(exc).__name__, exc,
+                      exc_info=check == "internal-error")
+            with contextlib.suppress(Exception):
+                store = node.store if node is not None else NodeStore.for_context(context,
+                                                                                  cfg)
+                store.delete()
+                if step == "finalize" or node is not None:
+                    store.save_result({"status": "failed", "step": step, "check": check,
+                                       "party": node.name if node is not None else ""})
+            return reply(msg, make_content([], {"ok": False, "check": check}))
+
+    handler.__name__ = f"handle_{step}"
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
+handle_hello = _guarded("hello", _hello)
+handle_offer = _guarded("offer", _offer)
+handle_deliver = _guarded("deliver", _deliver)
+handle_confirmed = _guarded("confirmed", _confirmed)
+handle_commit = _guarded("commit", _commit)
+handle_submit = _guarded("submit", _submit)
+handle_finalize = _guarded("finalize", _finalize)
+
+STEPS: dict[str, Callable[[Message, Context], Message]] = {
+    "hello": handle_hello, "offer": handle_offer, "deliver": handle_deliver,
+    "confirmed": handle_confirmed, "commit": handle_commit, "submit": handle_submit,
+    "finalize": handle_finalize,
+}
 
 
 def build_client_app() -> ClientApp:
     """A ``ClientApp`` with one ``@app.query`` handler per protocol step."""
     app = ClientApp()
-    app.query("hello")(handle_hello)
-    app.query("offer")(handle_offer)
-    app.query("deliver")(handle_deliver)
-    app.query("commit")(handle_commit)
-    app.query("submit")(handle_submit)
-    app.query("finalize")(handle_finalize)
+    for name, handler in STEPS.items():
+        app.query(name)(handler)
     return app

@@ -5,41 +5,69 @@ The ServerApp plays the aggregator roles of :mod:`fedsec.crypto.keysetup`,
 messages to the parties' ClientApps (:mod:`fedsec.runtime.flower_client`), one message
 round per protocol step:
 
-* key set-up: ``hello`` (all) -> ``offer`` (the randomly chosen key holder) ->
-  ``deliver`` (all);
+* signed key set-up: ``hello`` (all; carries the run's configuration, which each party
+  checks against its own policy) -> ``offer`` (the key holder, fixed by the hash of the
+  hellos, not chosen by the server) -> ``deliver`` (all; each party answers with a signed
+  confirmation of the transcript) -> ``confirmed`` (all; every confirmation relayed to
+  every party, which detects equivocation);
 * semi-honest: ``submit`` -> ``finalize``;
-* malicious: ``commit`` -> ``submit`` (with the start message) -> ``finalize``.
+* malicious: ``commit`` (signed nonces) -> ``submit`` (with the start message, i.e. every
+  signed commit) -> ``finalize``.
 
-It sees public keys, sealed boxes and ciphertexts only. Parties decrypt the result; each
-finalize reply carries the party's AUC (unless the party opted out with node config
-``share-auc=false``) or the error it raised (``TamperingDetected``...).
+It sees identity public keys (the roster), X25519 public keys, the CKKS public keys,
+sealed boxes, signatures and ciphertexts only. Parties decrypt the result; each finalize
+reply carries whether the party accepted it and, if the party shares it (node config
+``share-auc``; default on in malicious mode, off in semi-honest mode), its AUC. A
+party's failure reply carries a check name only (``policy:quorum``,
+``tampering:double-execution``...).
 
-Failures (a node that answers with an error, does not answer within ``step-timeout``,
-or is offline):
+Who decides what
+----------------
+The run config (security mode, decision points, preset, tolerance, splits) is the
+server's choice; every party checks it against its **own** policy (node config) and
+refuses what its policy does not allow. The roster is agreed out of band; the server
+needs it (run config ``roster-path``, a file on the SuperLink machine) to attribute
+signed messages to parties. How few parties a result may cover is the parties' decision:
+each announces its quorum in its hello reply (the roster's quorum, else the whole roster
+in malicious mode and 2 in semi-honest mode, unless its node config says ``quorum``) and
+enforces it; the server plans with the largest announced quorum (and its own
+``min-parties`` floor) and stops early when it cannot be met.
 
-* before the protocol proper (``hello``, ``deliver``): the party is left out, if at
-  least ``min-parties`` remain; a failed key holder (``offer``) makes the aggregator
-  choose a new one among the rest (bounded by ``max-restarts``);
-* semi-honest ``submit``: aggregate the others if at least ``min-parties`` remain and
+Failures (a node that answers with a check, does not answer within ``step-timeout`` or
+is offline):
+
+* ``hello``: the party is left out if the others still meet the quorum;
+* ``offer``: the key holder is left out and key set-up restarts over the others (the new
+  transcript fixes a new key holder), at most ``max-restarts`` times;
+* ``deliver``: key set-up restarts over the parties that confirmed (a confirmation round
+  needs every participant);
+* ``confirmed``: the party has no keys and is left out;
+* semi-honest ``submit``: aggregate the others if they meet every party's quorum and
   report who was left out;
-* malicious ``submit``: the zero-sum masks of the started participants would not
-  cancel, so no result is computed; the commit round restarts with fresh nonces (fresh
-  randomness) over the survivors, at most ``max-restarts`` times, else the run stops;
+* malicious ``submit``: the zero-sum masks of the started participants would not cancel,
+  so no result is computed; if the survivors meet every party's quorum (a roster or node
+  ``quorum`` below the whole roster), the commit round restarts over them with fresh
+  nonces, at most ``max-restarts`` times; by default parties require the whole roster in
+  malicious mode, so the run stops with a clear error;
 * ``finalize``: the result stands for the parties that answered; the others are listed
-  as ``unreported``.
+  as ``unreported``; any party's refusal (``tampering:...``) fails the run.
 
 The outcome goes to a JSON file (run config ``result-path``; written atomically at every
 stage, so it can be polled): ``status`` (``done`` or ``failed``; intermediate stages
-otherwise), ``auc``, ``security``, ``verified``, ``parties`` (``included``,
-``left_out`` with step and reason, ``unreported``), ``party_results``, ``bytes``,
-``timings``, ``restarts``, ``error``.
+otherwise), ``auc`` (when at least one party shared it), ``security``, ``verified``,
+``roster_fingerprint``, ``parties`` (``included``, ``left_out`` with step, reason and
+check, ``unreported``), ``party_results``, ``quorum``, ``bytes``, ``timings``,
+``restarts``, ``error``.
 
 Run config keys (defaults in the example app's ``pyproject.toml``): ``security``
 (``semi-honest`` | ``malicious``), ``decision-points``, ``masking`` (``single`` |
-``pair``), ``splits`` (0 = smallest meeting ``min-bound-bits``), ``tolerance``,
-``min-bound-bits``, ``preset``, ``num-nodes``, ``min-parties`` (0 = all),
-``step-timeout``, ``wait-nodes-timeout``, ``max-restarts``, ``result-path``, and test
-hooks ``pause-after`` (a step name) and ``pause-seconds``.
+``pair``), ``splits`` (0 = smallest meeting ``min-bound-bits``), ``tolerance``, ``runs``,
+``min-bound-bits``, ``preset``, ``roster-path``, ``num-nodes`` (how many connected nodes
+to wait for, 0 = as many as the roster lists; then every connected node is asked and the
+signed hellos say which are roster parties),
+``min-parties`` (0 = the parties' quorum), ``step-timeout``, ``wait-nodes-timeout``,
+``max-restarts``, ``result-path``, the simulation keys ``sim-identity-dir`` and
+``sim-data-dir``, and test hooks ``pause-after`` (a step name) and ``pause-seconds``.
 """
 
 from __future__ import annotations
@@ -62,28 +90,32 @@ with warnings.catch_warnings():
 
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig
 from fedsec.auc.fhauc_malicious import (
+    DEFAULT_RUNS,
+    DEFAULT_TOLERANCE,
     MaliciousAggregator,
     MaliciousConfig,
-    cheat_bound_bits,
 )
+from fedsec.crypto import wire
+from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySetupAggregator
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.errors import ProtocolError
 from fedsec.runtime.flower_io import (
     BLOBS_KEY,
     StepResult,
-    get_blob,
+    get_blobs,
     get_meta,
     make_content,
     run_step,
     wait_for_nodes,
 )
 
-__all__ = ["RunOptions", "ServerRun", "build_server_app", "main"]
+__all__ = ["RunFailed", "RunOptions", "ServerRun", "build_server_app", "main"]
 
 logger = logging.getLogger("flwr")
 
 SEMI_HONEST_AGREEMENT = 1e-9
+STEPS = ("hello", "offer", "deliver", "confirmed", "commit", "submit", "finalize")
 
 
 @dataclass(frozen=True)
@@ -94,10 +126,12 @@ class RunOptions:
     decision_points: int = 100
     masking: str = "single"
     splits: int = 0
-    tolerance: float = 1e-5
+    tolerance: float = DEFAULT_TOLERANCE
+    runs: int = DEFAULT_RUNS
     min_bound_bits: float = 40.0
     preset: str = DEFAULT_PRESET
-    num_nodes: int = 3
+    roster_path: str = ""
+    num_nodes: int = 0
     min_parties: int = 0
     step_timeout: float = 60.0
     wait_nodes_timeout: float = 60.0
@@ -105,6 +139,8 @@ class RunOptions:
     result_path: str = ""
     pause_after: str = ""
     pause_seconds: float = 0.0
+    sim_identity_dir: str = ""
+    sim_data_dir: str = ""
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> RunOptions:
@@ -114,30 +150,37 @@ class RunOptions:
         def get(key: str, default: Any) -> Any:
             return cfg.get(key, default)
 
-        opts = cls(
-            security=str(get("security", d.security)),
-            decision_points=int(get("decision-points", d.decision_points)),
-            masking=str(get("masking", d.masking)),
-            splits=int(get("splits", d.splits)),
-            tolerance=float(get("tolerance", d.tolerance)),
-            min_bound_bits=float(get("min-bound-bits", d.min_bound_bits)),
-            preset=str(get("preset", d.preset)),
-            num_nodes=int(get("num-nodes", d.num_nodes)),
-            min_parties=int(get("min-parties", d.min_parties)),
-            step_timeout=float(get("step-timeout", d.step_timeout)),
-            wait_nodes_timeout=float(get("wait-nodes-timeout", d.wait_nodes_timeout)),
-            max_restarts=int(get("max-restarts", d.max_restarts)),
-            result_path=str(get("result-path", d.result_path)),
-            pause_after=str(get("pause-after", d.pause_after)),
-            pause_seconds=float(get("pause-seconds", d.pause_seconds)),
-        )
+        try:
+            opts = cls(
+                security=str(get("security", d.security)),
+                decision_points=int(get("decision-points", d.decision_points)),
+                masking=str(get("masking", d.masking)),
+                splits=int(get("splits", d.splits)),
+                tolerance=float(get("tolerance", d.tolerance)),
+                runs=int(get("runs", d.runs)),
+                min_bound_bits=float(get("min-bound-bits", d.min_bound_bits)),
+                preset=str(get("preset", d.preset)),
+                roster_path=str(get("roster-path", d.roster_path)),
+                num_nodes=int(get("num-nodes", d.num_nodes)),
+                min_parties=int(get("min-parties", d.min_parties)),
+                step_timeout=float(get("step-timeout", d.step_timeout)),
+                wait_nodes_timeout=float(get("wait-nodes-timeout", d.wait_nodes_timeout)),
+                max_restarts=int(get("max-restarts", d.max_restarts)),
+                result_path=str(get("result-path", d.result_path)),
+                pause_after=str(get("pause-after", d.pause_after)),
+                pause_seconds=float(get("pause-seconds", d.pause_seconds)),
+                sim_identity_dir=str(get("sim-identity-dir", d.sim_identity_dir)),
+                sim_data_dir=str(get("sim-data-dir", d.sim_data_dir)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid run config value: {exc}") from None
         if opts.security not in ("semi-honest", "malicious"):
             raise ValueError("The 'security' run config must be 'semi-honest' or 'malicious'. "
                              f"Got {opts.security!r} instead.")
-        if opts.num_nodes < 1:
-            raise ValueError(f"The 'num-nodes' run config must be >= 1. Got {opts.num_nodes} "
-                             "instead.")
-        if not 0 <= opts.min_parties <= opts.num_nodes:
+        if opts.num_nodes < 0:
+            raise ValueError(f"The 'num-nodes' run config must be >= 0 (0 = every roster "
+                             f"party). Got {opts.num_nodes} instead.")
+        if opts.min_parties < 0 or (opts.num_nodes and opts.min_parties > opts.num_nodes):
             raise ValueError(f"The 'min-parties' run config must be in 0..num-nodes "
                              f"({opts.num_nodes}). Got {opts.min_parties} instead.")
         if opts.step_timeout <= 0 or opts.wait_nodes_timeout <= 0:
@@ -146,12 +189,29 @@ class RunOptions:
         if opts.max_restarts < 0:
             raise ValueError(f"The 'max-restarts' run config must be >= 0. Got "
                              f"{opts.max_restarts} instead.")
+        if opts.pause_after and opts.pause_after not in STEPS:
+            raise ValueError(f"The 'pause-after' run config must be one of {list(STEPS)}. "
+                             f"Got {opts.pause_after!r} instead.")
         return opts
 
-    @property
-    def required(self) -> int:
-        """Fewest parties a result may cover (``min-parties``; 0 means all)."""
-        return self.min_parties or self.num_nodes
+    def roster_file(self) -> Path:
+        """The roster on the SuperLink machine (``roster-path``; in a simulation,
+        ``<sim-identity-dir>/roster.json`` by default)."""
+        if self.roster_path:
+            return Path(self.roster_path)
+        if self.sim_identity_dir:
+            return Path(self.sim_identity_dir) / "roster.json"
+        raise ValueError("The 'roster-path' run config must name the federation's roster "
+                         "(roster.json, made with 'fedsec roster create') on the SuperLink "
+                         "machine.")
+
+    def load_roster(self) -> Roster:
+        path = self.roster_file()
+        try:
+            return Roster.load(path)
+        except FileNotFoundError:
+            raise ValueError(f"The 'roster-path' run config names {path}, which does not "
+                             "exist on the SuperLink machine.") from None
 
     def protocol_config(self) -> FHAUCConfig | MaliciousConfig:
         """The public protocol configuration (validated here, before any node is asked)."""
@@ -159,24 +219,29 @@ class RunOptions:
             return FHAUCConfig.create(self.decision_points, preset=self.preset,
                                       masking=self.masking)
         return MaliciousConfig.create(self.decision_points, splits=self.splits or None,
-                                      tolerance=self.tolerance,
+                                      tolerance=self.tolerance, runs=self.runs,
                                       min_bound_bits=self.min_bound_bits, preset=self.preset)
 
-    def protocol_meta(self) -> dict[str, Any]:
+    def protocol_meta(self, cfg: FHAUCConfig | MaliciousConfig) -> dict[str, Any]:
         """What every party needs to rebuild the same configuration (and digest)."""
         meta: dict[str, Any] = {"security": self.security,
                                 "decision-points": self.decision_points,
                                 "preset": self.preset}
-        if self.security == "semi-honest":
-            meta["masking"] = self.masking
+        if isinstance(cfg, FHAUCConfig):
+            meta["masking"] = cfg.masking
         else:
-            meta.update({"splits": self.splits, "tolerance": self.tolerance,
-                         "min-bound-bits": self.min_bound_bits})
+            meta.update({"splits": cfg.splits, "tolerance": cfg.tolerance, "runs": cfg.runs})
         return meta
 
 
 class RunFailed(ProtocolError):
     """The run stopped without an accepted result (the reason is in the result JSON)."""
+
+
+@dataclass
+class _Replies:
+    ok: dict[int, tuple[list[bytes], dict[str, Any]]] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,8 +253,8 @@ class ServerRun:
     run_id: int = 0
     names: dict[int, str] = field(default_factory=dict)
     doc: dict[str, Any] = field(default_factory=dict)
+    required: int = 2
     _paused: bool = False
-    _delivered: set[int] = field(default_factory=set)
     _t0: float = field(default_factory=time.monotonic)
 
     # ----------------------------------------------------------------- reporting
@@ -197,7 +262,7 @@ class ServerRun:
         self.doc = {
             "status": "starting", "run_id": self.run_id, "security": self.opts.security,
             "decision_points": self.opts.decision_points, "preset": self.opts.preset,
-            "min_parties": self.opts.required, "verified": False,
+            "verified": False,
             "parties": {"included": [], "left_out": [], "unreported": []},
             "party_results": {}, "bytes": {}, "timings": {}, "restarts": [],
         }
@@ -220,8 +285,10 @@ class ServerRun:
     def label(self, node: int) -> str:
         return self.names.get(node, f"node-{node}")
 
-    def leave_out(self, node: int, step: str, reason: str) -> None:
+    def leave_out(self, node: int, step: str, reason: str, check: str = "") -> None:
         entry = {"party": self.label(node), "node": node, "step": step, "reason": reason}
+        if check:
+            entry["check"] = check
         self.doc["parties"]["left_out"].append(entry)
         logger.warning("fedsec: party %s left out at %s: %s", entry["party"], step, reason)
 
@@ -234,180 +301,296 @@ class ServerRun:
 
     # --------------------------------------------------------------------- steps
     def step(self, name: str, contents: Mapping[int, tuple[Sequence[bytes], dict[str, Any]]],
-             *, attempt: int = 0) -> dict[int, Any]:
-        """One message round; returns ``node -> reply content`` for the nodes that
-        answered, records bytes, timings and the failed nodes (left out)."""
+             *, attempt: int = 0, expect_blobs: int | None = 1,
+             leave_out_refused: bool = True) -> _Replies:
+        """One message round. Returns the ``ok`` replies (blobs, meta) and the refusals
+        (node -> check name); records bytes, timings and latencies, and leaves out every
+        node that failed (and, unless told otherwise, every node that refused)."""
         self.write(name)
         msgs = {n: make_content(blobs, meta) for n, (blobs, meta) in contents.items()}
+        sent = time.monotonic()
+        latency: dict[str, float] = {}
+
+        def on_reply(node: int, _msg: Any) -> None:
+            latency[self.label(node)] = round(time.monotonic() - sent, 2)
+
         res = run_step(self.grid, msgs, f"query.{name}", group_id=f"{name}/{attempt}",
-                       timeout=self.opts.step_timeout)
+                       timeout=self.opts.step_timeout, on_reply=on_reply)
+        key = name if attempt == 0 else f"{name}#{attempt}"
         down = sum(len(b) for blobs, _ in contents.values() for b in blobs)
         up = 0
-        for content in res.replies.values():
+        out = _Replies()
+        for node, content in res.replies.items():
             arrays = content.array_records.get(BLOBS_KEY)
             if arrays is not None:
                 up += sum(len(a.data) for a in arrays.values())
-        key = name if attempt == 0 else f"{name}#{attempt}"
+            try:
+                meta = get_meta(content)
+                blobs = get_blobs(content)
+            except ProtocolError:
+                self.leave_out(node, key, "malformed reply")
+                continue
+            if meta.get("ok") is not True:
+                check = str(meta.get("check", "no-check"))[:64]
+                out.refused[node] = check
+                if leave_out_refused:
+                    self.leave_out(node, key, f"refused: {check}", check)
+                continue
+            if expect_blobs is not None and len(blobs) != expect_blobs:
+                self.leave_out(node, key, "malformed reply")
+                continue
+            out.ok[node] = (blobs, meta)
         self.doc["bytes"][key] = {"to_parties": down, "from_parties": up}
         self.doc["timings"][f"{key}_s"] = round(res.elapsed, 3)
+        self.doc["timings"].setdefault("replies_s", {})[key] = latency
         for node, reason in _failure_reasons(res, self.opts.step_timeout).items():
             self.leave_out(node, key, reason)
-        logger.info("fedsec: step %s: %d/%d replies in %.1fs", key, len(res.replies),
+        logger.info("fedsec: step %s: %d/%d ok replies in %.1fs", key, len(out.ok),
                     len(contents), res.elapsed)
-        return dict(res.replies)
+        return out
 
     def require(self, nodes: Sequence[int], what: str) -> None:
-        if len(nodes) < self.opts.required:
-            raise RunFailed(f"{what}: only {len(nodes)} parties remain, at least "
-                            f"{self.opts.required} required (min-parties)")
+        if len(nodes) < self.required:
+            raise RunFailed(f"{what}: only {len(nodes)} parties remain; at least "
+                            f"{self.required} are required ({self._quorum_source()})")
+
+    def _quorum_source(self) -> str:
+        src = self.doc.get("quorum", {})
+        text = f"the parties' quorum {src.get('parties', '?')}"
+        if src.get("whole_roster"):
+            text += " (by default, in malicious mode, the whole roster)"
+        return f"{text}; min-parties {self.opts.min_parties}"
 
     # ------------------------------------------------------------------ protocol
     def run(self) -> dict[str, Any]:
         """Run key set-up and the configured FHAUC variant; return the result doc."""
         cfg = self.opts.protocol_config()
         if isinstance(cfg, MaliciousConfig):
-            self.doc.update(splits=cfg.splits, tolerance=cfg.tolerance,
-                            cheat_bound_bits=round(cheat_bound_bits(cfg.n_points,
-                                                                    cfg.splits), 2))
+            self.doc.update(splits=cfg.splits, tolerance=cfg.tolerance, runs=cfg.runs,
+                            cheat_bound_bits=round(cfg.cheat_bound_bits(), 2))
+        roster = self.opts.load_roster()
+        self.doc["roster_fingerprint"] = roster.fingerprint
+        self.doc["roster"] = list(roster.names)
+        count = self.opts.num_nodes or len(roster)
+        if count > len(roster):
+            raise ValueError(f"The 'num-nodes' run config ({count}) exceeds the roster's "
+                             f"{len(roster)} parties.")
         self.write("waiting-for-nodes")
-        nodes = wait_for_nodes(self.grid, self.opts.num_nodes, self.opts.wait_nodes_timeout)
+        wait_for_nodes(self.grid, count, self.opts.wait_nodes_timeout)
+        # Every connected node is asked (a bounded number): the signed hellos, not the
+        # order of connection, say who is a roster party. A stranger that connected
+        # first must not crowd out a party.
+        nodes = sorted(self.grid.get_node_ids())[:2 * len(roster) + 8]
         self.doc["nodes"] = nodes
-        order, ks = self.key_setup(nodes, cfg)
-        names = [self.names[n] for n in order]
+        ks, keyed = self.key_setup(nodes, cfg, roster)
         assert ks.context is not None
-        self.doc["key_holder"] = names[ks.holder or 0]
         self.doc["bytes"]["public_key_material"] = ks.public_bytes_size
-        keyed = [n for n in order if n in self._delivered]
         self.require(keyed, "after key set-up")
         if isinstance(cfg, FHAUCConfig):
-            self.semi_honest(cfg, ks, names, keyed)
+            self.semi_honest(cfg, ks, keyed)
         else:
-            self.malicious(cfg, ks, names, keyed)
+            self.malicious(cfg, ks, keyed, roster)
         return self.doc
 
-    def key_setup(self, nodes: list[int], cfg: FHAUCConfig | MaliciousConfig
-                  ) -> tuple[list[int], KeySetupAggregator]:
-        """hello -> offer (key holder) -> deliver; a failed key holder is replaced."""
-        replies = self.step("hello", {n: ([], {}) for n in nodes})
-        hellos: dict[int, bytes] = {}
-        for n in nodes:
-            if n in replies:
-                hellos[n] = get_blob(replies[n])
-                self.names[n] = str(get_meta(replies[n]).get("name", ""))
-        active = [n for n in nodes if n in hellos]
-        self.require(active, "hello")
-        dupes = sorted({x for x in (self.names[n] for n in active)
-                        if [self.names[m] for m in active].count(x) > 1})
-        if dupes:
-            raise RunFailed(f"party names must be unique; duplicated: {dupes} (set node "
-                            "config 'party-name')")
+    def _hellos(self, nodes: list[int], cfg: FHAUCConfig | MaliciousConfig,
+                roster: Roster) -> dict[int, bytes]:
+        """hello: every party checks the configuration against its policy and answers
+        with a signed hello and its quorum; sets :attr:`required`."""
+        replies = self.step("hello", {n: ([], self.opts.protocol_meta(cfg)) for n in nodes})
+        hellos = {n: replies.ok[n][0][0] for n in nodes if n in replies.ok}
+        quorums: dict[int, int] = {}
+        for n in hellos:
+            q = replies.ok[n][1].get("quorum")
+            quorums[n] = q if isinstance(q, int) and not isinstance(q, bool) else 2
+        if len(hellos) < 2:
+            raise RunFailed(f"hello: only {len(hellos)} parties accepted the run; refusals: "
+                            f"{sorted(set(replies.refused.values())) or 'none'} (see "
+                            "parties.left_out)")
+        probe = KeySetupAggregator(roster, cfg.key_spec(), min_parties=2)
+        order = list(hellos)
+        try:
+            probe.request([hellos[n] for n in order])
+        except ProtocolError as exc:
+            for pos, reason in probe.rejected.items():
+                self.leave_out(order[pos], "hello", f"hello rejected: {reason}")
+            raise RunFailed(f"key set-up: {exc}") from None
+        for pos, reason in probe.rejected.items():
+            self.leave_out(order[pos], "hello", f"hello rejected: {reason}")
+            del hellos[order[pos]]
+        for n in hellos:
+            self.names[n] = str(wire.decode(hellos[n], expect="keys/hello").meta["name"])
+        latency = self.doc["timings"]["replies_s"]["hello"]
+        for n in nodes:  # the replies came before the names were known
+            if f"node-{n}" in latency:
+                latency[self.label(n)] = latency.pop(f"node-{n}")
+        announced = max((quorums[n] for n in hellos), default=2)
+        self.required = max(2, self.opts.min_parties, roster.quorum or 0, announced)
+        self.doc["quorum"] = {"required": self.required, "parties": announced,
+                              "roster": roster.quorum, "min_parties": self.opts.min_parties,
+                              "whole_roster": self.opts.security == "malicious"
+                              and announced == len(roster) and roster.quorum is None}
+        self.require(list(hellos), "hello")
         self.pause("hello")
-        for attempt in range(self.opts.max_restarts + 1):
-            ks = KeySetupAggregator(preset=cfg.preset, rotations=cfg.rotations(),
-                                    conjugate=True)
-            holder_idx, request = ks.request([hellos[n] for n in active])
-            holder = active[holder_idx]
-            self.doc["key_holder"] = self.names[holder]
-            offers = self.step("offer", {holder: ([request], {})}, attempt=attempt)
-            if holder not in offers:
-                self.doc["restarts"].append({"step": "offer", "attempt": attempt,
-                                             "reason": f"key holder {self.names[holder]} "
-                                                       "failed; choosing another"})
-                active = [n for n in active if n != holder]
-                self.require(active, "key set-up")
-                continue
-            deliveries = ks.accept(get_blob(offers[holder]))
-            self.pause("offer")
-            acks = self.step("deliver", {n: ([d], {}) for n, d in
-                                         zip(active, deliveries, strict=True)},
-                             attempt=attempt)
-            self._delivered = set(acks)
-            self.pause("deliver")
-            return active, ks
-        raise RunFailed(f"key set-up failed {self.opts.max_restarts + 1} times (max-restarts)")
+        return hellos
 
-    def semi_honest(self, cfg: FHAUCConfig, ks: KeySetupAggregator, names: list[str],
-                    keyed: list[int]) -> None:
-        """submit -> aggregate (those who submitted, if >= min-parties) -> finalize."""
+    def key_setup(self, nodes: list[int], cfg: FHAUCConfig | MaliciousConfig,
+                  roster: Roster) -> tuple[KeySetupAggregator, list[int]]:
+        """hello -> offer (key holder) -> deliver -> confirmed; a failed key holder or a
+        missing confirmation restarts set-up over the remaining parties."""
+        hellos = self._hellos(nodes, cfg, roster)
+        active = list(hellos)
+        node_of = {self.names[n]: n for n in active}
+        spec = cfg.key_spec()
+        attempt = 0
+
+        def restart(step: str, reason: str) -> None:
+            nonlocal attempt
+            attempt += 1
+            self.doc["restarts"].append({"step": step, "attempt": attempt - 1,
+                                         "reason": reason})
+            self.require(active, f"key set-up restart after {step}")
+            if attempt > self.opts.max_restarts:
+                raise RunFailed(f"key set-up failed {attempt} times (max-restarts "
+                                f"{self.opts.max_restarts}); last: {reason}")
+
+        while True:
+            ks = KeySetupAggregator(roster, spec, min_parties=self.required)
+            holder_idx, request = ks.request([hellos[n] for n in active])
+            order = [node_of[name] for name in ks.names]
+            holder = order[holder_idx]
+            self.doc["key_holder"] = self.names[holder]
+            offer = self.step("offer", {holder: ([request], {})}, attempt=attempt)
+            deliveries: list[bytes] | None = None
+            if holder in offer.ok:
+                try:
+                    deliveries = ks.accept(offer.ok[holder][0][0])
+                except ProtocolError as exc:
+                    self.leave_out(holder, "offer", f"invalid key offer: {exc}")
+            if deliveries is None:
+                active.remove(holder)
+                restart("offer", f"key holder {self.names[holder]} failed; the new "
+                                 "transcript fixes another")
+                continue
+            self.pause("offer")
+            confirms = self.step("deliver", {n: ([d], {}) for n, d in
+                                             zip(order, deliveries, strict=True)},
+                                 attempt=attempt)
+            missing = [n for n in order if n not in confirms.ok]
+            if missing:
+                active = [n for n in order if n in confirms.ok]
+                restart("deliver", f"no confirmation from {[self.label(n) for n in missing]}"
+                                   f"; key set-up again over {len(active)} parties")
+                continue
+            try:
+                bundle = ks.confirm([confirms.ok[n][0][0] for n in order])
+            except ProtocolError as exc:
+                raise RunFailed(f"key set-up: a confirmation does not verify: {exc}") from None
+            self.pause("deliver")
+            acks = self.step("confirmed", {n: ([bundle], {}) for n in order},
+                             attempt=attempt, expect_blobs=0)
+            keyed = [n for n in order if n in acks.ok]
+            self.pause("confirmed")
+            return ks, keyed
+
+    def semi_honest(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int]) -> None:
+        """submit -> aggregate (those who submitted, if they meet the quorum) -> finalize."""
         assert ks.context is not None
-        meta = self.opts.protocol_meta()
-        agg = FHAUCAggregator(ks.context, cfg, names=names, session=ks.session,
-                              min_parties=self.opts.required)
-        subs = self.step("submit", {n: ([], meta) for n in keyed})
-        submitted = [n for n in keyed if n in subs]
+        subs = self.step("submit", {n: ([], {}) for n in keyed})
+        submitted = [n for n in keyed if n in subs.ok]
         self.require(submitted, "submit")
         self.pause("submit")
         self.write("aggregating")
-        result = agg.aggregate([get_blob(subs[n]) for n in submitted])
+        agg = FHAUCAggregator(ks.context, cfg, names=ks.names, session=ks.session,
+                              min_parties=self.required)
+        result = agg.aggregate([subs.ok[n][0][0] for n in submitted])
         self.doc["timings"]["aggregate_s"] = round(agg.timing["total_s"], 3)
         self.doc["parties"]["included"] = [self.names[n] for n in submitted]
-        finals = self.step("finalize", {n: ([result], meta) for n in submitted})
+        finals = self.step("finalize", {n: ([result], {}) for n in submitted},
+                           expect_blobs=0, leave_out_refused=False)
         self.conclude(submitted, finals, SEMI_HONEST_AGREEMENT, verified_mode=False)
 
-    def malicious(self, cfg: MaliciousConfig, ks: KeySetupAggregator, names: list[str],
-                  keyed: list[int]) -> None:
+    def malicious(self, cfg: MaliciousConfig, ks: KeySetupAggregator, keyed: list[int],
+                  roster: Roster) -> None:
         """commit -> start -> submit -> aggregate -> finalize; a missing submission
-        restarts the commit round over the survivors (fresh nonces)."""
+        restarts the commit round over the survivors (fresh nonces) if they meet every
+        party's quorum, else the run stops."""
         assert ks.context is not None
-        meta = self.opts.protocol_meta()
         survivors = list(keyed)
         for attempt in range(self.opts.max_restarts + 1):
-            agg = MaliciousAggregator(ks.context, cfg, names=names, session=ks.session,
-                                      min_parties=self.opts.required)
-            commits = self.step("commit", {n: ([], meta) for n in survivors},
-                                attempt=attempt)
-            committed = [n for n in survivors if n in commits]
+            commits = self.step("commit", {n: ([], {}) for n in survivors}, attempt=attempt)
+            committed = [n for n in survivors if n in commits.ok]
             self.require(committed, "commit")
-            start = agg.start([get_blob(commits[n]) for n in committed])
+            agg = MaliciousAggregator(ks.context, cfg, names=ks.names, session=ks.session,
+                                      roster=roster, min_parties=self.required)
+            start = agg.start([commits.ok[n][0][0] for n in committed])
+            for pos, reason in agg.rejected.items():
+                self.leave_out(committed[pos], "commit", f"commit rejected: {reason}")
+            started = [n for i, n in enumerate(committed) if i not in agg.rejected]
             self.pause("commit")
-            subs = self.step("submit", {n: ([start], meta) for n in committed},
-                             attempt=attempt)
-            submitted = [n for n in committed if n in subs]
-            if len(submitted) != len(committed):
-                gone = [self.names[n] for n in committed if n not in subs]
+            subs = self.step("submit", {n: ([start], {}) for n in started}, attempt=attempt)
+            submitted = [n for n in started if n in subs.ok]
+            if len(submitted) != len(started):
+                gone = [self.label(n) for n in started if n not in subs.ok]
+                why = (f"no submission from {gone}: malicious FHAUC needs every party that "
+                       "started (their zero-sum masks must cancel), so this round gives no "
+                       "result")
+                if not submitted:
+                    raise RunFailed(f"{why}; no party submitted within step-timeout "
+                                    f"({self.opts.step_timeout:g}s)")
+                if len(submitted) < self.required:
+                    raise RunFailed(f"{why}; the {len(submitted)} remaining parties are "
+                                    f"fewer than the {self.required} required "
+                                    f"({self._quorum_source()}); no result")
+                if attempt == self.opts.max_restarts:
+                    raise RunFailed(f"{why}; parties kept dropping out: gave up after "
+                                    f"{self.opts.max_restarts} restarts (max-restarts)")
                 self.doc["restarts"].append({
                     "step": "submit", "attempt": attempt,
-                    "reason": f"no submission from {gone}: their zero-sum masks would not "
-                              "cancel; new commit round with fresh randomness over "
-                              f"{len(submitted)} survivors"})
+                    "reason": f"{why}; new commit round with fresh nonces over the "
+                              f"{len(submitted)} parties that submitted"})
                 logger.warning("fedsec: malicious run restarts without %s", gone)
                 survivors = submitted
-                self.require(survivors, "malicious restart")
                 continue
             self.pause("submit")
             self.write("aggregating")
-            result = agg.aggregate([get_blob(subs[n]) for n in committed])
+            result = agg.aggregate([subs.ok[n][0][0] for n in started])
             self.doc["timings"]["aggregate_s"] = round(agg.timing["total_s"], 3)
-            self.doc["parties"]["included"] = [self.names[n] for n in committed]
-            finals = self.step("finalize", {n: ([result, start], meta) for n in committed},
-                               attempt=attempt)
-            self.conclude(committed, finals, cfg.tolerance, verified_mode=True)
+            self.doc["parties"]["included"] = [self.names[n] for n in started]
+            finals = self.step("finalize", {n: ([result, start], {}) for n in started},
+                               attempt=attempt, expect_blobs=0, leave_out_refused=False)
+            self.conclude(started, finals, cfg.tolerance, verified_mode=True)
             return
-        raise RunFailed(f"malicious FHAUC: parties kept dropping out; gave up after "
-                        f"{self.opts.max_restarts} restarts (max-restarts); no result")
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    def conclude(self, included: list[int], finals: Mapping[int, Any], agreement: float,
+    def conclude(self, included: list[int], finals: _Replies, agreement: float,
                  *, verified_mode: bool) -> None:
-        """Read the finalize replies: accept the AUC only if every reporting party
-        succeeded (and, in malicious mode, verified) and all agree."""
+        """Read the finalize replies: accept only if every reporting party accepted (and,
+        in malicious mode, verified) the result and the shared AUC values agree."""
         results: dict[str, dict[str, Any]] = {}
         for n in included:
-            if n not in finals:
+            if n in finals.ok:
+                meta = finals.ok[n][1]
+                entry: dict[str, Any] = {"ok": True, "verified": meta.get("verified") is True,
+                                         "shared": meta.get("shared") is True}
+                auc = meta.get("auc")
+                if isinstance(auc, float):
+                    entry["auc"] = auc
+                results[self.names[n]] = entry
+            elif n in finals.refused:
+                results[self.names[n]] = {"ok": False, "check": finals.refused[n]}
+            else:
                 self.doc["parties"]["unreported"].append(self.names[n])
-                continue
-            results[self.names[n]] = get_meta(finals[n])
         self.doc["party_results"] = results
         if not results:
             raise RunFailed("no party reported the outcome of finalize")
-        bad = {k: f"{v.get('error-type')}: {v.get('error')}" for k, v in results.items()
-               if not v.get("ok")}
+        bad = {k: v["check"] for k, v in results.items() if not v["ok"]}
         if bad:
             raise RunFailed(f"parties rejected the result: {bad}")
         aucs = [float(v["auc"]) for v in results.values() if "auc" in v]
         if aucs and max(aucs) - min(aucs) > agreement:
-            raise RunFailed(f"parties decrypted different AUC values: {aucs}")
-        self.doc["verified"] = verified_mode and all(v.get("verified") for v in
-                                                     results.values())
+            raise RunFailed(f"parties report different AUC values: {aucs}")
+        self.doc["verified"] = verified_mode and all(v["verified"] for v in results.values())
+        self.doc["auc_shared_by"] = sorted(k for k, v in results.items() if "auc" in v)
         if aucs:
             self.doc["auc"] = aucs[0]
         self.doc["status"] = "done"
@@ -434,8 +617,8 @@ def main(grid: Grid, context: Context) -> None:
     try:
         run.run()
         logger.info("fedsec: %s FHAUC done: auc=%s verified=%s included=%s left out=%s",
-                    opts.security, run.doc.get("auc"), run.doc["verified"],
-                    run.doc["parties"]["included"],
+                    opts.security, run.doc.get("auc", "(kept by the parties)"),
+                    run.doc["verified"], run.doc["parties"]["included"],
                     [e["party"] for e in run.doc["parties"]["left_out"]])
     except Exception as err:
         run.doc.update(status="failed", error=f"{type(err).__name__}: {err}")
