@@ -21,9 +21,9 @@ from fedsec.auc.fhauc import (
     FHAUCParty,
     secure_auc,
 )
-from fedsec.crypto.keysetup import run_key_setup
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
+from fedsec.crypto.keysetup import run_key_setup
 from fedsec.errors import ProtocolError, UndefinedMetricError
 from fedsec.metrics import trapezoid_auc
 
