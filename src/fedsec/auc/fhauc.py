@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -57,7 +58,7 @@ from fedsec._validation import check_int, check_labels_scores
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
-from fedsec.crypto.params import DEFAULT_PRESET, get_preset
+from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams, get_preset
 from fedsec.errors import ProtocolError, UndefinedMetricError
 from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
 
@@ -71,9 +72,14 @@ __all__ = [
 ]
 
 Masking = Literal["single", "pair"]
-MASK_BITS = 14  # random bits of each multiplicative mask (dyadic, so encoding is exact)
-CONST_SCALE = 2.0 ** 16  # encoding scale of the masks; budgeted in the preset's modulus
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
+# Relative jitter between the masks of the two values a party divides (numerator and
+# denominator channel): the AUC is announced to about this precision, not to CKKS's. On the
+# default chain (masks encoded at a 35-bit prime) it spans about two encoding steps.
+MASK_JITTER = 2.0 ** -34
+# The masked result is computed at 4x its value (the slot sums carry a factor 4) and the
+# factor is removed exactly by declaring the ciphertext's scale 4x larger.
+OUTPUT_SCALE_FACTOR = 4.0
 
 
 class BoundConfig:
@@ -110,7 +116,7 @@ class FHAUCConfig(BoundConfig):
     decision_points : tuple of float
         Decreasing thresholds (see :func:`fedsec.metrics.as_decision_points`).
     preset : str
-        CKKS preset; ``CKKS_128_N8192_DEPTH1`` (default) fits up to 4096 points.
+        CKKS preset; ``CKKS_128_N8192_DEPTH2_S49`` (default) fits up to 4096 points.
     masking : {"single", "pair"}
         ``"single"``: parties receive ``c*num, c*denom`` (seed 000). ``"pair"``: they
         receive ``num*d + denom*c, denom*d`` and ``c/d`` (seed 001).
@@ -142,6 +148,7 @@ class FHAUCConfig(BoundConfig):
                              f"Got {masking!r} instead.")
         check_int(max_total_samples, "max_total_samples", "FHAUCConfig", min_value=1,
                   max_value=DEFAULT_MAX_TOTAL_SAMPLES)
+        check_masking_capacity(params, int(max_total_samples))
         return cls(tuple(float(x) for x in points), preset, masking,  # type: ignore[arg-type]
                    int(max_total_samples), allow_insecure)
 
@@ -233,10 +240,82 @@ def finish_auc(num: float, denom: float, ratio: float) -> float:
     return min(1.0, max(0.0, auc))
 
 
-def _dyadic_mask() -> tuple[float, int]:
-    """A random mask in [1/2, 1) with MASK_BITS random bits, from ``secrets``."""
-    k = (1 << (MASK_BITS - 1)) + secrets.randbelow(1 << (MASK_BITS - 1))
-    return k / float(1 << MASK_BITS), k
+def real_mask() -> float:
+    """A mask uniform in [1/2, 1) with a full 52-bit mantissa, from ``secrets``.
+
+    Encoding it at a prime's scale ``q`` rounds it to ``K/q`` for an integer ``K`` with
+    ``log2(q)`` bits: the mask a party faces lives on that grid (see the module docs)."""
+    return float((1 << 52) + secrets.randbits(52)) / float(1 << 53)
+
+
+def jittered(value: float, jitter: float = MASK_JITTER) -> float:
+    """``value * (1 + u)`` with ``u`` uniform in ``[-jitter, jitter]`` (from ``secrets``)."""
+    u = 2.0 * (secrets.randbits(53) / float(1 << 53)) - 1.0
+    return value * (1.0 + u * jitter)
+
+
+def masked_product(ctx: CKKSContext, ct: Any, values: complex | np.ndarray) -> Any:
+    """``ct`` times a constant or a slot vector encoded at the scale of the prime the
+    following rescale divides by, *not yet rescaled* (add such products, then
+    :func:`finish_masked`). Their scale stays that of ``ct`` after the rescale."""
+    scale = float(ctx.rescale_prime(ct))
+    if isinstance(values, np.ndarray):
+        return ctx.multiply_plaintext(ct, ctx.encode(values, scale=scale,
+                                                     parms_id=ct.parms_id()))
+    return ctx.multiply_const(ct, values, scale=scale)
+
+
+def finish_masked(ctx: CKKSContext, ct: Any) -> Any:
+    """Rescale a sum of :func:`masked_product` terms (rounding away the exact multiple of the
+    mask the decrypted polynomial would otherwise be) and divide by
+    :data:`OUTPUT_SCALE_FACTOR` through the scale."""
+    out = ctx.rescale(ct)
+    out.scale = out.scale * OUTPUT_SCALE_FACTOR
+    return out
+
+
+def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:
+    """Refuse a preset whose prime chain cannot carry FHAUC's rescaled masks.
+
+    FHAUC rescales twice (after the product, after the mask) and the last level must hold
+    every coefficient of the masked result: at most ``2 * M**2`` at the product's scale for
+    ``M`` total samples (the pre-mask sums are at most ``3 * M**2``; masks are below 1)."""
+    primes = params.primes()[:-1]
+    if len(primes) < 3:
+        raise ValueError(f"{params.name} has {len(primes)} data primes; FHAUC needs at least "
+                         "3 (two rescales and a last level)")
+    scale = 2.0 ** (2 * params.scale_bits) / primes[-1]
+    last = 1
+    for q in primes[:-2]:
+        last *= q
+    need = 2.0 * 3.0 * float(max_total_samples) ** 2 * scale
+    if math.log2(last) <= math.log2(need):
+        raise ValueError(
+            f"{params.name} cannot carry FHAUC's masked result for max_total_samples="
+            f"{max_total_samples}: its last level has {math.log2(last):.1f} bits, "
+            f"{math.log2(need):.1f} are needed; use {DEFAULT_PRESET}")
+
+
+@dataclass(frozen=True)
+class Masks:
+    """One evaluation's masks (see :meth:`FHAUCAggregator.mask`).
+
+    ``d_num`` and ``d_den`` multiply the numerator and the denominator channel, ``c`` adds
+    ``c*denom`` to the numerator (pair masking; 0 for single), ``ratio = c/d_den`` is
+    published with the result."""
+
+    d_num: float
+    d_den: float
+    c: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.c / self.d_den if self.c else 0.0
+
+    @classmethod
+    def draw(cls, masking: str) -> Masks:
+        d = real_mask()
+        return cls(jittered(d), d, real_mask() if masking == "pair" else 0.0)
 
 
 class FHAUCAggregator:
@@ -306,24 +385,26 @@ class FHAUCAggregator:
         den = ctx.multiply(a, b)                  # 4i * sigma * Pos * Neg * (-1)^j
         return num, den
 
-    def mask(self, num: Any, den: Any) -> tuple[Any, float]:
-        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too."""
+    def mask(self, num: Any, den: Any, *, masks: Masks | None = None) -> tuple[Any, float]:
+        """Step 8: ``d*denom + i*(d'*num + c*denom)`` in every slot; returns ``c/d`` too.
+
+        ``d`` and ``d'`` are real masks drawn with :func:`real_mask`, ``d' = d*(1 + u)``
+        with a :data:`MASK_JITTER` jitter; each is encoded at the scale of the prime the
+        result is then rescaled by (``c = 0`` for the single mask)."""
         ctx = self.context
-        n_pts = self.config.n_points
-        sigma = 1.0 if (n_pts - 1) % 2 == 0 else -1.0
-        d, _ = _dyadic_mask()
-        out = ctx.multiply_const(num, d / 4.0, scale=CONST_SCALE)  # i*d*num
-        # X^(n/2) evaluates to +i on even and -i on odd slots: it undoes the alternation.
-        jpat = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0) * 1j * (-d / (2.0 * sigma))
-        jpt = ctx.encode(jpat, scale=CONST_SCALE, parms_id=den.parms_id())
-        out = ctx.add(out, ctx.multiply_plaintext(den, jpt))        # + d*denom
-        ratio = 0.0
-        if self.config.masking == "pair":
-            c, _ = _dyadic_mask()
-            alt = ctx.multiply_const(den, c / (2.0 * sigma), scale=CONST_SCALE)
-            out = ctx.add(out, alt)  # + i*c*denom on even slots (slot 0 is read)
-            ratio = c / d
-        return out, ratio
+        m = masks if masks is not None else Masks.draw(self.config.masking)
+        sigma = 1.0 if (self.config.n_points - 1) % 2 == 0 else -1.0
+        alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
+        # num holds 4i*num in every slot
+        out = masked_product(ctx, num, m.d_num)
+        # den holds 4i*sigma*Pos*Neg = 2i*sigma*denom times +1 on even and -1 on odd slots;
+        # the alternating pattern below is the monomial X^(n/2) (no rounding beyond its
+        # coefficient): it undoes the alternation and moves the value to the real part.
+        out = ctx.add(out, masked_product(ctx, den, alt * 1j * (-2.0 * m.d_den / sigma)))
+        if m.c:
+            # + i*c*denom on even slots (slot 0 is what parties read)
+            out = ctx.add(out, masked_product(ctx, den, 2.0 * m.c * sigma))
+        return finish_masked(ctx, out), m.ratio
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""

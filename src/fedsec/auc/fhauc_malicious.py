@@ -58,7 +58,12 @@ from fedsec.auc.fhauc import (
     BoundConfig,
     SecureAUCResult,
     _check_party_inputs,
+    check_masking_capacity,
+    finish_masked,
+    jittered,
+    masked_product,
     prepare_federation,
+    real_mask,
     run_key_setup,
 )
 from fedsec.crypto import wire
@@ -80,8 +85,6 @@ __all__ = [
 ]
 
 RUNS = 2
-MASK_BITS = 14
-CONST_SCALE = 2.0 ** 16
 # Magnitudes of the zero-sum masks and of the random shares. Both are hidden under
 # encryption, so their size protects nothing by itself; they must (a) make any dropped,
 # duplicated or foreign contribution shift the AUC by a random, run-dependent amount far
@@ -146,11 +149,12 @@ class MaliciousConfig(BoundConfig):
         """
         points = as_decision_points(decision_points)
         n = points.size
-        get_preset(preset, allow_insecure=allow_insecure)
+        params = get_preset(preset, allow_insecure=allow_insecure)
         check_real(tolerance, "tolerance", "MaliciousConfig", gt=0.0, lt=0.5)
         check_real(min_bound_bits, "min_bound_bits", "MaliciousConfig", ge=0.0)
         check_int(max_total_samples, "max_total_samples", "MaliciousConfig", min_value=1,
                   max_value=DEFAULT_MAX_TOTAL_SAMPLES)
+        check_masking_capacity(params, int(max_total_samples))
         if splits is None:
             s = smallest_splits(n, min_bound_bits)
             if s is None:
@@ -465,9 +469,9 @@ class MaliciousAggregator:
                                 "the parties still present")
         return [[self.context.add_many(c) for c in run] for run in per_run]
 
-    def compute_run(self, chunk_sums: Sequence[Any]) -> Any:
-        """Steps 9-11 for one run: even slots ``c*(r0 num + r1 denom)``, odd ``c*r2 denom``
-        (times ``i``)."""
+    def premask(self, chunk_sums: Sequence[Any]) -> Any:
+        """Steps 9-10 for one run: even slots ``4i(r0 num + r1 denom)``, odd
+        ``4i r2 denom``."""
         ctx = self.context
         q = None
         for z in chunk_sums:
@@ -475,10 +479,23 @@ class MaliciousAggregator:
             q = sq if q is None else ctx.add(q, sq)
         assert q is not None
         q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
-        q = ctx.sum_slots(q, stride=2)            # even: 4i(r0 num + r1 denom), odd: 4i r2 den
-        k = (1 << (MASK_BITS - 1)) + secrets.randbelow(1 << (MASK_BITS - 1))
-        c = k / float(1 << MASK_BITS)
-        return ctx.multiply_const(q, c / 4.0, scale=CONST_SCALE)
+        return ctx.sum_slots(q, stride=2)
+
+    def mask(self, q: Any, *, masks: tuple[float, float] | None = None) -> Any:
+        """Step 11: multiply the even slots by ``c`` and the odd ones by ``c*(1 + u)`` (a
+        :data:`~fedsec.auc.fhauc.MASK_JITTER` jitter), encoded at the scale of the prime the
+        result is then rescaled by."""
+        ctx = self.context
+        if masks is None:
+            c = real_mask()
+            masks = (c, jittered(c))
+        vec = np.where(np.arange(ctx.slots) % 2 == 0, masks[0], masks[1])
+        return finish_masked(ctx, masked_product(ctx, q, vec))
+
+    def compute_run(self, chunk_sums: Sequence[Any]) -> Any:
+        """Steps 9-11 for one run: even slots ``c*(r0 num + r1 denom)``, odd
+        ``c'*r2 denom`` (times ``i``), with ``c' = c*(1 + u)``."""
+        return self.mask(self.premask(chunk_sums))
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         t0 = time.perf_counter()
