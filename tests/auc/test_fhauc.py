@@ -1,9 +1,12 @@
 """Semi-honest FHAUC against the plaintext trapezoid, and its protocol checks.
 
-Agreement is required to 1e-9 relative (``REL``), the issue's bar; CKKS noise on the
-insecure test preset and on the default preset is ~1e-12. An AUC of exactly 0 has no
-relative scale: there the bar is 1e-10 absolute (the pair masking subtracts ``c/d`` ~ 1
-from ``num/denom + c/d``, so its error is absolute).
+Agreement is required to 1e-9 relative (``REL``), the issue's bar. The error is absolute in
+the masked values (CKKS noise and the aggregator's 2^-32 result noise), so relative to the
+AUC it is largest for the smallest federations: ~5e-10 at denom = 2*Pos*Neg = 12, up to
+~1.3e-9 at denom = 2 (benchmarks/bench_precision.py); the fixed federations below have
+denom >= 18 and the random ones are rarely smaller. An AUC of exactly 0 has no relative
+scale: there the bar is 1e-9 absolute (the pair masking subtracts ``c/d`` ~ 1 from
+``num/denom + c/d``, so its error is absolute too).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ REL = 1e-9
 
 
 def approx(ref):
-    return pytest.approx(ref, rel=REL, abs=1e-10)
+    return pytest.approx(ref, rel=REL, abs=1e-9)
 
 
 @pytest.fixture(scope="module")
@@ -397,8 +400,8 @@ def _masked(role, response):
 
 @pytest.mark.parametrize("masking", ["single", "pair"])
 def test_masks_are_fresh_real_and_hide_the_plain_values(fed, three, masking):
-    """Masks are in [1/2, 1), fresh per aggregation, and not on the old 14-bit dyadic grid;
-    the two channels a party divides carry masks that differ by the small jitter only.
+    """Masks are in [1/2, 1), fresh per aggregation, not on the old 14-bit dyadic grid, and
+    the same on the two channels a party divides (they cancel to CKKS precision).
     (What the masks hide, attacked from what a party decrypts: test_mask_leakage.py.)"""
     data, _, _, _ = three
     cfg = FHAUCConfig.create(100, preset=TEST_PRESET, masking=masking, allow_insecure=True)
@@ -416,7 +419,7 @@ def test_masks_are_fresh_real_and_hide_the_plain_values(fed, three, masking):
         assert 0.5 - 1e-9 <= d < 1.0 + 1e-9
         assert abs(d * 2**14 - round(d * 2**14)) > 1e-6  # not a 14-bit dyadic mask
         d_num = (mnum - ratio * mden) / (ref * denom)
-        assert abs(d_num / d - 1.0) < 2e-10  # the jitter is ~2^-34; CKKS adds ~1e-11
+        assert abs(d_num / d - 1.0) < 1e-10  # one mask; pair: c/d is rounded by ~2^-36
         if masking == "single":
             assert ratio == 0.0
         else:

@@ -6,10 +6,10 @@ Parties follow the protocol and hold the CKKS secret key (the papers' setting); 
 aggregator follows the protocol too but tries to learn from what it sees. It sees only
 ciphertexts and public keys, so it learns nothing about any party's labels or scores
 (semantic security of CKKS). Parties learn the global AUC and the masked numerator and
-denominator (``c*num``, ``c*denom``) - nothing about any single party. The aggregator must
-not collude with a party: a party's secret key decrypts every submission. A *malicious*
-aggregator can change the result undetected in this mode (drop a party, rescale, replay):
-use :mod:`fedsec.auc.fhauc_malicious` when that matters.
+denominator - nothing about any single party beyond what those imply (see *What a party
+learns*). The aggregator must not collude with a party: a party's secret key decrypts every
+submission. A *malicious* aggregator can change the result undetected in this mode (drop a
+party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters.
 
 Packing (what makes it cheap)
 -----------------------------
@@ -24,19 +24,61 @@ whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms
    odd slot sums ``E, O`` of ``Z`` give ``Neg = Im(E + O)`` and ``Pos = ±Re(E - O)`` (the
    terms telescope, see :func:`fedsec.metrics.class_totals_from_terms`), and one product
    gives ``±4i*Pos*Neg`` with a sign alternating between even and odd slots;
-4. masks with exact constants and returns one ciphertext whose every slot holds
+4. masks (below) and returns one ciphertext whose every slot holds
    ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
 
-What parties see: with the single mask every slot holds ``d*denom + i*d*num``. With the
-``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while odd slots
-hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the same
-information as the paper's triple. Decrypted CKKS noise is not flooded: its low-order bits
-depend, very weakly, on intermediate values; the papers do not flood either.
-
-All constants are exactly representable (dyadic masks, a real constant, and ``X^(n/2)``,
-which SEAL's slot order evaluates to ``±i`` alternating), so CKKS adds only its own noise:
-about 1e-10 relative error on the AUC. Thousands of decision points cost the same as a
+With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while
+odd slots hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the
+same information as the paper's triple. Thousands of decision points cost the same as a
 hundred (one ciphertext up to ``N = slots``).
+
+Masks
+-----
+``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``). Each is a
+plaintext constant encoded at the scale ``S`` of the prime the result is then rescaled by
+(35 bits on the default chain ``CKKS_128_N8192_DEPTH2_S49``), so the scale is unchanged and
+the rescale *rounds*: the decrypted polynomial is not an exact multiple of the mask. (The
+earlier masks - 14 random bits, dyadic, multiplied exactly with no rescale after them - fell
+to a brute force over 8,192 values and to the gcd of the decrypted coefficients.) The mask
+a party faces is ``K/S`` for an integer ``K = round(d*S)``; both channels carry the same
+``K``, and ``c`` is a second integer ``round(2*c*S)``. Gaussian noise of standard deviation
+:data:`RESULT_NOISE_SD` = 2^-32 is added to both values. The numbers below are from
+``tests/auc/test_mask_leakage.py`` and ``benchmarks/bench_precision.py``.
+
+What a party learns
+-------------------
+* **The AUC, to its computed precision**: with one ``K`` on both channels the masks cancel
+  exactly, so what remains is CKKS noise and the result noise, both absolute in the masked
+  values. Measured relative error (20 runs each): up to 1.3e-9 for one positive and one
+  negative sample, 5e-10 at denom = 12, 1e-11 at 100 samples, 3e-14 at 10^4 and 1e-15 at
+  2^20 with the single mask (4e-11 with the pair mask, see below). At that
+  precision the AUC's continued fraction gives ``num/denom`` in lowest terms whenever the
+  reduced denominator ``b`` satisfies ``b**2 < 1 / (2 * absolute error)``: for small
+  federations (up to ~10^3 samples) that is the exact ``denom`` unless ``num`` and
+  ``denom`` share a factor; from ~10^4 samples on, only when they share a large one. That is
+  a property of announcing a precise AUC, not of the masks. (The pair mask's published
+  ``c/d`` differs from the encoded ratio by ~2^-36, which caps its AUC at that absolute
+  precision.)
+* **The magnitude of denom within a factor of 2**: ``Y = d*denom`` with ``d`` in [1/2, 1).
+* **Whatever the mask's grid adds.** A candidate ``denom'`` is consistent only if
+  ``S*Y/denom'`` (and ``S*X/num'``) is an integer up to the noise. With ``S ~ 2^35`` and
+  2^-32 noise that leaves about ``12 * S * 2^-32 * ln 2 ~ 60`` candidates per factor-2 window
+  to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
+  federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
+  the AUC itself rules nothing out): 1/1, 6/6, ~50-90/~60-100 and ~80-700/~6,000-10,000
+  candidates survive for denom = 2, 12, 200, 20,000; the earlier masks left 1 (sometimes 2).
+  In a two-party federation a party that knows its own counts keeps ~100-700 of 90,000
+  candidate (Pos, Neg) pairs for the other (12 with the earlier masks).
+* **Pair mask**: ``c`` is a second integer on the grid, and ``X - (c/d)*Y`` lets a party test
+  it as well; the pair mask does not hide more than the single mask.
+
+Why not a jitter between the two channels: on the grid it is a second integer ``K_x ~ K``,
+and ``S*X/num'`` must then be an integer on its own - measured, it cuts the surviving
+candidates 5-50x (test ``test_a_jitter_between_the_channels_would_add_a_second_grid``).
+Hiding more needs a finer grid (a second mask level: ~35 more modulus bits, i.e. ring 2^14)
+or more noise (the AUC's error grows as the noise over ``denom``). The noise is not a formal
+flooding of CKKS noise, whose low-order bits depend, very weakly, on intermediate values;
+the papers do not flood either.
 """
 
 from __future__ import annotations
@@ -57,6 +99,7 @@ from numpy.typing import ArrayLike
 from fedsec._validation import check_int, check_labels_scores
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
+from fedsec.crypto.dpnoise import gaussian_noise
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams, get_preset
 from fedsec.errors import ProtocolError, UndefinedMetricError
@@ -73,10 +116,14 @@ __all__ = [
 
 Masking = Literal["single", "pair"]
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
-# Relative jitter between the masks of the two values a party divides (numerator and
-# denominator channel): the AUC is announced to about this precision, not to CKKS's. On the
-# default chain (masks encoded at a 35-bit prime) it spans about two encoding steps.
-MASK_JITTER = 2.0 ** -34
+# Gaussian noise (standard deviation, in units of the masked values) added to each masked
+# value a party reads. A mask encoded at the prime S is K/S for an integer K; CKKS's own noise
+# on the numerator channel is ~1e-11 for small federations, far below a step of that grid
+# (value/S), which would let a party test candidate denominators for an integer K. This
+# noise, about the denominator channel's own CKKS noise for the smallest federations, spreads
+# each value over ~S * 2^-32 = 8 grid steps (default chain). Larger noise hides more and
+# costs precision (absolute AUC error ~ noise / denom).
+RESULT_NOISE_SD = 2.0 ** -32
 # The masked result is computed at 4x its value (the slot sums carry a factor 4) and the
 # factor is removed exactly by declaring the ciphertext's scale 4x larger.
 OUTPUT_SCALE_FACTOR = 4.0
@@ -248,12 +295,6 @@ def real_mask() -> float:
     return float((1 << 52) + secrets.randbits(52)) / float(1 << 53)
 
 
-def jittered(value: float, jitter: float = MASK_JITTER) -> float:
-    """``value * (1 + u)`` with ``u`` uniform in ``[-jitter, jitter]`` (from ``secrets``)."""
-    u = 2.0 * (secrets.randbits(53) / float(1 << 53)) - 1.0
-    return value * (1.0 + u * jitter)
-
-
 def masked_product(ctx: CKKSContext, ct: Any, values: complex | np.ndarray) -> Any:
     """``ct`` times a constant or a slot vector encoded at the scale of the prime the
     following rescale divides by, *not yet rescaled* (add such products, then
@@ -272,6 +313,14 @@ def finish_masked(ctx: CKKSContext, ct: Any) -> Any:
     out = ctx.rescale(ct)
     out.scale = out.scale * OUTPUT_SCALE_FACTOR
     return out
+
+
+def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], Any]) -> Any:
+    """Add :data:`RESULT_NOISE_SD` Gaussian noise (from ``secrets``) to a masked result.
+
+    ``pattern(e)`` maps two fresh noise values to the slot vector to add (the same noise
+    wherever a value is repeated, so slots stay consistent)."""
+    return ctx.add_plain(ct, pattern(gaussian_noise(2, sigma=RESULT_NOISE_SD)))
 
 
 def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:
@@ -300,8 +349,9 @@ def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:
 class Masks:
     """One evaluation's masks (see :meth:`FHAUCAggregator.mask`).
 
-    ``d_num`` and ``d_den`` multiply the numerator and the denominator channel, ``c`` adds
-    ``c*denom`` to the numerator (pair masking; 0 for single), ``ratio = c/d_den`` is
+    ``d_num`` and ``d_den`` multiply the numerator and the denominator channel (the same
+    value in an honest run; :mod:`fedsec.auc.adversary` forges with different ones), ``c``
+    adds ``c*denom`` to the numerator (pair masking; 0 for single), ``ratio = c/d_den`` is
     published with the result."""
 
     d_num: float
@@ -315,7 +365,7 @@ class Masks:
     @classmethod
     def draw(cls, masking: str) -> Masks:
         d = real_mask()
-        return cls(jittered(d), d, real_mask() if masking == "pair" else 0.0)
+        return cls(d, d, real_mask() if masking == "pair" else 0.0)
 
 
 class FHAUCAggregator:
@@ -385,26 +435,36 @@ class FHAUCAggregator:
         den = ctx.multiply(a, b)                  # 4i * sigma * Pos * Neg * (-1)^j
         return num, den
 
-    def mask(self, num: Any, den: Any, *, masks: Masks | None = None) -> tuple[Any, float]:
-        """Step 8: ``d*denom + i*(d'*num + c*denom)`` in every slot; returns ``c/d`` too.
+    def mask(self, num: Any, den: Any, *, masks: Masks | None = None,
+             noise: bool = True) -> tuple[Any, float]:
+        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too.
 
-        ``d`` and ``d'`` are real masks drawn with :func:`real_mask`, ``d' = d*(1 + u)``
-        with a :data:`MASK_JITTER` jitter; each is encoded at the scale of the prime the
-        result is then rescaled by (``c = 0`` for the single mask)."""
+        ``d`` (and ``c`` with the pair mask; ``c = 0`` for the single mask) are drawn with
+        :func:`real_mask` and encoded at the scale ``S`` of the prime the result is then
+        rescaled by. Both channels get the *same* integer ``K = round(d*S)``: with a second,
+        independent integer (a jitter between the channels) the numerator channel would
+        offer a party its own test of the grid (see the module docs). Then
+        :data:`RESULT_NOISE_SD` noise is added to both values (``noise=False`` for tests)."""
         ctx = self.context
         m = masks if masks is not None else Masks.draw(self.config.masking)
         sigma = 1.0 if (self.config.n_points - 1) % 2 == 0 else -1.0
+        scale = float(ctx.rescale_prime(num))
+        d_num = round(m.d_num * scale) / scale   # encodes to exactly K
+        d_den = round(m.d_den * scale) / scale
         alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
         # num holds 4i*num in every slot
-        out = masked_product(ctx, num, m.d_num)
+        out = masked_product(ctx, num, d_num)
         # den holds 4i*sigma*Pos*Neg = 2i*sigma*denom times +1 on even and -1 on odd slots;
-        # the alternating pattern below is the monomial X^(n/2) (no rounding beyond its
-        # coefficient): it undoes the alternation and moves the value to the real part.
-        out = ctx.add(out, masked_product(ctx, den, alt * 1j * (-2.0 * m.d_den / sigma)))
+        # the alternating pattern below is the monomial X^(n/2) with coefficient exactly 2K:
+        # it undoes the alternation and moves the value to the real part.
+        out = ctx.add(out, masked_product(ctx, den, alt * 1j * (-2.0 * d_den / sigma)))
         if m.c:
             # + i*c*denom on even slots (slot 0 is what parties read)
             out = ctx.add(out, masked_product(ctx, den, 2.0 * m.c * sigma))
-        return finish_masked(ctx, out), m.ratio
+        out = finish_masked(ctx, out)
+        if noise:
+            out = add_result_noise(ctx, out, lambda e: np.full(ctx.slots, complex(e[0], e[1])))
+        return out, m.ratio
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""

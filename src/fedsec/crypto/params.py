@@ -115,8 +115,8 @@ _PRESETS = [
         "4096 complex slots; fresh scale 2^49; one ciphertext product rescaled by a 37-bit "
         "prime (scale ~2^61), then a real plaintext multiplication encoded at the next "
         "(35-bit) prime and rescaled. The last level holds values up to 3*2^40 at scale 2^61. "
-        "Used by FHAUC (default): ~1e-10 relative precision, worst case ~1e-9 for a federation "
-        "with one positive and one negative sample.",
+        "Used by FHAUC (default): ~1e-11 relative precision on the AUC from 100 samples on, "
+        "~1e-9 at worst (one positive and one negative sample).",
     ),
     CKKSParams(
         "CKKS_128_N8192_DEPTH1", 8192, (54, 54, 50, 60), 50, 128,
