@@ -416,7 +416,7 @@ def test_grid_of_the_pair_masks(fed):
           "with the numerator channel")
     assert pair.denom in kept_pair and single.denom in kept_single
     assert len(only_y) >= 30 and len(kept_single) >= 30
-    assert len(kept_pair) >= 10
+    assert len(kept_pair) >= 5  # observed 14 to ~4,000: not singled out, but fewer
 
 
 # ---------------------------------------------------------------- (d) two parties
