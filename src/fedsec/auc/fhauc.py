@@ -51,9 +51,9 @@ What a party learns
   exactly, so what remains is CKKS noise and the result noise, both absolute in the masked
   values. Measured relative error (20 runs each): up to 1.3e-9 for one positive and one
   negative sample, 5e-10 at denom = 12, 1e-11 at 100 samples, 3e-14 at 10^4 and 1e-15 at
-  2^20 with the single mask (4e-11 with the pair mask, see below). At that
-  precision the AUC's continued fraction gives ``num/denom`` in lowest terms whenever the
-  reduced denominator ``b`` satisfies ``b**2 < 1 / (2 * absolute error)``: for small
+  2^20 with the single mask (~6e-11 with the pair mask, see below). At that precision the
+  AUC's continued fraction gives ``num/denom`` in lowest terms whenever the reduced
+  denominator ``b`` satisfies ``b**2 < 1 / (2 * absolute error)``: for small
   federations (up to ~10^3 samples) that is the exact ``denom`` unless ``num`` and
   ``denom`` share a factor; from ~10^4 samples on, only when they share a large one. That is
   a property of announcing a precise AUC, not of the masks. (The pair mask's published
@@ -65,10 +65,11 @@ What a party learns
   2^-32 noise that leaves about ``12 * S * 2^-32 * ln 2 ~ 60`` candidates per factor-2 window
   to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
   federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
-  the AUC itself rules nothing out): 1/1, 6/6, ~50-90/~60-100 and ~80-700/~6,000-10,000
-  candidates survive for denom = 2, 12, 200, 20,000; the earlier masks left 1 (sometimes 2).
-  In a two-party federation a party that knows its own counts keeps ~100-700 of 90,000
-  candidate (Pos, Neg) pairs for the other (12 with the earlier masks).
+  the AUC itself rules nothing out), over ten runs: all of 1, all of 3-6, 35-90 of 52-100
+  and 78-675 of 5,700-9,900 candidates survive for denom = 2, 12, 200, 20,000; the earlier
+  masks left 1 (2 at 20,000). In a two-party federation a party that knows its own counts
+  keeps 84-700 of 90,601 candidate (Pos, Neg) pairs for the other (12 with the earlier
+  masks).
 * **Pair mask**: ``c`` is a second integer on the grid, and ``X - (c/d)*Y`` lets a party test
   it as well; the pair mask does not hide more than the single mask.
 
