@@ -43,12 +43,13 @@ from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
+from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.synthetic import CRITEO_LIKE
 from fedsec.errors import ProtocolError
 from fedsec.metrics import confusion_counts, trapezoid_auc, trapezoid_terms
 
 PAPER_PRESET = "CKKS_128_N16384_DEPTH4"
-OURS_PRESET = "CKKS_128_N8192_DEPTH1"
+OURS_PRESET = DEFAULT_PRESET
 PARTY_SWEEP = (5, 10, 15, 50, 100)
 POINT_SWEEP = (25, 50, 100, 1000, 4096)
 # Issue 2's figures for the papers' OpenFHE implementation on this machine class (quoted,

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from fedsec.auc.adversary import ATTACKS, TamperHarness
+from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.datasets import breast_cancer_federation
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,13 +68,13 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     meta = {"federation": fed.description, "decision_points": args.decision_points,
-            "preset": "CKKS_128_N8192_DEPTH1", "tolerance": 1e-5,
+            "preset": DEFAULT_PRESET, "tolerance": 1e-5,
             "command": "python " + " ".join(sys.argv)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     lines = [f"Federation: {fed.description}; N = {args.decision_points}; default "
-             f"parameters (CKKS_128_N8192_DEPTH1, S chosen for a 2^-40 bound, tolerance "
+             f"parameters ({DEFAULT_PRESET}, S chosen for a 2^-40 bound, tolerance "
              f"1e-5). Command: `{meta['command']}`", "",
              "| attack | mode | trials | detected | accepted, AUC wrong | accepted, AUC "
              "right |", "|---|---|---:|---:|---:|---:|"]

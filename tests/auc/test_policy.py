@@ -11,7 +11,7 @@ from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto.identity import Roster
 from fedsec.errors import PolicyViolation, ProtocolError
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 
 
 def test_default_quorum_is_whole_roster_in_malicious_and_two_in_semi_honest():

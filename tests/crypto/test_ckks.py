@@ -25,6 +25,7 @@ from fedsec.crypto.params import DEFAULT_PRESET, PRESETS, CKKSParams, get_preset
 from fedsec.errors import ProtocolError
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+FHAUC_TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"  # FHAUC's chain (rescaled masks)
 SLOTS = 2048
 
 
@@ -259,6 +260,27 @@ def test_imaginary_constant(ckks, vecs):
     assert_digits(out, 0.5j * (x + 1j * y), 4)
 
 
+def test_rescaling_by_the_constants_own_prime_keeps_the_scale(ckks, vecs):
+    """A constant encoded at exactly the prime the next rescale divides by: after the
+    rescale the scale is unchanged, one level is gone, and the value is scaled."""
+    x, _ = vecs
+    ct = ckks.encrypt(x)
+    primes = ckks.level_primes(ct)
+    assert primes == ckks.params.primes()[:-1] == ckks.level_primes(ckks.top_parms_id)
+    q = ckks.rescale_prime(ct)
+    assert q == primes[-1]
+    out = ckks.rescale(ckks.multiply_const(ct, 0.7, scale=float(q)))
+    assert out.scale == ct.scale
+    assert ckks.level_primes(out) == primes[:-1]
+    assert_digits(ckks.decrypt(out).real, 0.7 * x, 8)
+    last = ckks.rescale(ckks.multiply_const(out, 1.0, scale=float(ckks.rescale_prime(out))))
+    assert len(ckks.level_primes(last)) == 1
+    with pytest.raises(ValueError, match="last level"):
+        ckks.rescale_prime(last)
+    with pytest.raises(ValueError, match="last level"):
+        ckks.rescale(last)
+
+
 # ---------------------------------------------------------------- presets
 def test_presets_state_security_and_support():
     for name, p in PRESETS.items():
@@ -270,7 +292,7 @@ def test_presets_state_security_and_support():
             limit = seal.CoeffModulus.MaxBitCount(p.poly_modulus_degree,
                                                   seal.SEC_LEVEL_TYPE.TC128)
             assert p.total_modulus_bits <= limit
-    assert DEFAULT_PRESET == "CKKS_128_N8192_DEPTH1"
+    assert DEFAULT_PRESET == "CKKS_128_N8192_DEPTH2_S49"
     paper = PRESETS["CKKS_128_N16384_DEPTH4"]
     assert (paper.poly_modulus_degree, paper.scale_bits, paper.depth) == (16384, 50, 4)
 
@@ -410,7 +432,7 @@ def test_public_bytes_of_secure_default_preset_never_contain_the_secret_key():
 def test_no_byte_the_aggregator_receives_contains_the_secret_key():
     """A whole run played by hand: hellos, the key offer, submissions."""
     names = ["a", "b", "c"]
-    cfg = FHAUCConfig.create(50, preset=TEST_PRESET, allow_insecure=True)
+    cfg = FHAUCConfig.create(50, preset=FHAUC_TEST_PRESET, allow_insecure=True)
     identities = [Identity(n) for n in names]
     roster = Roster.of(identities)
     parties = [KeySetupParty(i, roster, cfg.key_spec()) for i in identities]

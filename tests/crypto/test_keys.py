@@ -15,7 +15,7 @@ from fedsec.crypto.keys import PartyIdentity, open_sealed, public_key_bytes, sea
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec
 from fedsec.errors import ProtocolError, TamperingDetected
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 CTX = b"fedsec/test|session-1|bob"
 SECRET = b"the CKKS secret key and the shared seed" * 10
 

@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.auc.fhauc import CONST_SCALE, FHAUCAggregator
+from fedsec.auc.fhauc import (
+    FHAUCAggregator,
+    Masks,
+    finish_masked,
+    masked_product,
+    real_mask,
+)
 from fedsec.auc.fhauc_malicious import RUNS, MaliciousAggregator
 from fedsec.crypto import wire
 
@@ -74,26 +80,16 @@ def _mal_from_sums(agg: MaliciousAggregator, sums: list[list[Any]]) -> bytes:
     return _mal_answer(agg, [agg.context.serialize(agg.compute_run(r)) for r in sums])
 
 
-def _mal_premask(agg: MaliciousAggregator, run: Sequence[Any]) -> Any:
-    ctx = agg.context
-    q = None
-    for z in run:
-        sq = ctx.square(z)
-        q = sq if q is None else ctx.add(q, sq)
-    q = ctx.sub(q, ctx.conjugate(q))
-    return ctx.sum_slots(q, stride=2)
-
-
 def _mal_channel_scale(agg: MaliciousAggregator, obs: Observed, even: float,
                        odd: float) -> bytes:
-    ctx = agg.context
+    """The honest computation, but the even (numerator) or odd (denominator) channel's mask
+    multiplied by a factor."""
     sums = _mal_sums(agg, obs.submissions)
     blobs = []
     for run in sums:
-        q = _mal_premask(agg, run)
-        vec = np.where(np.arange(ctx.slots) % 2 == 0, even, odd) / 4.0
-        blobs.append(ctx.serialize(ctx.multiply_plain(q, vec, scale=CONST_SCALE,
-                                                      rescale=False)))
+        c = real_mask()
+        out = agg.mask(agg.premask(run), masks=(c * even, c * odd))
+        blobs.append(agg.context.serialize(out))
     return _mal_answer(agg, blobs)
 
 
@@ -240,22 +236,15 @@ def _sh_scaled(agg: FHAUCAggregator, obs: Observed, num_f: float, den_f: float,
     ctx = agg.context
     ratio, parties = _sh_meta(obs)
     num, den = agg.combine(_sh_sum(agg, obs.submissions))
-    sigma = 1.0 if (agg.config.n_points - 1) % 2 == 0 else -1.0
-    k = 4096 + secrets.randbelow(4096)
-    d = k / 8192.0
-    jpat = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0) * 1j * (-d / (2.0 * sigma))
+    d = real_mask()
     if swap:  # put the numerator where the denominator goes and vice versa
-        a = ctx.multiply_const(num, -1j * d / 4.0, scale=CONST_SCALE)
-        b = ctx.multiply_plaintext(den, ctx.encode(jpat * 1j, scale=CONST_SCALE,
-                                                   parms_id=den.parms_id()))
-        return _sh_answer(agg, ctx.add(a, b), 0.0 if ratio == 0.0 else ratio, parties)
-    a = ctx.multiply_const(num, d * num_f / 4.0, scale=CONST_SCALE)
-    b = ctx.multiply_plaintext(den, ctx.encode(jpat * den_f, scale=CONST_SCALE,
-                                               parms_id=den.parms_id()))
-    out = ctx.add(a, b)
-    if ratio:
-        c = ratio * d
-        out = ctx.add(out, ctx.multiply_const(den, c / (2.0 * sigma), scale=CONST_SCALE))
+        sigma = 1.0 if (agg.config.n_points - 1) % 2 == 0 else -1.0
+        alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
+        out = ctx.add(masked_product(ctx, num, -1j * d),
+                      masked_product(ctx, den, alt * (2.0 * d / sigma)))
+        return _sh_answer(agg, finish_masked(ctx, out), ratio, parties)
+    # the honest ratio stays in the metadata: the pair term is c = ratio * d
+    out, _ = agg.mask(num, den, masks=Masks(d * num_f, d * den_f, ratio * d))
     return _sh_answer(agg, out, ratio, parties)
 
 

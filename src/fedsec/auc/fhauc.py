@@ -6,10 +6,10 @@ Parties follow the protocol and hold the CKKS secret key (the papers' setting); 
 aggregator follows the protocol too but tries to learn from what it sees. It sees only
 ciphertexts and public keys, so it learns nothing about any party's labels or scores
 (semantic security of CKKS). Parties learn the global AUC and the masked numerator and
-denominator (``c*num``, ``c*denom``) - nothing about any single party. The aggregator must
-not collude with a party: a party's secret key decrypts every submission. A *malicious*
-aggregator can change the result undetected in this mode (drop a party, rescale, replay):
-use :mod:`fedsec.auc.fhauc_malicious` when that matters.
+denominator - nothing about any single party beyond what those imply (see *What a party
+learns*). The aggregator must not collude with a party: a party's secret key decrypts every
+submission. A *malicious* aggregator can change the result undetected in this mode (drop a
+party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters.
 
 Packing (what makes it cheap)
 -----------------------------
@@ -24,24 +24,67 @@ whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms
    odd slot sums ``E, O`` of ``Z`` give ``Neg = Im(E + O)`` and ``Pos = ±Re(E - O)`` (the
    terms telescope, see :func:`fedsec.metrics.class_totals_from_terms`), and one product
    gives ``±4i*Pos*Neg`` with a sign alternating between even and odd slots;
-4. masks with exact constants and returns one ciphertext whose every slot holds
+4. masks (below) and returns one ciphertext whose every slot holds
    ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
 
-What parties see: with the single mask every slot holds ``d*denom + i*d*num``. With the
-``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while odd slots
-hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the same
-information as the paper's triple. Decrypted CKKS noise is not flooded: its low-order bits
-depend, very weakly, on intermediate values; the papers do not flood either.
-
-All constants are exactly representable (dyadic masks, a real constant, and ``X^(n/2)``,
-which SEAL's slot order evaluates to ``±i`` alternating), so CKKS adds only its own noise:
-about 1e-10 relative error on the AUC. Thousands of decision points cost the same as a
+With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while
+odd slots hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the
+same information as the paper's triple. Thousands of decision points cost the same as a
 hundred (one ciphertext up to ``N = slots``).
+
+Masks
+-----
+``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``). Each is a
+plaintext constant encoded at the scale ``S`` of the prime the result is then rescaled by
+(35 bits on the default chain ``CKKS_128_N8192_DEPTH2_S49``), so the scale is unchanged and
+the rescale *rounds*: the decrypted polynomial is not an exact multiple of the mask. (The
+earlier masks - 14 random bits, dyadic, multiplied exactly with no rescale after them - fell
+to a brute force over 8,192 values and to the gcd of the decrypted coefficients.) The mask
+a party faces is ``K/S`` for an integer ``K = round(d*S)``; both channels carry the same
+``K``, and ``c`` is a second integer ``round(2*c*S)``. Gaussian noise of standard deviation
+:data:`RESULT_NOISE_SD` = 2^-32 is added to both values. The numbers below are from
+``tests/auc/test_mask_leakage.py`` and ``benchmarks/bench_precision.py``.
+
+What a party learns
+-------------------
+* **The AUC, to its computed precision**: with one ``K`` on both channels the masks cancel
+  exactly, so what remains is CKKS noise and the result noise, both absolute in the masked
+  values. Measured relative error (20 runs each): up to 1.3e-9 for one positive and one
+  negative sample, 5e-10 at denom = 12, 1e-11 at 100 samples, 3e-14 at 10^4 and 1e-15 at
+  2^20 with the single mask (~6e-11 with the pair mask, see below). At that precision the
+  AUC's continued fraction gives ``num/denom`` in lowest terms whenever the reduced
+  denominator ``b`` satisfies ``b**2 < 1 / (2 * absolute error)``: for small
+  federations (up to ~10^3 samples) that is the exact ``denom`` unless ``num`` and
+  ``denom`` share a factor; from ~10^4 samples on, only when they share a large one. That is
+  a property of announcing a precise AUC, not of the masks. (The pair mask's published
+  ``c/d`` differs from the encoded ratio by ~2^-36, which caps its AUC at that absolute
+  precision.)
+* **The magnitude of denom within a factor of 2**: ``Y = d*denom`` with ``d`` in [1/2, 1).
+* **Whatever the mask's grid adds.** A candidate ``denom'`` is consistent only if
+  ``S*Y/denom'`` (and ``S*X/num'``) is an integer up to the noise. With ``S ~ 2^35`` and
+  2^-32 noise that leaves about ``12 * S * 2^-32 * ln 2 ~ 60`` candidates per factor-2 window
+  to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
+  federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
+  the AUC itself rules nothing out), over ten runs: all of 1, all of 3-6, 35-90 of 52-100
+  and 78-675 of 5,700-9,900 candidates survive for denom = 2, 12, 200, 20,000; the earlier
+  masks left 1 (2 at 20,000). In a two-party federation a party that knows its own counts
+  keeps 84-700 of 90,601 candidate (Pos, Neg) pairs for the other (12 with the earlier
+  masks).
+* **Pair mask**: ``c`` is a second integer on the grid, and ``X - (c/d)*Y`` lets a party test
+  it as well; the pair mask does not hide more than the single mask.
+
+Why not a jitter between the two channels: on the grid it is a second integer ``K_x ~ K``,
+and ``S*X/num'`` must then be an integer on its own - measured without the result noise, a
+2^-34 jitter cut the surviving candidates 3-4x at denom = 20,000 and 18-125x at 2,000,000
+(test ``test_a_jitter_between_the_channels_would_add_a_second_grid``).
+Hiding more needs a finer grid (a second mask level: ~35 more modulus bits, i.e. ring 2^14)
+or more noise (the AUC's error grows as the noise over ``denom``). The noise is not a formal
+flooding of CKKS noise, whose low-order bits depend, very weakly, on intermediate values;
+the papers do not flood either.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +103,13 @@ from fedsec.auc.common import (
     finish_auc,
     local_federation,
     prepare_federation,
+)
+from fedsec.auc.masking import (
+    Masks,
+    add_result_noise,
+    check_masking_capacity,
+    finish_masked,
+    masked_product,
 )
 from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto import wire
@@ -80,8 +130,8 @@ __all__ = [
 ]
 
 Masking = Literal["single", "pair"]
-MASK_BITS = 14  # random bits of each multiplicative mask (dyadic, so encoding is exact)
-CONST_SCALE = 2.0 ** 16  # encoding scale of the masks; budgeted in the preset's modulus
+
+
 
 
 @dataclass(frozen=True)
@@ -93,7 +143,7 @@ class FHAUCConfig(BoundConfig):
     decision_points : tuple of float
         Decreasing thresholds (see :func:`fedsec.metrics.as_decision_points`).
     preset : str
-        CKKS preset; ``CKKS_128_N8192_DEPTH1`` (default) fits up to 4096 points.
+        CKKS preset; ``CKKS_128_N8192_DEPTH2_S49`` (default) fits up to 4096 points.
     masking : {"single", "pair"}
         ``"single"``: parties receive ``c*num, c*denom`` (seed 000). ``"pair"``: they
         receive ``num*d + denom*c, denom*d`` and ``c/d`` (seed 001).
@@ -125,6 +175,7 @@ class FHAUCConfig(BoundConfig):
                              f"Got {masking!r} instead.")
         check_int(max_total_samples, "max_total_samples", "FHAUCConfig", min_value=1,
                   max_value=DEFAULT_MAX_TOTAL_SAMPLES)
+        check_masking_capacity(params, int(max_total_samples))
         return cls(tuple(float(x) for x in points), preset, masking,  # type: ignore[arg-type]
                    int(max_total_samples), allow_insecure)
 
@@ -241,12 +292,6 @@ def _check_uniform_slots(z: np.ndarray, *, single: bool) -> None:
                             "slot-consistency)")
 
 
-def _dyadic_mask() -> tuple[float, int]:
-    """A random mask in [1/2, 1) with MASK_BITS random bits, from ``secrets``."""
-    k = (1 << (MASK_BITS - 1)) + secrets.randbelow(1 << (MASK_BITS - 1))
-    return k / float(1 << MASK_BITS), k
-
-
 class FHAUCAggregator:
     """The aggregator (seed 000 steps 5-8), computing on ciphertexts only.
 
@@ -314,24 +359,36 @@ class FHAUCAggregator:
         den = ctx.multiply(a, b)                  # 4i * sigma * Pos * Neg * (-1)^j
         return num, den
 
-    def mask(self, num: Any, den: Any) -> tuple[Any, float]:
-        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too."""
+    def mask(self, num: Any, den: Any, *, masks: Masks | None = None,
+             noise: bool = True) -> tuple[Any, float]:
+        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too.
+
+        ``d`` (and ``c`` with the pair mask; ``c = 0`` for the single mask) are drawn with
+        :func:`real_mask` and encoded at the scale ``S`` of the prime the result is then
+        rescaled by. Both channels get the *same* integer ``K = round(d*S)``: with a second,
+        independent integer (a jitter between the channels) the numerator channel would
+        offer a party its own test of the grid (see the module docs). Then
+        :data:`RESULT_NOISE_SD` noise is added to both values (``noise=False`` for tests)."""
         ctx = self.context
-        n_pts = self.config.n_points
-        sigma = 1.0 if (n_pts - 1) % 2 == 0 else -1.0
-        d, _ = _dyadic_mask()
-        out = ctx.multiply_const(num, d / 4.0, scale=CONST_SCALE)  # i*d*num
-        # X^(n/2) evaluates to +i on even and -i on odd slots: it undoes the alternation.
-        jpat = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0) * 1j * (-d / (2.0 * sigma))
-        jpt = ctx.encode(jpat, scale=CONST_SCALE, parms_id=den.parms_id())
-        out = ctx.add(out, ctx.multiply_plaintext(den, jpt))        # + d*denom
-        ratio = 0.0
-        if self.config.masking == "pair":
-            c, _ = _dyadic_mask()
-            alt = ctx.multiply_const(den, c / (2.0 * sigma), scale=CONST_SCALE)
-            out = ctx.add(out, alt)  # + i*c*denom on even slots (slot 0 is read)
-            ratio = c / d
-        return out, ratio
+        m = masks if masks is not None else Masks.draw(self.config.masking)
+        sigma = 1.0 if (self.config.n_points - 1) % 2 == 0 else -1.0
+        scale = float(ctx.rescale_prime(num))
+        d_num = round(m.d_num * scale) / scale   # encodes to exactly K
+        d_den = round(m.d_den * scale) / scale
+        alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
+        # num holds 4i*num in every slot
+        out = masked_product(ctx, num, d_num)
+        # den holds 4i*sigma*Pos*Neg = 2i*sigma*denom times +1 on even and -1 on odd slots;
+        # the alternating pattern below is the monomial X^(n/2) with coefficient exactly 2K:
+        # it undoes the alternation and moves the value to the real part.
+        out = ctx.add(out, masked_product(ctx, den, alt * 1j * (-2.0 * d_den / sigma)))
+        if m.c:
+            # + i*c*denom on even slots (slot 0 is what parties read)
+            out = ctx.add(out, masked_product(ctx, den, 2.0 * m.c * sigma))
+        out = finish_masked(ctx, out)
+        if noise:
+            out = add_result_noise(ctx, out, lambda e: np.full(ctx.slots, complex(e[0], e[1])))
+        return out, m.ratio
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""

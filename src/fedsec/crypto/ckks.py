@@ -248,6 +248,24 @@ class CKKSContext:
         """Remaining data primes of a ciphertext minus one (0 means no rescale left)."""
         return int(self._ctx.get_context_data(ct.parms_id()).chain_index())
 
+    def level_primes(self, ct_or_parms_id: Any) -> tuple[int, ...]:
+        """The data primes of a ciphertext's level (or of a ``parms_id``), in chain order:
+        :meth:`rescale` divides by the last one."""
+        pid = ct_or_parms_id.parms_id() if hasattr(ct_or_parms_id, "parms_id") \
+            else ct_or_parms_id
+        data = self._ctx.get_context_data(pid)
+        if data is None:
+            raise ValueError("parameters id does not belong to this context")
+        return tuple(int(m.value()) for m in data.parms().coeff_modulus())
+
+    def rescale_prime(self, ct: Ciphertext) -> int:
+        """The prime the next :meth:`rescale` of ``ct`` divides by. A plaintext encoded at
+        exactly this scale, multiplied and rescaled, leaves the ciphertext's scale unchanged."""
+        primes = self.level_primes(ct)
+        if len(primes) < 2:
+            raise ValueError("the ciphertext is at the last level; it cannot be rescaled")
+        return primes[-1]
+
     # ------------------------------------------------------------------ encoding
     def _vector(self, values: ArrayLike) -> list[complex] | list[float]:
         arr = np.asarray(values)
@@ -415,6 +433,13 @@ class CKKSContext:
     def multiply_plaintext(self, a: Ciphertext, pt: Any) -> Ciphertext:
         out = seal.Ciphertext()
         self._evaluator.multiply_plain(a, pt, out)
+        return out
+
+    def rescale(self, a: Ciphertext) -> Ciphertext:
+        """Divide by the last prime of ``a``'s level and round (drops one level)."""
+        self.rescale_prime(a)
+        out = seal.Ciphertext()
+        self._evaluator.rescale_to_next(a, out)
         return out
 
     def add_plain(self, a: Ciphertext, values: ArrayLike) -> Ciphertext:
