@@ -6,7 +6,7 @@ modes so machine noise hits both alike; medians are reported.
 
 Usage::
 
-    python benchmarks/bench_malicious.py --parties 100 --decision-points 100 --splits 4 --reps 5
+    python benchmarks/bench_malicious.py --parties 100 --decision-points 100 --reps 5
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def main() -> int:
     ap.add_argument("--parties", type=int, default=100)
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--decision-points", type=int, default=100)
-    ap.add_argument("--splits", type=int, default=4)
+    ap.add_argument("--splits", type=int, default=None,
+                    help="malicious shares per entry (default: smallest meeting the bound)")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     fed = synthetic_federation(args.parties, args.samples, auc=0.75, seed=1)
@@ -34,11 +35,14 @@ def main() -> int:
     up: dict[str, int] = {}
     down: dict[str, int] = {}
     aucs: dict[str, float] = {}
+    extra: dict[str, object] = {}
     for rep in range(args.reps):
         for mode in ("semi-honest", "malicious"):
-            kw = {"splits": args.splits} if mode == "malicious" else {}
+            kw: dict[str, object] = {"splits": args.splits} if mode == "malicious" else {}
             res = secure_auc(pairs, decision_points=args.decision_points, security=mode, **kw)
             times[mode].append(res.aggregator_seconds)
+            if mode == "malicious":
+                extra = res.extra
             up[mode], down[mode], aucs[mode] = (res.bytes_up_per_party,
                                                 res.bytes_down_per_party, res.auc)
             print(f"rep {rep + 1}/{args.reps} {mode:<11} aggregator "
@@ -47,6 +51,8 @@ def main() -> int:
     out = {
         "parties": args.parties, "samples": args.samples,
         "decision_points": args.decision_points, "splits": args.splits, "reps": args.reps,
+        "runs": extra.get("runs"), "splits_used": extra.get("splits"),
+        "cheat_bound_bits": extra.get("cheat_bound_bits"),
         "aggregator_seconds_median": med, "aggregator_seconds_all": times,
         "bytes_up_per_party": up, "bytes_down_per_party": down, "auc": aucs,
         "time_ratio": med["malicious"] / med["semi-honest"],

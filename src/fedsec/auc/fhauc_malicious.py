@@ -10,46 +10,60 @@ not collude with a party. Parties either obtain the correct AUC or a
 verification never returns a number. (A malicious aggregator can always refuse to answer;
 that is denial of service, not a wrong result.)
 
-Protocol (two independent runs, each with fresh shared randomness)
-------------------------------------------------------------------
-Set-up per run, derived from the shared seed and every party's fresh nonce (so the
-aggregator cannot force the randomness of an earlier evaluation): multipliers
-``r3..r8``; zero-sum masks ``tr, fr`` (one row per party, the last row minus the sum of the
-others); random bits ``b``; a permutation ``pi`` of the ``S*(N+1)`` share positions.
+Trust
+-----
+Keys come from the signed, transcript-bound key set-up (:mod:`fedsec.crypto.keysetup`).
+Each party signs a commit (its fresh nonce, the session, the configuration); the start
+message relays the signed commits and every party checks that the participants are
+exactly roster members who signed, that it is one of them, and that they reach its
+quorum (:class:`~fedsec.auc.policy.PartyPolicy`; default: the whole roster). The
+configuration is checked against the party's policy too (tolerance ceiling, minimum
+cheating bound with every term, decision points, preset).
+
+Protocol (``R`` independent runs, default 8, packed into the same ciphertext)
+----------------------------------------------------------------------------
+Set-up per run, derived from the shared seed and every committed nonce (so the aggregator
+cannot force the randomness of an earlier evaluation): multipliers ``r3..r8``; zero-sum
+masks ``tr, fr`` (one row per party, the last row minus the sum of the others); random
+bits ``b``; a permutation ``pi`` of the ``S*(N+1)`` share positions.
 
 Each party masks its trapezoid terms (``N`` terms with the origin, plus the totals entry
 ``r5*(Pos+tr), r6*(Neg+fr)``) and the denominator pair ``DT = r7*(Pos+tr)``,
 ``DF = r8*(Neg+fr)``; splits every entry into ``S`` additive shares of ``T`` or of ``F``
-according to ``b`` (the other factor is repeated), permutes the ``S*(N+1)`` positions by
-``pi`` and packs position ``i`` as ``T + iF`` into even slot ``2i`` (continuing in further
-ciphertexts when the slots run out) and ``DT + i*DF`` into slot 1. The aggregator sums the
-parties, squares (``Im(z**2) = 2*T*F``), keeps ``4i*T*F``, and sums the even and the odd
-slots separately: even slots then hold ``r0*num + r1*denom``, odd slots ``r2*denom``
-(``r0 = r3*r4``, ``r1 = r5*r6/2``, ``r2 = r7*r8/2``), which it masks with its own ``c``
-(one real mask per run, encoded at the prime the result is then rescaled by, plus 2^-32
+according to ``b`` (the other factor is repeated) and permutes the ``S*(N+1)`` positions by
+``pi``. Run ``k`` occupies slot class ``2k`` (positions, as ``T + iF``) and class ``2k + 1``
+(``DT + i*DF`` in its first slot) of a stride ``L = 2^ceil(log2 2R)``; more ciphertexts
+follow when ``S*(N+1)`` exceeds ``slots/L``. The aggregator sums the parties, squares
+(``Im(z**2) = 2*T*F``), keeps ``4i*T*F`` and sums each slot class (rotations by multiples of
+``L`` only): class ``2k`` then holds run ``k``'s ``r0*num + r1*denom``, class ``2k + 1`` its
+``r2*denom`` (``r0 = r3*r4``, ``r1 = r5*r6/2``, ``r2 = r7*r8/2``). It masks everything with
+one real mask ``c`` (encoded at the prime the result is then rescaled by, plus 2^-32
 Gaussian result noise: :mod:`fedsec.auc.fhauc` explains both). Parties recover
-``AUC = (X/Y - r1/r2) * r2/r0`` for each run and accept only if both runs agree within the
-tolerance (five decimal places by default, seed 000 Sec. VI-D), each lies in [0, 1], and
-every slot of each answer is consistent.
+``AUC = (X/Y - r1/r2) * r2/r0`` for each run and accept only if all runs agree within the
+tolerance, each lies in [0, 1], the runs' ``Y/r2`` agree (one mask), unused slot classes
+are empty and every slot of each class is consistent.
 
 What parties see: per run ``X = c*(r0*num + r1*denom)`` and ``Y = c*r2*denom`` (times ``i``,
-in every even and odd slot). They know ``r0, r1, r2``, so this is ``c*num`` and ``c*denom``
-- the semi-honest single mask's information, twice with independent ``c``: the AUC to its
-computed precision, the magnitude of denom within a factor of 2, and what the grid of the
-masks ``K/S`` adds (see *What a party learns* in :mod:`fedsec.auc.fhauc`; the two runs give
-two independent grid tests, and the noise here is larger: CKKS noise grows with the 2^12
-zero-sum masks). Measured (``benchmarks/bench_precision.py``, default preset, 20 runs): the
-two runs disagree by at most 6e-9 for one positive and one negative sample, 8e-10 for five
-samples, 2e-12 from 100 samples on; each run's AUC is within 1.2e-8 relative of the
-plaintext trapezoid.
+in every slot of the run's classes). They know ``r0, r1, r2``, so this is ``c*num`` and
+``c*denom`` - the semi-honest single mask's information, with one ``c`` for all runs: the
+AUC to its computed precision, the magnitude of denom within a factor of 2, and what the
+grid of the mask ``K/S`` adds (see *What a party learns* in :mod:`fedsec.auc.fhauc`; the
+runs give independent grid tests through their different ``r``'s, and CKKS noise is larger
+here: it grows with the 2^12 zero-sum masks). Each run's AUC is within 1.2e-8 relative of
+the plaintext trapezoid at worst (``benchmarks/bench_precision.py``).
 
-Cheating bound (seed 000 Sec. VI-C): an aggregator must locate the ``S`` shares of an entry
-among the ``S*(N+1)`` positions in both runs, ``(S!(SN'-S)!/(SN')!)**2`` with ``N' = N+1``.
-The multiplier-guessing term is ``2**-(6*52)`` for our six 52-bit random multipliers per
-run. Because the runs are compared within a tolerance rather than exactly, a blind shift of
-the AUC that is proportional to the secret multipliers passes with probability about the
-tolerance itself (``tolerance_bound_bits``); tighten ``tolerance`` (the runs agree to ~1e-8
-at worst, see above) to strengthen it.
+Cheating bound (seed 000 Sec. VI-C, extended): the weakest of three terms, each in bits
+(:meth:`MaliciousConfig.cheat_bound_bits`; configurations below ``min_bound_bits``,
+default 40, are refused). *Positions*: an aggregator must locate the ``S`` shares of an
+entry among the ``S*(N+1)`` positions in every run, ``C(S(N+1), S)**-R``. *Multipliers*:
+guessing the 52-bit secret multipliers. *Blind shift*: adding ``beta_k`` times the
+denominator class to the numerator class of run ``k`` needs no secret and shifts that run's
+AUC by ``beta_k*r2/r0``, with the run's secret ratio in [1/8, 2] (density below 2.5); all
+runs agree only if each lands within the tolerance of the first, so a shift of at least
+``SHIFT_RESOLUTION`` (1e-4) passes with probability at most
+``(10*tol/(1e-4 - tol))**(R-1)``: 2^-46.5 at the defaults (tolerance 1e-7, 8 runs).
+Measured honest gaps between runs: 6e-9 at worst (one sample of each class), ~1e-12 from
+100 samples on (``benchmarks/bench_precision.py``).
 """
 
 from __future__ import annotations
