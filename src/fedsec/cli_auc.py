@@ -180,8 +180,9 @@ def register(sub: Any) -> None:
                         "S meeting the cheating bound)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="malicious mode: how closely the runs must agree (default 1e-7; "
-                        "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a looser tolerance weakens the "
-                        "cheating bound and is refused below --min-bound-bits)")
+                        "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a "
+                        "looser tolerance weakens the cheating bound and is refused below "
+                        "--min-bound-bits)")
     p.add_argument("--runs", type=int, default=None,
                    help="malicious mode: independent executions that must agree (2..8, "
                         "default 8; packed into the same ciphertext)")
