@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +114,8 @@ class TrainingRecord:
         try:
             with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as npz:
                 files = {name: npz[name] for name in npz.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, NotImplementedError,
+                RuntimeError, struct.error, zlib.error) as exc:
             raise ProtocolError(f"Training record is not a valid archive: {exc}") from None
         try:
             header = json.loads(bytes(files.pop("header")).decode())
