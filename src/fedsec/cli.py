@@ -23,6 +23,7 @@ __all__ = ["main", "build_parser"]
 COMMAND_MODULES: tuple[str, ...] = (
     "fedsec.cli_auc",
     "fedsec.cli_dpauc",
+    "fedsec.cli_shapley",
 )
 
 

