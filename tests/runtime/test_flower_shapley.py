@@ -1,11 +1,12 @@
 """RecordingFedAvg on Flower 1.41: Flower training yields the in-process FSV exactly.
 
 The default test drives the real strategy and ClientApp over a loopback grid (seconds).
-The simulation test (marked ``slow``: ~50-80 s on a busy 2-core machine, mostly Ray
+The simulation test (marked ``slow``: 50-140 s on a busy 2-core machine, mostly Ray
 start-up and a fresh ClientApp per message; run with ``-m slow``) starts a
-``--simulation`` SuperLink (Ray) with the harness in ``conftest.py``, submits ``examples/shapley-flower`` with ``flwr run`` and reads the JSON
-the ServerApp writes; the in-process reference trains the same task with
-:func:`fedsec.learning.fedavg.run_fedavg` on the same seeds.
+``--simulation`` SuperLink (Ray) with the harness in ``conftest.py``, submits
+``examples/shapley-flower`` with ``flwr run`` and reads the JSON the ServerApp writes; the
+in-process reference trains the same task with :func:`fedsec.learning.fedavg.run_fedavg`
+on the same seeds.
 """
 
 from __future__ import annotations
