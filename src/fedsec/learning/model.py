@@ -313,13 +313,19 @@ class ModelSpec:
         return int(sum(int(np.prod(s)) for s in self._shapes))
 
     def init_params(self, rng: np.random.Generator) -> Params:
-        """PyTorch-style initialisation ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, float32,
+        """PyTorch-style initialisation ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (He-uniform
+        ``U(-sqrt(6/fan_in), sqrt(6/fan_in))`` for the weights of ReLU layers), float32,
         from a seeded generator (so that runs are reproducible without torch's global RNG).
         """
         out: Params = []
         for layer in self.layers:
             bound = 1.0 / np.sqrt(layer.fan_in())
-            for shape in layer.param_shapes():
+            for j, shape in enumerate(layer.param_shapes()):
+                if layer.activation == "relu" and j == 0:  # He init keeps deep ReLU nets
+                    bound = np.sqrt(6.0 / layer.fan_in())    # trainable (depth experiment)
+                    out.append(rng.uniform(-bound, bound, size=shape).astype(np.float32))
+                    bound = 1.0 / np.sqrt(layer.fan_in())
+                    continue
                 out.append(rng.uniform(-bound, bound, size=shape).astype(np.float32))
         return out
 

@@ -157,7 +157,7 @@ _TRAINING: dict[str, LocalTraining] = {
     "mnist": LocalTraining(epochs=1, batch_size=32, lr=0.02, grad_clip=5.0),
     "digits": LocalTraining(epochs=2, batch_size=16, lr=0.1, grad_clip=5.0),
     "gru": LocalTraining(epochs=1, batch_size=16, lr=0.5, grad_clip=5.0),
-    "dnn": LocalTraining(epochs=1, batch_size=32, lr=0.05, grad_clip=5.0),
+    "dnn": LocalTraining(epochs=1, batch_size=32, lr=0.05, momentum=0.9, grad_clip=5.0),
 }
 
 _DATA: dict[str, Callable[..., LabelledData]] = {
