@@ -104,6 +104,29 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+SWEEP = {"ps": (5, 10, 20, 50, 100), "gt": (30, 100, 300, 1000, 3000),
+         "ks": (10, 30, 100, 300, 1000), "gtg": (10, 20, 50, 100, 200)}
+
+
+def bench_budgets(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Error and models tested per round vs budget (SampleSkip off)."""
+    say(f"{name}: budget sweep")
+    _, fed, (rec, _) = train(name, args)
+    x, y = fed.x_test, fed.y_test
+    exact = federated_shapley(rec, x, y)
+    out: dict[str, Any] = {"task": name, "rows": []}
+    for method, budgets in SWEEP.items():
+        for budget in budgets:
+            runs = [federated_shapley(rec, x, y, estimator=method, budget=budget, seed=2000 + r)
+                    for r in range(args.repeats)]
+            out["rows"].append({
+                "method": method, "budget": budget,
+                "error_median": statistics.median(r.error_to(exact) for r in runs),
+                "models_per_round": statistics.median(r.models_tested for r in runs)
+                / rec.n_rounds})
+    return out
+
+
 def bench_depth(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for layers in range(1, args.max_layers + 1):
@@ -150,6 +173,16 @@ def markdown(doc: dict[str, Any]) -> str:
                      f"aggregated models' predictions, wrongly skipped "
                      f"{100 * s['wrongly_skipped_share']:.4f} % ({s['wrongly_skipped']} of "
                      f"{s['aggregated_model_samples']}), max Δv {s['max_delta_v']:.4f}\n")
+    for sw in doc.get("sweeps", []):
+        lines.append(f"### Estimator error vs budget: {sw['task']} (SampleSkip off)\n")
+        lines.append("| method | budget/round → error ×10⁻² (models tested per round, of "
+                     f"{2 ** doc['clients']}) |")
+        lines.append("| --- | --- |")
+        for m in SWEEP:
+            cells = [f"{r['budget']} → {100 * r['error_median']:.2f} "
+                     f"({r['models_per_round']:.1f})" for r in sw["rows"] if r["method"] == m]
+            lines.append(f"| {m.upper()} | {'; '.join(cells)} |")
+        lines.append("")
     lines.append("### SampleSkip vs depth: DNN with L layers (seed 004, Fig. 8)\n")
     lines.append("| L | final accuracy | skipped % | wrongly skipped % | wrongly skipped "
                  "(count) | max Δv | FSV error ×10⁻² |")
@@ -169,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-layers", type=int, default=10)
+    ap.add_argument("--sweep-tasks", nargs="*", default=["bank", "agnews"])
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true",
@@ -177,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.tasks, args.rounds, args.samples = ["bank", "digits"], 3, 600
+        args.sweep_tasks = ["bank"]
         args.max_layers, args.repeats = 3, 1
     t0 = time.perf_counter()
     doc: dict[str, Any] = {
@@ -185,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": args.clients, "rounds": args.rounds, "repeats": args.repeats,
         "seed": args.seed, "budgets": DEFAULT_BUDGETS,
         "tasks": [bench_task(name, args) for name in args.tasks],
+        "sweeps": [bench_budgets(name, args) for name in args.sweep_tasks],
         "depth": bench_depth(args)}
     doc["total_s"] = time.perf_counter() - t0
     md = markdown(doc)
