@@ -66,3 +66,11 @@ def test_bad_arguments_exit_2(argv: list[str], capsys) -> None:
 def test_bad_plot_name_exits_2(tmp_path: Path, capsys) -> None:
     assert main([*SMALL, "--plot", str(tmp_path / "x.txt")]) == 2
     assert "png" in capsys.readouterr().err
+
+
+def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fedsec.learning.torch_net", None)
+    assert main(SMALL) == 2
+    assert "fedsec[learning]" in capsys.readouterr().err

@@ -109,8 +109,10 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fedsec.learning.fedavg import run_fedavg
+
     try:
-        from fedsec.learning.fedavg import run_fedavg
+        import fedsec.learning.torch_net  # noqa: F401  (training needs PyTorch)
     except ModuleNotFoundError as exc:
         raise ValueError(f"fedsec shapley trains models with PyTorch, which is missing "
                          f"({exc.name}): pip install 'fedsec[learning]'") from None

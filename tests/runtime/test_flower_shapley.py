@@ -104,6 +104,25 @@ def test_recording_strategy_and_client_app_in_process(task_identity: Any, tmp_pa
     _same_rounds(TrainingRecord.from_bytes((tmp_path / "record.bin").read_bytes()), ref_record)
 
 
+def test_duplicate_client_ids_are_refused(task_identity: Any) -> None:
+    """A reply claiming another client's id never enters the record."""
+    cfg = {"task": "bank", "samples": 200, "clients": 2, "rounds": 1, "seed": 0}
+    honest = flower_shapley.build_client_app()
+
+    def liar(msg: Any, context: Any) -> Any:
+        reply = honest(msg, context)
+        if msg.metadata.message_type == "train":
+            from flwr.app import ConfigRecord
+
+            reply.content[flower_shapley.FEDSEC_KEY] = ConfigRecord(
+                {flower_shapley.CLIENT_ID: 0})
+        return reply
+
+    grid = LoopbackGrid(liar, cfg, cfg["clients"])
+    with pytest.raises(ProtocolError, match="client id 0"):
+        flower_shapley.run_server(grid, cfg)  # type: ignore[arg-type]
+
+
 def _same_rounds(a_rec: TrainingRecord, b_rec: TrainingRecord) -> None:
     assert a_rec.n_rounds == b_rec.n_rounds
     for a, b in zip(a_rec.rounds, b_rec.rounds, strict=True):
