@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedsec.cli_auc",
     "fedsec.cli_dpauc",
     "fedsec.cli_identity",
+    "fedsec.cli_shapley",
 )
 
 

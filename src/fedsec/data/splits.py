@@ -5,6 +5,8 @@
   to the same party (contiguous blocks of the score order).
 * :func:`dirichlet_label_split` -- label skew: each class is spread over the parties with
   proportions drawn from ``Dirichlet(alpha)`` (small ``alpha``: strong skew).
+* :func:`dirichlet_train_test_split` -- seed 004's federation: one Dirichlet draw per label
+  splits both the training and the test samples over the clients.
 
 All return a list of index arrays that partition ``range(n)``. Randomness here simulates data
 and may use seeded numpy generators; it protects nothing.
@@ -19,7 +21,15 @@ from numpy.typing import NDArray
 
 from fedsec._validation import check_int, check_labels_scores, check_real
 
-__all__ = ["iid_split", "score_sorted_split", "dirichlet_label_split", "apply_split"]
+__all__ = [
+    "iid_split",
+    "score_sorted_split",
+    "dirichlet_label_split",
+    "dirichlet_label_proportions",
+    "split_by_proportions",
+    "dirichlet_train_test_split",
+    "apply_split",
+]
 
 IntArray = NDArray[np.int64]
 Seed = int | np.random.Generator | None
@@ -95,3 +105,65 @@ def apply_split(
     """Materialise ``(y_true, y_score)`` per party from index arrays."""
     y, s = check_labels_scores(y_true, y_score, "apply_split")
     return [(y[i], s[i]) for i in split]
+
+
+def dirichlet_label_proportions(
+    n_classes: int, n_parties: int, *, alpha: float = 0.5, seed: Seed = None,
+) -> NDArray[np.float64]:
+    """Per-class party proportions, row ``c`` drawn from ``Dirichlet(alpha, ..., alpha)``.
+
+    Returns an ``(n_classes, n_parties)`` matrix whose rows sum to 1 (seed 004 follows
+    Yurochkin et al.: every label is allocated to the clients by its own Dirichlet draw).
+    """
+    c = check_int(n_classes, "n_classes", "dirichlet_label_proportions", min_value=1)
+    k = check_int(n_parties, "n_parties", "dirichlet_label_proportions", min_value=1)
+    a = check_real(alpha, "alpha", "dirichlet_label_proportions", gt=0.0)
+    return _rng(seed).dirichlet(np.full(k, a), size=c)
+
+
+def split_by_proportions(
+    y_true: Any, proportions: NDArray[np.float64], *, seed: Seed = None,
+) -> list[IntArray]:
+    """Split samples so that party ``j`` gets the share ``proportions[c, j]`` of class ``c``.
+
+    ``y_true`` must hold labels ``0 .. n_classes - 1``. Returns one sorted index array per
+    party (a partition of ``range(len(y_true))``).
+    """
+    y = np.asarray(y_true)
+    p = np.asarray(proportions, dtype=np.float64)
+    if y.ndim != 1 or p.ndim != 2:
+        raise ValueError("split_by_proportions needs 1-D labels and a 2-D proportion matrix.")
+    if y.size and (y.min() < 0 or y.max() >= p.shape[0]):
+        raise ValueError(f"Labels must lie in 0..{p.shape[0] - 1} for these proportions.")
+    rng = _rng(seed)
+    parts: list[list[IntArray]] = [[] for _ in range(p.shape[1])]
+    for c in range(p.shape[0]):
+        idx = rng.permutation(np.flatnonzero(y == c)).astype(np.int64)
+        cuts = np.floor(np.cumsum(p[c])[:-1] * idx.size).astype(np.int64)
+        for j, chunk in enumerate(np.split(idx, cuts)):
+            parts[j].append(chunk)
+    return [np.sort(np.concatenate(q)) if q else np.zeros(0, np.int64) for q in parts]
+
+
+def dirichlet_train_test_split(
+    y_train: Any, y_test: Any, n_parties: int, *, alpha: float = 0.5, seed: Seed = None,
+    min_train: int = 1, max_tries: int = 100,
+) -> tuple[list[IntArray], list[IntArray]]:
+    """Seed 004's non-IID federation: the same per-label Dirichlet proportions split the
+    training and the test samples over ``n_parties`` clients.
+
+    Proportions are redrawn (at most ``max_tries`` times) until every client has at least
+    ``min_train`` training samples, as is usual, since FedAvg weights clients by data size.
+    """
+    ytr, yte = np.asarray(y_train), np.asarray(y_test)
+    k = check_int(n_parties, "n_parties", "dirichlet_train_test_split", min_value=1)
+    check_int(min_train, "min_train", "dirichlet_train_test_split", min_value=0)
+    rng = _rng(seed)
+    n_classes = int(max(ytr.max(initial=0), yte.max(initial=0))) + 1
+    for _ in range(max_tries):
+        props = dirichlet_label_proportions(n_classes, k, alpha=alpha, seed=rng)
+        train = split_by_proportions(ytr, props, seed=rng)
+        if min(len(t) for t in train) >= min_train:
+            return train, split_by_proportions(yte, props, seed=rng)
+    raise ValueError(f"No Dirichlet({alpha}) split gave every one of {k} clients at least "
+                     f"{min_train} training samples in {max_tries} tries.")

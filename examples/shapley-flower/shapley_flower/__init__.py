@@ -1,0 +1,1 @@
+"""FedAvg on Flower with fedsec's recording strategy; each client's FSV at the end."""

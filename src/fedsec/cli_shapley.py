@@ -1,0 +1,252 @@
+"""``fedsec shapley``: train a task by FedAvg and value each client's contribution.
+
+Trains one of the tasks of :mod:`fedsec.learning.tasks` over ``--clients`` clients
+(Dirichlet(0.5) label split) for ``--rounds`` rounds, recording every round, then computes
+each client's Federated Shapley Value (seed 004) in the clear -- exactly, or with an
+estimator, with or without SampleSkip. When the result is not exact it also computes the
+exact FSV (unless ``--no-exact``) and reports the error ``||φ̂ − φ||_2``.
+
+Output: a table (or ``--json``) with per-client FSV, per-round SSV, the error, timings and
+SampleSkip counts; ``--plot FILE.png`` draws per-round contributions. Progress goes to
+stderr. Exit status 2 on bad input (including a missing ``learning`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsec.learning.model import accuracy
+from fedsec.learning.tasks import TASKS, make_task
+from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, ShapleyResult, federated_shapley
+
+__all__ = ["register", "plot_contributions"]
+
+
+def _int_at_least(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
+        if v < low or (high is not None and v > high):
+            bound = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
+        return v
+    return parse
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--participation must be a number; got {text!r}"
+                                         ) from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"--participation must be in (0, 1]; got {text!r}")
+    return v
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "shapley", help="train by FedAvg and compute each client's Federated Shapley Value",
+        description="Train a task by FedAvg with recorded rounds and value each client's "
+                    "contribution by the Federated Shapley Value (seed 004), exactly or with "
+                    "an estimator, with or without SampleSkip.")
+    p.add_argument("--task", choices=TASKS, default="bank",
+                   help="bank and agnews: logistic classifiers on synthetic stand-ins; "
+                        "mnist: seed 004's CNN on real MNIST; digits: small CNN; gru: "
+                        "recurrent task on digit rows; dnn: L-layer DNN (default bank)")
+    p.add_argument("--clients", type=_int_at_least("--clients", 1, 16), default=5,
+                   help="number of clients n (default 5)")
+    p.add_argument("--rounds", type=_int_at_least("--rounds", 1), default=10,
+                   help="FedAvg rounds T (default 10)")
+    p.add_argument("--participation", type=_share, default=1.0,
+                   help="share of clients in each round (default 1.0)")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="exact",
+                   help="exact, or ps (permutation sampling), gt (group testing), ks "
+                        "(KernelSHAP), gtg (GTG-Shapley) (default exact)")
+    p.add_argument("--budget", type=_int_at_least("--budget", 1), default=None,
+                   help="per-round budget: permutations (ps, gtg) or sampled coalitions "
+                        f"(gt, ks); defaults {DEFAULT_BUDGETS}")
+    p.add_argument("--sample-skip", action="store_true",
+                   help="skip test samples that two models both predict correctly "
+                        "(SampleSkip, seed 004 Alg. 6-7)")
+    p.add_argument("--audit", action="store_true",
+                   help="with --sample-skip: also count wrongly skipped samples")
+    p.add_argument("--no-exact", action="store_true",
+                   help="do not compute the exact FSV to report the estimate's error")
+    p.add_argument("--samples", type=_int_at_least("--samples", 50), default=None,
+                   help="use only this many samples of the task's data (train + test)")
+    p.add_argument("--layers", type=_int_at_least("--layers", 1, 64), default=3,
+                   help="layers L of the dnn task (default 3)")
+    p.add_argument("--alpha", type=float, default=0.5,
+                   help="Dirichlet concentration of the label split (default 0.5)")
+    p.add_argument("--seed", type=int, default=0, help="data, training and sampling seed")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                   help="draw per-round contributions (needs fedsec[plots])")
+    p.add_argument("--save-record", type=Path, default=None, metavar="FILE",
+                   help="write the training record (bytes) for later evaluation")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=_run)
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
+    return say
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fedsec.learning.fedavg import run_fedavg
+
+    try:
+        import fedsec.learning.torch_net  # noqa: F401  (training needs PyTorch)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"fedsec shapley trains models with PyTorch, which is missing "
+                         f"({exc.name}): pip install 'fedsec[learning]'") from None
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise ValueError(f"--plot must name a .png file; got {str(args.plot)!r}")
+    say = _progress(args.quiet or args.json)
+    say(f"loading task {args.task}")
+    task = make_task(args.task, n_samples=args.samples, layers=args.layers, seed=args.seed)
+    fed = task.federate(args.clients, alpha=args.alpha, seed=args.seed)
+    t0 = time.perf_counter()
+    record = run_fedavg(task, fed, rounds=args.rounds, participation=args.participation,
+                        seed=args.seed, progress=lambda m: say(f"training {m}"))
+    train_s = time.perf_counter() - t0
+    if args.save_record is not None:
+        args.save_record.write_bytes(record.to_bytes())
+    final_acc = accuracy(task.spec, record.final_params, fed.x_test, fed.y_test)
+    label = args.estimator + (" + SampleSkip" if args.sample_skip else "")
+    result = federated_shapley(record, fed.x_test, fed.y_test, estimator=args.estimator,
+                               budget=args.budget, sample_skip=args.sample_skip,
+                               audit=args.audit, seed=args.seed,
+                               progress=lambda m: say(f"{label}: {m}"))
+    exact: ShapleyResult | None = None
+    if args.estimator == "exact" and not args.sample_skip:
+        exact = result
+    elif not args.no_exact:
+        exact = federated_shapley(record, fed.x_test, fed.y_test,
+                                  progress=lambda m: say(f"exact: {m}"))
+    doc = _document(args, task.data.description, task.data.real, task.spec.description,
+                    fed, final_acc, train_s, result, exact)
+    if args.plot is not None:
+        plot_contributions(result.ssv, args.plot,
+                           title=f"{args.task}: per-round SSV ({label}), n={args.clients}")
+        doc["plot"] = str(args.plot)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_human(doc)
+    return 0
+
+
+def _document(args: argparse.Namespace, data_desc: str, real: bool, model_desc: str,
+              fed: Any, final_acc: float, train_s: float, result: ShapleyResult,
+              exact: ShapleyResult | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "task": args.task, "model": model_desc, "data": data_desc, "real_data": real,
+        "clients": args.clients, "rounds": args.rounds, "participation": args.participation,
+        "alpha": args.alpha, "seed": args.seed,
+        "train_samples": [len(c.y_train) for c in fed.clients],
+        "test_samples": [len(c.y_test) for c in fed.clients],
+        "final_accuracy": final_acc,
+        "estimator": result.estimator, "budget": result.budget,
+        "sample_skip": result.sample_skip,
+        "fsv": result.fsv.tolist(), "ssv": result.ssv.tolist(),
+        "participants": [list(p) for p in result.participants],
+        "models_tested": result.models_tested, "samples_tested": result.samples_tested,
+        "sample_skip_stats": result.skip.to_dict() if result.sample_skip else None,
+        "exact_fsv": exact.fsv.tolist() if exact is not None else None,
+        "error": result.error_to(exact) if exact is not None else None,
+        "timings": {"training_s": train_s, "evaluation_s": result.seconds,
+                    "exact_s": exact.seconds if exact is not None else None},
+    }
+    return doc
+
+
+def _print_human(doc: dict[str, Any]) -> None:
+    kind = "real" if doc["real_data"] else "synthetic stand-in"
+    print(f"task {doc['task']}: {doc['model']}; data: {doc['data']} ({kind})")
+    print(f"{doc['clients']} clients, {doc['rounds']} rounds, Dirichlet({doc['alpha']}) "
+          f"split; final model accuracy {doc['final_accuracy']:.4f}")
+    est = doc["estimator"] + (f" (budget {doc['budget']}/round)" if doc["budget"] else "")
+    print(f"estimator: {est}; SampleSkip {'on' if doc['sample_skip'] else 'off'}")
+    print()
+    has_exact = doc["exact_fsv"] is not None and (doc["estimator"] != "exact"
+                                                  or doc["sample_skip"])
+    head = f"{'client':>6} {'train':>6} {'test':>6} {'FSV':>10}"
+    print(head + (f" {'exact FSV':>10}" if has_exact else ""))
+    for i, v in enumerate(doc["fsv"]):
+        line = (f"{i + 1:>6} {doc['train_samples'][i]:>6} {doc['test_samples'][i]:>6} "
+                f"{v:>10.5f}")
+        if has_exact:
+            line += f" {doc['exact_fsv'][i]:>10.5f}"
+        print(line)
+    print(f"{'sum':>20} {sum(doc['fsv']):>10.5f}")
+    print()
+    print("per-round SSV (rows: rounds; '-' = did not take part)")
+    print("round " + " ".join(f"{'c' + str(i + 1):>8}" for i in range(doc["clients"])))
+    for t, row in enumerate(doc["ssv"]):
+        cells = [f"{v:>8.4f}" if i in doc["participants"][t] else f"{'-':>8}"
+                 for i, v in enumerate(row)]
+        print(f"{t + 1:>5} " + " ".join(cells))
+    print()
+    if doc["error"] is not None and has_exact:
+        print(f"error vs exact FSV (Euclidean): {doc['error']:.3e}")
+    tm = doc["timings"]
+    line = (f"time: training {tm['training_s']:.2f} s, evaluation {tm['evaluation_s']:.2f} s "
+            f"({doc['models_tested']} models, {doc['samples_tested']} predictions)")
+    if has_exact and tm["exact_s"] is not None:
+        line += f", exact {tm['exact_s']:.2f} s"
+    print(line)
+    st = doc["sample_skip_stats"]
+    if st is not None:
+        msg = (f"SampleSkip: skipped {100 * st['skipped_share']:.2f} % of the aggregated "
+               "models' test predictions")
+        if st["wrongly_skipped_share"] is not None:
+            msg += f"; wrongly skipped {100 * st['wrongly_skipped_share']:.4f} %"
+        print(msg)
+    if "plot" in doc:
+        print(f"plot: {doc['plot']}")
+
+
+def plot_contributions(ssv: np.ndarray, path: Path, *, title: str = "") -> None:
+    """Grouped bars of each client's SSV per round and its running FSV (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        raise ValueError("--plot needs matplotlib: pip install 'fedsec[plots]'") from None
+    t_rounds, n = ssv.shape
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    width = 0.8 / n
+    rounds = np.arange(1, t_rounds + 1)
+    for i in range(n):
+        ax1.bar(rounds - 0.4 + width * (i + 0.5), ssv[:, i], width, label=f"client {i + 1}")
+        ax2.plot(rounds, np.cumsum(ssv[:, i]), marker="o", label=f"client {i + 1}")
+    ax1.axhline(0, color="black", lw=0.6)
+    ax1.set_ylabel(r"single-round SV $\phi_i^t$")
+    ax2.set_ylabel(r"running FSV $\sum_{s \leq t} \phi_i^s$")
+    ax2.set_xlabel("round t")
+    ax2.set_xticks(rounds)
+    ax1.legend(fontsize=8, ncol=min(n, 5))
+    if title:
+        ax1.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

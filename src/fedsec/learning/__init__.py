@@ -1,0 +1,36 @@
+"""Models as linear layers plus activations, the paper's tasks, FedAvg with recorded rounds.
+
+Plaintext, no cryptography. The numpy parts -- :mod:`~fedsec.learning.model` (specs,
+layers as matrices, forward pass, aggregation), :mod:`~fedsec.learning.record` (training
+records as bytes) and :mod:`~fedsec.learning.tasks` -- import without PyTorch; training
+(:mod:`~fedsec.learning.torch_net`, :func:`~fedsec.learning.fedavg.run_fedavg`) needs the
+``learning`` extra (``pip install 'fedsec[learning]'``).
+"""
+
+from fedsec.learning.model import (
+    LayerSpec,
+    LinearLayer,
+    ModelSpec,
+    accuracy,
+    aggregate,
+    forward,
+    predict,
+)
+from fedsec.learning.record import RoundRecord, TrainingRecord
+from fedsec.learning.tasks import TASKS, Federation, Task, make_task
+
+__all__ = [
+    "TASKS",
+    "Federation",
+    "LayerSpec",
+    "LinearLayer",
+    "ModelSpec",
+    "RoundRecord",
+    "Task",
+    "TrainingRecord",
+    "accuracy",
+    "aggregate",
+    "forward",
+    "make_task",
+    "predict",
+]

@@ -1,0 +1,76 @@
+"""``fedsec shapley``: JSON and human output, plot, estimator error, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsec.cli import main
+
+pytest.importorskip("torch", reason="fedsec shapley needs fedsec[learning] (torch)")
+
+SMALL = ["shapley", "--task", "bank", "--samples", "300", "--clients", "3", "--rounds", "2"]
+
+
+def test_json_with_estimator_sample_skip_and_plot(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "ssv.png"
+    code = main([*SMALL, "--estimator", "ps", "--budget", "3", "--sample-skip", "--audit",
+                 "--json", "--plot", str(png), "--save-record", str(tmp_path / "rec.bin")])
+    out = capsys.readouterr()
+    assert code == 0
+    assert out.err == ""  # --json keeps stderr quiet
+    doc = json.loads(out.out)
+    assert doc["estimator"] == "ps" and doc["budget"] == 3 and doc["sample_skip"] is True
+    assert len(doc["fsv"]) == 3 and np.array(doc["ssv"]).shape == (2, 3)
+    np.testing.assert_allclose(np.sum(doc["ssv"], axis=0), doc["fsv"])
+    assert doc["error"] == pytest.approx(np.linalg.norm(np.subtract(doc["fsv"],
+                                                                    doc["exact_fsv"])))
+    assert doc["sample_skip_stats"]["wrongly_skipped"] == 0  # logistic: Theorem 6.3
+    assert doc["timings"]["evaluation_s"] >= 0 and doc["timings"]["exact_s"] >= 0
+    assert doc["real_data"] is False and "stand-in" in doc["data"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from fedsec.learning.record import TrainingRecord
+
+    assert TrainingRecord.from_bytes((tmp_path / "rec.bin").read_bytes()).n_rounds == 2
+
+
+def test_exact_human_output_and_progress(capsys) -> None:
+    assert main(SMALL) == 0
+    out = capsys.readouterr()
+    assert "FSV" in out.out and "per-round SSV" in out.out
+    assert "error vs exact" not in out.out  # exact: nothing to compare with
+    assert "training round 2/2" in out.err
+    assert out.err.count("exact: round 2/2") == 1  # exact is computed once
+
+
+def test_exact_with_sample_skip_reports_error(capsys) -> None:
+    assert main([*SMALL, "--sample-skip", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"] == 0.0 and doc["exact_fsv"] == doc["fsv"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--clients", "0"], ["--participation", "1.5"], ["--estimator", "tmc"],
+    ["--budget", "0"], ["--task", "cifar"],
+])
+def test_bad_arguments_exit_2(argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, *argv])
+    assert exc.value.code == 2
+
+
+def test_bad_plot_name_exits_2(tmp_path: Path, capsys) -> None:
+    assert main([*SMALL, "--plot", str(tmp_path / "x.txt")]) == 2
+    assert "png" in capsys.readouterr().err
+
+
+def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fedsec.learning.torch_net", None)
+    assert main(SMALL) == 2
+    assert "fedsec[learning]" in capsys.readouterr().err
