@@ -20,7 +20,11 @@ Key material and what may leave a party
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import re
+import struct
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -52,11 +56,74 @@ def _save(obj: Any) -> bytes:
         os.unlink(path)
 
 
+# SEAL's serialization header: magic, header size, version major and minor, compression
+# mode, reserved, total size (little endian).
+_SEAL_HEADER = struct.Struct("<HBBBBHQ")
+_SEAL_MAGIC = 0xA15E
+_COMPR_NONE, _COMPR_ZSTD = 0, 2
+_MAX_EXPANSION = 4  # CKKS keys and ciphertexts are random data: zstd saves ~5% on them
+_ZSTD_CONTENTSIZE_ERROR = (1 << 64) - 2
+
+
+@functools.cache
+def _zstd() -> Any:
+    """zstd from the SEAL build TenSEAL ships (it exports the symbols SEAL itself uses)."""
+    import _sealapi_cpp
+
+    lib = ctypes.CDLL(_sealapi_cpp.__file__)
+    lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    lib.ZSTD_isError.restype = ctypes.c_uint
+    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    return lib
+
+
+def _plain_seal_bytes(data: bytes, what: str) -> bytes:
+    """Check a SEAL object's framing and return it uncompressed, or raise ProtocolError.
+
+    SEAL 4.1 as TenSEAL 0.3.18 builds it aborts the whole process (``std::terminate``)
+    on some corrupt *compressed* input: the inflating stream buffer's destructor throws
+    while the parse error unwinds. So SEAL never inflates bytes another role chose: we
+    inflate zstd here, bounded, refuse compressed objects nested inside (their headers
+    are the only ones SEAL would parse: same magic, size and version), and hand SEAL the
+    plain members.
+    """
+    if len(data) < _SEAL_HEADER.size:
+        raise ProtocolError(f"invalid {what}: truncated SEAL header")
+    magic, hsize, major, minor, compr, _rsvd, size = _SEAL_HEADER.unpack_from(data)
+    if magic != _SEAL_MAGIC or hsize != _SEAL_HEADER.size or size != len(data):
+        raise ProtocolError(f"invalid {what}: bad SEAL header")
+    body = data[_SEAL_HEADER.size:]
+    if compr == _COMPR_ZSTD:
+        lib = _zstd()
+        limit = _MAX_EXPANSION * len(body) + (1 << 16)
+        declared = lib.ZSTD_getFrameContentSize(body, len(body))
+        if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
+            raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")
+        buf = ctypes.create_string_buffer(max(1, declared))
+        n = lib.ZSTD_decompress(buf, declared, body, len(body))
+        if lib.ZSTD_isError(n) or n != declared:
+            raise ProtocolError(f"invalid {what}: corrupt zstd data")
+        body = buf.raw[:n]
+    elif compr != _COMPR_NONE:
+        raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
+    nested = re.compile(re.escape(struct.pack("<HBBB", _SEAL_MAGIC, hsize, major, minor))
+                        + b"[\x01\x02]")
+    if nested.search(body):
+        raise ProtocolError(f"invalid {what}: compressed object nested inside")
+    return _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
+                             _SEAL_HEADER.size + len(body)) + body
+
+
 def _load(obj: Any, context: Any, data: bytes, what: str) -> Any:
+    plain = _plain_seal_bytes(bytes(data), what)
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=_TMPDIR)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fh.write(plain)
         try:
             obj.load(context, path)
         except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data

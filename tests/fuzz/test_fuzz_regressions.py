@@ -1,0 +1,121 @@
+"""One regression test per violation the decoder fuzzing found (issue 8), plus the
+earlier reports it re-checked."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fuzz_mutations import raw_ciphertext, zstd_close, zstd_open
+
+from fedsec.crypto.ckks import CKKSContext
+from fedsec.errors import ProtocolError
+
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def ctx() -> CKKSContext:
+    return CKKSContext.generate(TEST_PRESET, allow_insecure=True)
+
+
+def _misaligned_seeded_ciphertext(ctx: CKKSContext, shift: int = 5) -> bytes:
+    """A seeded (symmetric) ciphertext whose coefficients slipped by ``shift`` bytes,
+    compressed again: what a bit of zstd corruption produces."""
+    plain = zstd_open(ctx.encrypt_to_bytes([1.0]))
+    assert plain is not None
+    coeffs = 16 + 73 + 16 + 8  # header, members before the array, array header, length
+    return zstd_close(plain[:coeffs] + b"\x00" * shift + plain[coeffs:len(plain) - shift])
+
+
+# ------------------------------------------------------------ crypto/ckks.py: _load
+def test_corrupt_compressed_ciphertext_raises_instead_of_aborting(ctx: CKKSContext) -> None:
+    """SEAL (TenSEAL 0.3.18) called std::terminate on these inputs: one party's
+    submission killed the aggregator's process. Run in a child so a regression cannot
+    kill pytest."""
+    bad = [_misaligned_seeded_ciphertext(ctx, shift) for shift in (5, 13, 29)]
+    code = textwrap.dedent(f"""
+        import struct, sys
+        from fedsec.crypto.ckks import CKKSContext
+        from fedsec.errors import ProtocolError
+        ctx = CKKSContext.generate({TEST_PRESET!r}, allow_insecure=True)
+        pub = CKKSContext.from_public_bytes(ctx.public_bytes(), allow_insecure=True)
+        data = sys.stdin.buffer.read()
+        while data:
+            (n,) = struct.unpack(">I", data[:4])
+            item, data = data[4:4 + n], data[4 + n:]
+            for holder in (ctx, pub):
+                try:
+                    holder.deserialize(item)
+                except ProtocolError:
+                    print("ProtocolError", flush=True)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env,
+                         input=b"".join(struct.pack(">I", len(b)) + b for b in bad),
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")[-500:]
+    assert out.stdout.decode().split() == ["ProtocolError"] * 6
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3, 4, 6, 8, 12, 16])
+def test_misaligned_ciphertexts_raise_protocol_error(ctx: CKKSContext, shift: int) -> None:
+    with pytest.raises(ProtocolError):
+        ctx.deserialize(_misaligned_seeded_ciphertext(ctx, shift))
+
+
+def test_compressed_objects_nested_inside_are_refused(ctx: CKKSContext) -> None:
+    raw = bytearray(raw_ciphertext(ctx.encrypt([1.0]), minor=ctx.serialize(
+        ctx.encrypt([1.0]))[4]))
+    assert ctx.decrypt(ctx.deserialize(bytes(raw)))[0].real == pytest.approx(1.0)
+    for mode in (1, 2):  # zlib, zstd: the array inside the ciphertext claims compression
+        raw[16 + 73 + 5] = mode
+        with pytest.raises(ProtocolError, match="nested"):
+            ctx.deserialize(bytes(raw))
+        with pytest.raises(ProtocolError, match="nested"):
+            ctx.deserialize(zstd_close(bytes(raw)))
+
+
+def test_seal_framing_is_checked_before_seal_parses(ctx: CKKSContext) -> None:
+    good = ctx.serialize(ctx.encrypt([1.0]))
+    header = struct.Struct("<HBBBBHQ")
+    magic, hsize, major, minor, compr, rsvd, size = header.unpack_from(good)
+    cases = {
+        "zlib": header.pack(magic, hsize, major, minor, 1, rsvd, size) + good[16:],
+        "mode 3": header.pack(magic, hsize, major, minor, 3, rsvd, size) + good[16:],
+        "size": header.pack(magic, hsize, major, minor, compr, rsvd, size + 1) + good[16:],
+        "truncated": good[:-1],
+        "trailing": good + b"\x00",
+        "short": good[:15],
+    }
+    for what, data in cases.items():
+        with pytest.raises(ProtocolError):
+            ctx.deserialize(data)
+        assert what
+
+
+def test_zstd_bomb_is_refused_without_inflating(ctx: CKKSContext) -> None:
+    good = ctx.serialize(ctx.encrypt([1.0]))
+    # 32 MiB of zeros in a few kB: more than a few kB may inflate to
+    bomb = zstd_close(good[:16] + bytes(32 << 20))
+    assert len(bomb) < 1 << 16
+    with pytest.raises(ProtocolError, match="oversized"):
+        ctx.deserialize(bomb)
+
+
+def test_honest_key_material_of_every_kind_still_loads(ctx: CKKSContext) -> None:
+    full = CKKSContext.generate(TEST_PRESET, rotations=[1, 2], conjugate=True,
+                                allow_insecure=True)
+    pub = CKKSContext.from_public_bytes(full.public_bytes(), allow_insecure=True)
+    sec = CKKSContext.from_secret_bytes(full.secret_bytes(), allow_insecure=True)
+    assert pub.rotations == (1, 2) and pub.conjugate_key
+    ct = pub.rotate(pub.deserialize(sec.encrypt_to_bytes([1.0, 2.0, 3.0])), 1)
+    np.testing.assert_allclose(sec.decrypt(pub.deserialize(pub.serialize(ct))).real[:2],
+                               [2.0, 3.0], atol=1e-6)
