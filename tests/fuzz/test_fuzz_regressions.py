@@ -13,9 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fuzz_mutations import raw_ciphertext, zstd_close, zstd_open
+from fuzz_targets import (
+    World,
+    _encode_loose,
+)
 
+from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.errors import ProtocolError
+from fedsec.errors import ProtocolError, UndefinedMetricError
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
 HERE = Path(__file__).resolve().parent
@@ -119,3 +124,35 @@ def test_honest_key_material_of_every_kind_still_loads(ctx: CKKSContext) -> None
     ct = pub.rotate(pub.deserialize(sec.encrypt_to_bytes([1.0, 2.0, 3.0])), 1)
     np.testing.assert_allclose(sec.decrypt(pub.deserialize(pub.serialize(ct))).real[:2],
                                [2.0, 3.0], atol=1e-6)
+
+
+# ------------------------------------------------------------ auc/fhauc.py: finalize
+def _fh_result(world: World, **meta: object) -> bytes:
+    msg = wire.decode(world.a.fh_result)
+    return _encode_loose("fhauc/result", {**msg.meta, **meta}, list(msg.blobs))
+
+
+@pytest.mark.parametrize("ratio", [2**64, 10**300, -(10**300), float("nan"), float("inf"),
+                                   -1.0, 2.5, 1e300])
+def test_semi_honest_result_ratio_out_of_range_is_a_protocol_error(world: World,
+                                                                   ratio: float) -> None:
+    """``np.isfinite`` raised TypeError on integers beyond 64 bits."""
+    party = world.a.fh_parties[0]
+    with pytest.raises(ProtocolError, match="masking"):
+        party.finalize(_fh_result(world, ratio=ratio))
+    assert party.finalize(world.a.fh_result) == pytest.approx(world.a.fh_auc)
+
+
+def test_forged_zero_result_is_a_protocol_error_for_a_party_with_both_classes(
+        world: World) -> None:
+    """An aggregator that encrypts zeros with the public key made a party that holds
+    both classes report an undefined AUC (UndefinedMetricError): it cannot be genuine."""
+    zeros = world.a.public.encrypt_to_bytes(np.zeros(world.a.public.slots))
+    forged = _encode_loose("fhauc/result", dict(wire.decode(world.a.fh_result).meta),
+                           [zeros])
+    with pytest.raises(ProtocolError, match="denominator"):
+        world.a.fh_parties[0].finalize(forged)
+    # party c holds negatives only: for it this looks exactly like a federation without
+    # positives (semi-honest mode trusts the aggregator)
+    with pytest.raises(UndefinedMetricError):
+        world.a.fh_parties[2].finalize(forged)
