@@ -21,6 +21,7 @@ from fuzz_targets import (
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.errors import ProtocolError, UndefinedMetricError
+from fedsec.runtime.flower_client import STATE_KIND, NodeStore
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
 HERE = Path(__file__).resolve().parent
@@ -156,3 +157,17 @@ def test_forged_zero_result_is_a_protocol_error_for_a_party_with_both_classes(
     # positives (semi-honest mode trusts the aggregator)
     with pytest.raises(UndefinedMetricError):
         world.a.fh_parties[2].finalize(forged)
+
+
+# ------------------------------------------------------------ runtime: NodeStore.load
+@pytest.mark.parametrize("fields", [[[], "nonce"], ["keys", {"a": 1}], ["keys", "keys"],
+                                    [None, 1]])
+def test_node_state_with_odd_field_names_is_a_protocol_error(tmp_path: Path,
+                                                             fields: list[object]) -> None:
+    store = NodeStore(tmp_path, 1, 1)
+    store.save("hospital-a", {"keys": b"k", "nonce": b"n"})
+    assert store.load() == ("hospital-a", {"keys": b"k", "nonce": b"n"})
+    store.path.write_bytes(_encode_loose(STATE_KIND, {"name": "hospital-a",
+                                                      "fields": fields}, [b"k", b"n"]))
+    with pytest.raises(ProtocolError, match="corrupt"):
+        store.load()
