@@ -171,3 +171,58 @@ def test_node_state_with_odd_field_names_is_a_protocol_error(tmp_path: Path,
                                                       "fields": fields}, [b"k", b"n"]))
     with pytest.raises(ProtocolError, match="corrupt"):
         store.load()
+
+
+# ------------------------------------------------------------ auc/dpauc.py
+_DP_HEADER = struct.Struct(">4sBBIdd")
+
+
+def _dp(sub: bytes, *, eps: float | None = None, value: float | None = None,
+        at: int = 0) -> bytes:
+    """``sub`` with another epsilon, or with statistic ``at`` (after the points) set."""
+    magic, version, kind, n, e, d = _DP_HEADER.unpack_from(sub)
+    body = bytearray(sub[_DP_HEADER.size:])
+    if value is not None:
+        struct.pack_into(">d", body, 8 * (n + at), value)
+    return _DP_HEADER.pack(magic, version, kind, n, e if eps is None else eps, d) + body
+
+
+@pytest.fixture(scope="module")
+def dp_subs() -> dict[str, bytes]:
+    import warnings
+
+    from fedsec.auc.dpauc import DPAUCClient, RRClient
+    y, s = np.array([0, 1, 0, 1, 1, 0, 1, 0]), np.linspace(0.0, 1.0, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # RR without score noise warns (PrivacyWarning)
+        rr = RRClient(y, s, epsilon=1.0, decision_points=4).submit()
+    return {"laplace": DPAUCClient(y, s, epsilon=1.0, decision_points=4).submit(), "rr": rr}
+
+
+def test_dpauc_statistics_too_large_to_sum_are_a_protocol_error(
+        dp_subs: dict[str, bytes]) -> None:
+    """Two parties sending 1.7e308 overflowed the sum: RuntimeWarning, then a NaN AUC."""
+    from fedsec.auc.dpauc import DPAUCServer, parse_submission
+    huge = _dp(dp_subs["laplace"], value=1.7e308)
+    with pytest.raises(ProtocolError, match="too large"):
+        parse_submission(huge)
+    with pytest.raises(ProtocolError, match="too large"):
+        DPAUCServer().aggregate([huge, huge])
+    assert np.isfinite(DPAUCServer().aggregate([dp_subs["laplace"]] * 2).auc)
+
+
+def test_dpauc_rr_negative_counts_are_a_protocol_error(dp_subs: dict[str, bytes]) -> None:
+    """Negative exact counts made the noisy prior negative: ValueError from the debiasing."""
+    from fedsec.auc.dpauc import DPAUCServer
+    with pytest.raises(ProtocolError, match="negative"):
+        DPAUCServer().aggregate([_dp(dp_subs["rr"], value=-1e-307, at=4)])
+
+
+def test_dpauc_rr_epsilon_too_small_to_debias_is_undefined(dp_subs: dict[str, bytes]) -> None:
+    """epsilon = 1e-300 made the flip probability exactly 1/2: ZeroDivisionError."""
+    from fedsec.auc.dpauc import DPAUCServer, debias_rr_auc
+    for eps in (1e-300, 5e-324):
+        with pytest.raises(UndefinedMetricError):
+            DPAUCServer().aggregate([_dp(dp_subs["rr"], eps=eps)] * 2)
+        with pytest.raises(UndefinedMetricError):
+            debias_rr_auc(0.7, noisy_prior=0.4, epsilon=eps)
