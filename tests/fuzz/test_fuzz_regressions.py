@@ -3,6 +3,7 @@ earlier reports it re-checked."""
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 import subprocess
@@ -12,15 +13,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzz_mutations import raw_ciphertext, zstd_close, zstd_open
+from fuzz_mutations import parse_frame, raw_ciphertext, zstd_close, zstd_open
 from fuzz_targets import (
+    LOW_ORDER_X25519,
+    NAMES,
+    Case,
+    Forge,
+    Target,
     World,
     _encode_loose,
+    execute,
+    meta_cases,
 )
 
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.errors import ProtocolError, UndefinedMetricError
+from fedsec.crypto.keysetup import KeySetupAggregator, _hello_payload
+from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.runtime.flower_client import STATE_KIND, NodeStore
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
@@ -171,6 +180,59 @@ def test_node_state_with_odd_field_names_is_a_protocol_error(tmp_path: Path,
                                                       "fields": fields}, [b"k", b"n"]))
     with pytest.raises(ProtocolError, match="corrupt"):
         store.load()
+
+
+# ------------------------------------------------------------ earlier reports, re-checked
+@pytest.mark.parametrize("key", LOW_ORDER_X25519[:3])
+def test_low_order_x25519_hello_is_left_out_alone(world: World, key: bytes) -> None:
+    """A party that signs a hello with an all-zero (low-order) X25519 key used to break
+    every key holder; now only that hello is rejected and the others go on."""
+    forge = Forge(world)
+    for i in range(3):
+        f = parse_frame(world.a.hellos[i])
+        assert f is not None
+        f.blobs[0] = key
+        bad = forge._resign(f, "keys/hello", 2, lambda m, b: _hello_payload(  # noqa: SLF001
+            world.roster.digest(), world.spec.digest(), m["name"], b[0], b[1]),
+            world.identities[i])
+        agg = KeySetupAggregator(world.roster, world.spec)
+        hellos = list(world.a.hellos)
+        hellos[i] = bad
+        agg.request(hellos)
+        assert list(agg.rejected) == [i] and "X25519" in agg.rejected[i]
+        assert agg.names == tuple(n for k, n in enumerate(NAMES) if k != i)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("CKKSContext.from_public_bytes", {"preset": "NO_SUCH_PRESET"}),
+    ("CKKSContext.from_public_bytes", {"rotations": [float("inf")]}),
+    ("CKKSContext.from_public_bytes", {"rotations": [10**300]}),
+    ("CKKSContext.from_public_bytes", {"preset": ["unhashable"]}),
+    ("PartyKeys.from_bytes", {"names": "not-a-list"}),
+    ("PartyKeys.from_bytes", {"index": 10**300}),
+])
+def test_earlier_reports_raise_protocol_error(world: World, targets: dict[str, Target],
+                                              name: str, value: dict[str, object]) -> None:
+    valid, build, oracle = meta_cases(world)[name]
+    outcome, bad, _ = execute(targets[name], Case(build({**valid, **value}), "report",
+                                                  oracle))
+    assert bad is None and outcome in ("ProtocolError", "ok"), (outcome, bad)
+
+
+def test_one_class_party_cannot_tell_a_forged_zero_from_an_undefined_auc(
+        world: World) -> None:
+    """Reported, not fixed here: in malicious mode a party holding a single class gets
+    UndefinedMetricError, not TamperingDetected, when the aggregator answers with
+    encryptions of zero - a genuine single-class federation yields the same answer. A
+    fix needs a protocol change (a non-zero check term every party can predict)."""
+    pub = world.a.public
+    msg = wire.decode(world.a.m_result)
+    zeros = [pub.encrypt_to_bytes(np.zeros(pub.slots)) for _ in msg.blobs]
+    forged = _encode_loose("fhauc-m/result", dict(msg.meta), zeros)
+    with pytest.raises(TamperingDetected):
+        copy.copy(world.a.m_after_submit[0]).finalize(forged)   # holds both classes
+    with pytest.raises(UndefinedMetricError):
+        copy.copy(world.a.m_after_submit[2]).finalize(forged)   # negatives only
 
 
 # ------------------------------------------------------------ auc/dpauc.py
