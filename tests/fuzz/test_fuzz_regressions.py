@@ -288,3 +288,22 @@ def test_dpauc_rr_epsilon_too_small_to_debias_is_undefined(dp_subs: dict[str, by
             DPAUCServer().aggregate([_dp(dp_subs["rr"], eps=eps)] * 2)
         with pytest.raises(UndefinedMetricError):
             debias_rr_auc(0.7, noisy_prior=0.4, epsilon=eps)
+
+
+# ------------------------------------------------------------ crypto/keysetup.py: request
+def test_a_replayed_hello_does_not_displace_the_genuine_one(world: World) -> None:
+    """A sender that replays another party's hello from an earlier set-up used to win
+    (first come): the genuine hello was rejected as 'a second hello', the set-up went on
+    with a key the party no longer holds and broke at every party. Two different signed
+    hellos for one name cannot be told apart: both positions are rejected, by name."""
+    a, b = world.a, world.b
+    agg = KeySetupAggregator(world.roster, world.spec, min_parties=1)
+    with pytest.raises(ProtocolError, match="only 1 valid"):
+        agg.request([b.hellos[1], a.hellos[1], a.hellos[2]])
+    assert agg.rejected == {0: "two different hellos claim to come from 'hospital-b'",
+                            1: "two different hellos claim to come from 'hospital-b'"}
+    # an exact copy is harmless: one is kept
+    agg = KeySetupAggregator(world.roster, world.spec)
+    agg.request([a.hellos[0], a.hellos[1], a.hellos[1], a.hellos[2]])
+    assert agg.names == NAMES and agg.rejected == {2: "a copy of the hello of 'hospital-b'"}
+
