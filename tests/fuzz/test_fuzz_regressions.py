@@ -307,3 +307,24 @@ def test_a_replayed_hello_does_not_displace_the_genuine_one(world: World) -> Non
     agg.request([a.hellos[0], a.hellos[1], a.hellos[1], a.hellos[2]])
     assert agg.names == NAMES and agg.rejected == {2: "a copy of the hello of 'hospital-b'"}
 
+
+# ------------------------------------------------------------ auc/fhauc_malicious.py: start
+def test_a_replayed_commit_does_not_displace_the_genuine_one(world: World) -> None:
+    """Same as for hellos: a commit of hospital-b from an earlier evaluation (same keys
+    and configuration, another nonce) sent first made the aggregator drop b's real
+    commit; b then refused the start message and the evaluation broke at every party."""
+    a = world.a
+    earlier = copy.copy(a.m_after_commit[1])
+    earlier._nonce = b"\x01" * 16  # noqa: SLF001 - b's commit of another evaluation
+    replay = earlier.commit()
+    agg = copy.copy(a.m_agg)
+    agg.min_parties = 2
+    agg.start([replay, *a.commits])
+    assert agg.rejected == {0: "two different commits claim to come from 'hospital-b'",
+                            2: "two different commits claim to come from 'hospital-b'"}
+    assert agg.participants == [0, 2]  # a and c go on (if their quorum allows)
+    agg = copy.copy(a.m_agg)
+    start = agg.start([*a.commits, a.commits[1]])
+    assert agg.participants == [0, 1, 2] and agg.rejected == {
+        3: "a copy of the commit of 'hospital-b'"}
+    assert copy.copy(a.m_after_commit[1]).submit(start)
