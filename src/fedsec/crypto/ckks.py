@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import re
 import struct
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -81,8 +80,9 @@ def _zstd() -> Any:
     return lib
 
 
-def _plain_seal_bytes(data: bytes, what: str) -> bytes:
-    """Check a SEAL object's framing and return it uncompressed, or raise ProtocolError.
+def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
+    """Check a SEAL object's framing and return it uncompressed (header, members), or
+    raise ProtocolError.
 
     SEAL 4.1 as TenSEAL 0.3.18 builds it aborts the whole process (``std::terminate``)
     on some corrupt *compressed* input: the inflating stream buffer's destructor throws
@@ -110,20 +110,24 @@ def _plain_seal_bytes(data: bytes, what: str) -> bytes:
         body = buf.raw[:n]
     elif compr != _COMPR_NONE:
         raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
-    nested = re.compile(re.escape(struct.pack("<HBBB", _SEAL_MAGIC, hsize, major, minor))
-                        + b"[\x01\x02]")
-    if nested.search(body):
-        raise ProtocolError(f"invalid {what}: compressed object nested inside")
-    return _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
-                             _SEAL_HEADER.size + len(body)) + body
+    nested = struct.pack("<HBBB", _SEAL_MAGIC, hsize, major, minor)
+    at = body.find(nested)
+    while at >= 0:
+        if body[at + len(nested):at + len(nested) + 1] in (b"\x01", b"\x02"):  # zlib, zstd
+            raise ProtocolError(f"invalid {what}: compressed object nested inside")
+        at = body.find(nested, at + 1)
+    header = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
+                               _SEAL_HEADER.size + len(body))
+    return header, body
 
 
 def _load(obj: Any, context: Any, data: bytes, what: str) -> Any:
-    plain = _plain_seal_bytes(bytes(data), what)
+    header, body = _plain_seal_bytes(bytes(data), what)
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=_TMPDIR)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(plain)
+            fh.write(header)
+            fh.write(body)
         try:
             obj.load(context, path)
         except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
