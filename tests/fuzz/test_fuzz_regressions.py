@@ -328,3 +328,19 @@ def test_a_replayed_commit_does_not_displace_the_genuine_one(world: World) -> No
     assert agg.participants == [0, 1, 2] and agg.rejected == {
         3: "a copy of the commit of 'hospital-b'"}
     assert copy.copy(a.m_after_commit[1]).submit(start)
+
+
+def test_ciphertext_scale_that_cannot_be_decoded_is_a_protocol_error(ctx: CKKSContext) -> None:
+    """Found by the 50,000-execution run (MaliciousParty.finalize): SEAL loads a
+    ciphertext whose scale is 2^158 or more, NaN, infinite or negative, then decrypting
+    it raised ValueError('scale out of bounds')."""
+    ct = ctx.encrypt([1.0])
+    raw = bytearray(raw_ciphertext(ct, minor=ctx.serialize(ct)[4]))
+    for scale in (2.0**158, 2.0**1000, float("inf"), float("nan"), -1.0):
+        struct.pack_into("<d", raw, 16 + 57, scale)  # the ciphertext's scale member
+        for data in (bytes(raw), zstd_close(bytes(raw))):
+            with pytest.raises(ProtocolError, match="scale"):
+                ctx.deserialize(data)
+    for scale in (2.0**157, 2.0**50, 0.5):  # decodable
+        struct.pack_into("<d", raw, 16 + 57, scale)
+        assert np.isfinite(ctx.decrypt(ctx.deserialize(bytes(raw)))[0])

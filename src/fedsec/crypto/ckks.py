@@ -404,6 +404,9 @@ class CKKSContext:
         ct = _load(seal.Ciphertext(), self._ctx, bytes(data), "ciphertext")
         if ct.size() != 2:
             raise ProtocolError(f"ciphertext has {ct.size()} polynomials; expected 2")
+        bits = self._ctx.get_context_data(ct.parms_id()).total_coeff_modulus_bit_count()
+        if not 0.0 < ct.scale < 2.0 ** bits:  # SEAL loads such scales but cannot decode them
+            raise ProtocolError("ciphertext scale is out of bounds")
         if at_top and ct.parms_id() != self.top_parms_id:
             raise ProtocolError("ciphertext is not at the top modulus level")
         if scale is not None and ct.scale != scale:
