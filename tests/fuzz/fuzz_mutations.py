@@ -503,19 +503,7 @@ class Mutator:
             b[i:i] = rng.choice((b"\x00" * k, rng.randbytes(k)))
             return bytes(b[:len(data)])
         if op < 35 and b[5] == 0 and len(b) >= 113:  # uncompressed ciphertext members
-            name, at, fmt = rng.choice(_CT_FIELDS)
-            size = struct.calcsize(fmt)
-            if name == "scale":
-                b[at:at + size] = struct.pack(fmt, rng.choice(_INTERESTING_F64))
-            elif fmt == "<B":
-                b[at] = rng.choice((0, 1, 2, 3, 255))
-            elif name == "parms_id":
-                word = rng.randrange(4)
-                b[at + 8 * word:at + 8 * word + 8] = struct.pack(
-                    "<Q", rng.choice(_INTERESTING_U64 + (rng.getrandbits(64),)))
-            else:
-                b[at:at + size] = struct.pack(fmt, rng.choice(_INTERESTING_U64))
-            return bytes(b)
+            return self.ciphertext_member(bytes(b))
         if op < 50 and b[5] == 0 and len(b) >= 113:  # a coefficient
             n = (len(b) - 113) // 8
             if n:
@@ -542,6 +530,24 @@ class Mutator:
             _SEAL_HEADER.pack_into(b, 0, magic, hsize, major, minor, compr, rsvd, size)
             return bytes(b)
         return self.raw(data)
+
+    def ciphertext_member(self, data: bytes) -> bytes:
+        """Set one member of an uncompressed ciphertext to an extreme value."""
+        rng = self.rng
+        b = bytearray(data)
+        name, at, fmt = rng.choice(_CT_FIELDS)
+        size = struct.calcsize(fmt)
+        if name == "scale":
+            b[at:at + size] = struct.pack(fmt, rng.choice(_INTERESTING_F64))
+        elif fmt == "<B":
+            b[at] = rng.choice((0, 1, 2, 3, 255))
+        elif name == "parms_id":
+            word = rng.randrange(4)
+            b[at + 8 * word:at + 8 * word + 8] = struct.pack(
+                "<Q", rng.choice(_INTERESTING_U64 + (rng.getrandbits(64),)))
+        else:
+            b[at:at + size] = struct.pack(fmt, rng.choice(_INTERESTING_U64))
+        return bytes(b)
 
     # ------------------------------------------------------------------ lists of messages
     def message_list(self, items: Sequence[bytes],

@@ -43,7 +43,15 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from fuzz_mutations import Frame, Mutator, Pools, parse_frame, raw_ciphertext
+from fuzz_mutations import (
+    Frame,
+    Mutator,
+    Pools,
+    parse_frame,
+    raw_ciphertext,
+    zstd_close,
+    zstd_open,
+)
 
 from fedsec.auc.dpauc import DPAUCClient, DPAUCServer, RRClient, parse_submission
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
@@ -260,7 +268,7 @@ def build_world(seed: int = 20240601) -> World:
     holder_ctx = a.keys[0].context
     pub = a.public
     top = holder_ctx.encrypt(np.arange(8, dtype=np.float64))
-    seal_minor = holder_ctx.serialize(top)[5]
+    seal_minor = holder_ctx.serialize(top)[4]
     sub_cts = [pub.deserialize(wire.decode(x).blobs[0]) for x in a.fh_subs[:2]]
     low = pub.multiply(sub_cts[0], sub_cts[1])
     extra_ct = [pub.serialize(top), holder_ctx.encrypt_to_bytes([1.0, 2.0]),
@@ -670,17 +678,29 @@ def make_targets(world: World) -> list[Target]:
 
     holder_ctx = A.keys[0].context
 
+    fresh = [w.extra_ciphertexts[k] for k in (0, 1, 2)]  # top level, seeded, lower level
+
+    def members(m: Mutator) -> bytes:
+        """One member of a well-formed ciphertext set to an extreme, maybe re-compressed."""
+        plain = zstd_open(m.rng.choice(fresh))
+        assert plain is not None
+        out = m.ciphertext_member(plain)
+        return zstd_close(out) if m.rng.random() < 0.5 else out
+
     def deserialize(x: tuple[bytes, bool, bool]) -> Any:
-        """Load as the aggregator (public context) or as a party, which then decrypts."""
+        """Load as the aggregator (public context), which then computes, or as a party,
+        which then decrypts."""
         ctx = A.public if x[1] else holder_ctx
         ct = ctx.deserialize(x[0], at_top=x[2], scale=A.public.scale if x[2] else None)
-        return ct if x[1] else ctx.decrypt(ct)
+        return ctx.conjugate(ctx.rotate(ct, 1)) if x[1] else ctx.decrypt(ct)
 
     targets.append(Target(
         "CKKSContext.deserialize", deserialize, [
             ("outsider", 9, lambda m: (m.mutate_many(m.rng.choice(
                 w.extra_ciphertexts)), m.rng.random() < 0.5,
                 m.rng.random() < 0.5)),
+            ("members", 3, lambda m: (members(m), m.rng.random() < 0.5,
+                                      m.rng.random() < 0.5)),
             ("foreign", 1, lambda m: (m.rng.choice(pools.blobs), True, False)),
         ], weight=3.0))
 
