@@ -344,3 +344,15 @@ def test_ciphertext_scale_that_cannot_be_decoded_is_a_protocol_error(ctx: CKKSCo
     for scale in (2.0**157, 2.0**50, 0.5):  # decodable
         struct.pack_into("<d", raw, 16 + 57, scale)
         assert np.isfinite(ctx.decrypt(ctx.deserialize(bytes(raw)))[0])
+
+
+def test_ciphertext_not_in_ntt_form_is_a_protocol_error(ctx: CKKSContext) -> None:
+    """SEAL loads a CKKS ciphertext flagged as not in NTT form; squaring, rotating or
+    decrypting it then raised ValueError (the aggregator's aggregate, a party's
+    finalize)."""
+    ct = ctx.encrypt([1.0])
+    raw = bytearray(raw_ciphertext(ct, minor=ctx.serialize(ct)[4]))
+    raw[16 + 32] = 0  # is_ntt_form
+    for data in (bytes(raw), zstd_close(bytes(raw))):
+        with pytest.raises(ProtocolError, match="NTT"):
+            ctx.deserialize(data)

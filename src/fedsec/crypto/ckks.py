@@ -404,6 +404,8 @@ class CKKSContext:
         ct = _load(seal.Ciphertext(), self._ctx, bytes(data), "ciphertext")
         if ct.size() != 2:
             raise ProtocolError(f"ciphertext has {ct.size()} polynomials; expected 2")
+        if not ct.is_ntt_form():  # SEAL loads it, then every CKKS operation refuses it
+            raise ProtocolError("ciphertext is not in NTT form")
         bits = self._ctx.get_context_data(ct.parms_id()).total_coeff_modulus_bit_count()
         if not 0.0 < ct.scale < 2.0 ** bits:  # SEAL loads such scales but cannot decode them
             raise ProtocolError("ciphertext scale is out of bounds")
