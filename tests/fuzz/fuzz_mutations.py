@@ -531,6 +531,19 @@ class Mutator:
             return bytes(b)
         return self.raw(data)
 
+    def nested_ciphertext_member(self, data: bytes) -> bytes:
+        """In an uncompressed key (its ciphertexts are nested SEAL objects), set one
+        member of one nested ciphertext to an extreme value."""
+        heads = []
+        at = data.find(data[:5], 16)
+        while at >= 0 and len(heads) < 4096:
+            heads.append(at)
+            at = data.find(data[:5], at + 1)
+        if not heads:
+            return self.ciphertext_member(data)
+        at = self.rng.choice(heads)
+        return data[:at] + self.ciphertext_member(data[at:])
+
     def ciphertext_member(self, data: bytes) -> bytes:
         """Set one member of an uncompressed ciphertext to an extreme value."""
         rng = self.rng

@@ -658,10 +658,39 @@ def make_targets(world: World) -> list[Target]:
     ], weight=3.0))
 
     pubs = [w.extra_public[0], w.extra_public[1], w.extra_public[2]]
+
+    def public_context(x: tuple[bytes, bool]) -> Any:
+        """Load as the aggregator does, then use every key it holds once."""
+        ctx = CKKSContext.from_public_bytes(x[0], allow_insecure=x[1])
+        if ctx._pk is not None:  # noqa: SLF001
+            ct = ctx.encrypt([1.0, 2.0])
+            if ctx.has_relin_keys:
+                ct = ctx.square(ct, rescale=False)
+            for r in ctx.rotations:
+                ct = ctx.rotate(ct, r)
+            if ctx.conjugate_key:
+                ct = ctx.conjugate(ct)
+        return ctx
+
+    def key_members(m: Mutator) -> tuple[bytes, bool]:
+        """One member of one ciphertext inside a public, relinearization or Galois key."""
+        msg = wire.decode(m.rng.choice(pubs))
+        blobs = list(msg.blobs)
+        if m.rng.random() < 0.3:  # keys of one kind where another belongs, or missing
+            i, j = m.rng.sample(range(3), 2)
+            blobs[i] = m.rng.choice((blobs[j], b""))
+            return _encode_loose("ckks/public", dict(msg.meta), blobs), True
+        k = m.rng.choice([i for i, b in enumerate(blobs) if b])
+        plain = zstd_open(blobs[k])
+        assert plain is not None
+        out = m.nested_ciphertext_member(plain)
+        blobs[k] = zstd_close(out) if m.rng.random() < 0.5 else out
+        return _encode_loose("ckks/public", dict(msg.meta), blobs), True
+
     targets.append(Target(
-        "CKKSContext.from_public_bytes",
-        lambda x: CKKSContext.from_public_bytes(x[0], allow_insecure=x[1]), [
-            ("outsider", 8, lambda m: (m.mutate_many(m.rng.choice(pubs)), True)),
+        "CKKSContext.from_public_bytes", public_context, [
+            ("outsider", 6, lambda m: (m.mutate_many(m.rng.choice(pubs)), True)),
+            ("key-members", 2, key_members),
             ("outsider-full", 1, lambda m: (m.mutate(wire.decode(A.offer).blobs[0]), True)),
             ("secure-only", 1, lambda m: (m.rng.choice(pubs), False)),
             ("foreign", 1, lambda m: (foreign(m), True)),
@@ -764,7 +793,15 @@ def make_targets(world: World) -> list[Target]:
     ], allowed=(ProtocolError, TamperingDetected), weight=0.6))
 
     def accept_call(offer: Any) -> Any:
-        return copied(A.agg_after_request).accept(offer)
+        agg = copied(A.agg_after_request)
+        out = agg.accept(offer)
+        ctx = agg.context  # the aggregator then uses every key once
+        ct = ctx.deserialize(wire.decode(A.fh_subs[0]).blobs[0])
+        ct = ctx.square(ct, rescale=False)
+        for r in ctx.rotations:
+            ct = ctx.rotate(ct, r)
+        ctx.conjugate(ct)
+        return out
 
     targets.append(Target("KeySetupAggregator.accept", accept_call, [
         ("outsider", 4, outsider(A.offer)),
