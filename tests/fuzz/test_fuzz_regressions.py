@@ -356,3 +356,44 @@ def test_ciphertext_not_in_ntt_form_is_a_protocol_error(ctx: CKKSContext) -> Non
     for data in (bytes(raw), zstd_close(bytes(raw))):
         with pytest.raises(ProtocolError, match="NTT"):
             ctx.deserialize(data)
+
+
+# ------------------------------------------------------------ crypto/ckks.py: from_public_bytes
+def _public_with(world: World, blobs: dict[int, bytes]) -> bytes:
+    msg = wire.decode(world.extra_public[1])  # test preset, rotation 1, relinearization
+    parts = list(msg.blobs)
+    for k, v in blobs.items():
+        parts[k] = v
+    return _encode_loose("ckks/public", dict(msg.meta), parts)
+
+
+def test_switching_keys_of_the_wrong_kind_or_shape_are_refused(world: World) -> None:
+    """Relinearization and Galois keys are both KSwitchKeys to SEAL: with the two swapped
+    (a hostile key holder) it loaded them, and the aggregator's first relinearization
+    crashed the process (segmentation fault). Checked in a child process."""
+    pk, rk, gk = wire.decode(world.extra_public[1]).blobs
+    cases = [_public_with(world, {1: gk, 2: rk}), _public_with(world, {1: gk}),
+             _public_with(world, {2: rk}), _public_with(world, {2: b""})]
+    code = textwrap.dedent("""
+        import struct, sys
+        from fedsec.crypto.ckks import CKKSContext
+        from fedsec.errors import ProtocolError
+        data = sys.stdin.buffer.read()
+        while data:
+            (n,) = struct.unpack(">I", data[:4])
+            item, data = data[4:4 + n], data[4 + n:]
+            try:
+                ctx = CKKSContext.from_public_bytes(item, allow_insecure=True)
+                ct = ctx.square(ctx.encrypt([1.0]), rescale=False)
+                ctx.rotate(ct, 1)
+                print("accepted", flush=True)
+            except ProtocolError:
+                print("ProtocolError", flush=True)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env,
+                         input=b"".join(struct.pack(">I", len(b)) + b for b in cases),
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")[-500:]
+    assert out.stdout.decode().split() == ["ProtocolError"] * len(cases)
+

@@ -284,8 +284,29 @@ class CKKSContext:
             if msg.blobs[1] else None
         gk = _load(seal.GaloisKeys(), ctx, msg.blobs[2], "Galois keys") if msg.blobs[2] else None
         rotations = [int(r) for r in msg.meta.get("rotations", [])]
-        return cls(params, public_key=pk, relin_keys=rk, galois_keys=gk, rotations=rotations,
-                   conjugate=bool(msg.meta.get("conjugate")), _seal_context=ctx)
+        out = cls(params, public_key=pk, relin_keys=rk, galois_keys=gk, rotations=rotations,
+                  conjugate=bool(msg.meta.get("conjugate")), _seal_context=ctx)
+        out._check_switching_keys()
+        return out
+
+    def _check_switching_keys(self) -> None:
+        """Relinearization and Galois keys are both SEAL ``KSwitchKeys``: SEAL loads either
+        as the other, or with missing parts, and then reads past their ends (segmentation
+        fault). They must be exactly what the metadata announces, one part per data prime."""
+        parts = len(self.params.coeff_mod_bit_sizes) - 1
+        rk, gk = self._rk, self._gk
+        if rk is not None and (rk.size() != 1 or len(rk.data()) != 1
+                               or len(rk.key(2)) != parts):
+            raise ProtocolError("relinearization keys have the wrong shape")
+        n = self.params.poly_modulus_degree
+        elts = {galois_element(r, n) for r in self.rotations}
+        if self.conjugate_key:
+            elts.add(2 * n - 1)
+        if gk is None and elts:
+            raise ProtocolError("key material announces rotations without Galois keys")
+        if gk is not None and (gk.size() != len(elts) or any(
+                not gk.has_key(e) or len(gk.key(e)) != parts for e in elts)):
+            raise ProtocolError("Galois keys do not match the rotations they announce")
 
     @classmethod
     def from_secret_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> CKKSContext:
@@ -310,6 +331,10 @@ class CKKSContext:
     @property
     def has_secret_key(self) -> bool:
         return self._sk is not None
+
+    @property
+    def has_relin_keys(self) -> bool:
+        return self._rk is not None
 
     @property
     def top_parms_id(self) -> Any:
