@@ -4,6 +4,7 @@ earlier reports it re-checked."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import struct
 import subprocess
@@ -397,3 +398,22 @@ def test_switching_keys_of_the_wrong_kind_or_shape_are_refused(world: World) -> 
     assert out.returncode == 0, out.stderr.decode(errors="replace")[-500:]
     assert out.stdout.decode().split() == ["ProtocolError"] * len(cases)
 
+
+def test_a_key_offer_without_relinearization_keys_is_refused(world: World) -> None:
+    """The aggregator accepted public material without relinearization keys (they are
+    optional in a context) and then failed with ValueError at its first product."""
+    a = world.a
+    offer = wire.decode(a.offer)
+    public = wire.decode(offer.blobs[0])
+    public_bytes = _encode_loose("ckks/public", dict(public.meta),
+                                 [public.blobs[0], b"", public.blobs[2]])
+    header = wire.decode(offer.blobs[1])
+    boxes = list(offer.blobs[3:])
+    hdr = _encode_loose("keys/offer-header", dict(header.meta), [
+        header.blobs[0], hashlib.sha256(public_bytes).digest(),
+        *[hashlib.sha256(b).digest() for b in boxes]])
+    holder = world.identities[a.holder]
+    forged = _encode_loose("keys/offer", dict(offer.meta), [
+        public_bytes, hdr, holder.sign("keys/offer", hdr), *boxes])
+    with pytest.raises(ProtocolError, match="other keys"):
+        copy.copy(a.agg_after_request).accept(forged)

@@ -106,7 +106,7 @@ class KeySpec:
     def matches(self, ctx: CKKSContext) -> bool:
         """Whether a public context carries exactly these keys."""
         return (ctx.params.name == self.preset and tuple(ctx.rotations) == self.rotations
-                and ctx.conjugate_key == self.conjugate)
+                and ctx.conjugate_key == self.conjugate and ctx.has_relin_keys)
 
 
 @dataclass
