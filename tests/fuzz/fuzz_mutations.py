@@ -407,8 +407,8 @@ class Mutator:
         if isinstance(v, bool):
             return rng.choice((not v, int(v), str(v).lower(), None))
         if isinstance(v, int):
-            return rng.choice((v + 1, v - 1, -v, v * 2, v + 2**32, float(v), str(v), [v],
-                               v ^ (1 << rng.randrange(64))))
+            return rng.choice((v + 1, v - 1, -v, v * 2, v + 2**32, float(min(v, 2**1000)),
+                               str(v)[:4000], [v], v ^ (1 << rng.randrange(64))))
         if isinstance(v, float):
             return rng.choice((v * (1 + 1e-9), v + 1e-12, -v, v * 2, 0.0, math.nan, math.inf,
                                -math.inf, str(v), int(v) if math.isfinite(v) else 0, 1e300))

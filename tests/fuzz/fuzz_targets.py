@@ -698,10 +698,24 @@ def make_targets(world: World) -> list[Target]:
 
     secret = A.keys[0].context.secret_bytes()
     other_secret = w.other_ctx.secret_bytes()
+
+    def secret_context(x: bytes) -> Any:
+        """Load as a party does, then encrypt and decrypt once."""
+        return _use_secret(CKKSContext.from_secret_bytes(x, allow_insecure=True))
+
+    def secret_members(m: Mutator) -> bytes:
+        msg = wire.decode(m.rng.choice((secret, other_secret)))
+        plain = zstd_open(msg.blobs[0])
+        assert plain is not None
+        out = m.nested_ciphertext_member(plain) if m.rng.random() < 0.5 else \
+            m.ciphertext_member(plain)
+        return _encode_loose("ckks/secret", dict(msg.meta),
+                             [zstd_close(out) if m.rng.random() < 0.5 else out])
+
     targets.append(Target(
-        "CKKSContext.from_secret_bytes",
-        lambda x: CKKSContext.from_secret_bytes(x, allow_insecure=True), [
-            ("outsider", 9, outsider(secret, other_secret)),
+        "CKKSContext.from_secret_bytes", secret_context, [
+            ("outsider", 7, outsider(secret, other_secret)),
+            ("key-members", 2, secret_members),
             ("foreign", 1, foreign),
         ]))
 
@@ -813,8 +827,11 @@ def make_targets(world: World) -> list[Target]:
 
     def receive_call(x: tuple[int, Any]) -> Any:
         i, delivery = x
-        return copied(A.party_after_hello[i]).receive(delivery) if i != A.holder else \
-            copied(_holder_after_offer(A)).receive(delivery)
+        party = copied(A.party_after_hello[i]) if i != A.holder else \
+            copied(_holder_after_offer(A))
+        out = party.receive(delivery)
+        _use_secret(party._pending.context)  # noqa: SLF001 - the keys it will use
+        return out
 
     def hostile_holder_delivery(m: Mutator) -> tuple[int, bytes]:
         i = m.rng.choice(non_holders + [A.holder])
@@ -1027,6 +1044,13 @@ def make_targets(world: World) -> list[Target]:
                                                [b"x"])),
     ], weight=0.5))
     return targets
+
+
+def _use_secret(ctx: CKKSContext) -> CKKSContext:
+    """Encrypt (both ways) and decrypt once with a party's loaded secret context."""
+    ctx.decrypt(ctx.deserialize(ctx.encrypt_to_bytes([1.0, 2.0])))
+    ctx.decrypt(ctx.encrypt([1.0]))
+    return ctx
 
 
 def _holder_after_offer(sess: Session) -> KeySetupParty:
