@@ -24,6 +24,7 @@ import ctypes
 import functools
 import os
 import struct
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -67,9 +68,7 @@ _ZSTD_CONTENTSIZE_ERROR = (1 << 64) - 2
 @functools.cache
 def _zstd() -> Any:
     """zstd from the SEAL build TenSEAL ships (it exports the symbols SEAL itself uses)."""
-    import _sealapi_cpp
-
-    lib = ctypes.CDLL(_sealapi_cpp.__file__)
+    lib = ctypes.CDLL(sys.modules[seal.Ciphertext.__module__].__file__)
     lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
     lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.ZSTD_decompress.restype = ctypes.c_size_t
