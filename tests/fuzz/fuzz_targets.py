@@ -78,7 +78,11 @@ from fedsec.crypto.keysetup import (
     _parse_hello,
 )
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
-from fedsec.runtime.flower_client import STATE_KIND, NodeStore
+
+try:  # Flower is optional (fedsec[flower]): without it its two targets are left out
+    from fedsec.runtime.flower_client import STATE_KIND, NodeStore
+except ImportError:  # pragma: no cover
+    STATE_KIND, NodeStore = "flower/node-state", None  # type: ignore[assignment,misc]
 
 __all__ = ["World", "Session", "Target", "Case", "Report", "build_world", "make_targets",
            "run", "TEST_PRESET"]
@@ -1021,6 +1025,8 @@ def make_targets(world: World) -> list[Target]:
     ], noted=(UndefinedMetricError,)))
 
     # -- Flower helpers and the node's state file ---------------------------------------
+    if NodeStore is None:
+        return targets
     from fedsec.runtime import flower_io
     targets.append(Target("flower_io.get_blobs", lambda c: (flower_io.get_blobs(c),
                                                             flower_io.get_meta(c)), [
@@ -1182,10 +1188,11 @@ def execute(target: Target, case: Case, *, hard_limit: float = 60.0
 def run(world: World, targets: Sequence[Target], *, executions: int | dict[str, int],
         seed: int = 0, slow_seconds: float = 10.0, memory_jump_mb: float = 512.0,
         progress: Callable[[str], None] | None = None) -> Report:
-    """Execute every target; ``executions`` is a total (split by weight) or per target."""
+    """Execute every target; ``executions`` is a total (split by weight, rounded up) or
+    per target."""
     if isinstance(executions, int):
         total_w = sum(t.weight for t in targets)
-        plan = {t.name: max(1, round(executions * t.weight / total_w)) for t in targets}
+        plan = {t.name: max(1, math.ceil(executions * t.weight / total_w)) for t in targets}
     else:
         plan = dict(executions)
     stats = {t.name: TargetStats() for t in targets}
@@ -1335,7 +1342,9 @@ def meta_cases(world: World) -> dict[str, MetaCase]:
             "keys/party-state", m, blobs(pk_bytes))),
         "KeySetupParty.from_bytes": (meta(state), lambda m: (0, _encode_loose(
             "keys/setup-state", m, blobs(state)))),
-        "NodeStore.load": ({"name": NAMES[0], "fields": ["keys", "nonce"]},
-                           lambda m: _encode_loose(STATE_KIND, m, [pk_bytes, b"\x00" * 16])),
     }
+    if NodeStore is not None:
+        cases["NodeStore.load"] = ({"name": NAMES[0], "fields": ["keys", "nonce"]},
+                                   lambda m: _encode_loose(STATE_KIND, m,
+                                                           [pk_bytes, b"\x00" * 16]))
     return {k: (v[0], v[1], oracles.get(k)) for k, v in cases.items()}

@@ -37,8 +37,17 @@ TARGETS = [
 ]
 
 
+FLOWER = {"flower_io.get_blobs", "NodeStore.load"}  # left out without Flower installed
+
+
 def test_every_target_is_listed(targets: dict[str, Target]) -> None:
-    assert sorted(targets) == sorted(TARGETS)
+    assert set(targets) in (set(TARGETS), set(TARGETS) - FLOWER)
+
+
+def _target(targets: dict[str, Target], name: str) -> Target:
+    if name not in targets:
+        pytest.skip("Flower is not installed (fedsec[flower])")
+    return targets[name]
 
 
 def _share(targets: dict[str, Target], name: str) -> int:
@@ -54,7 +63,7 @@ def _explain(report_violations: list) -> str:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("name", TARGETS)
 def test_mutation_schedule(world: World, targets: dict[str, Target], name: str) -> None:
-    report = run(world, [targets[name]], executions={name: _share(targets, name)},
+    report = run(world, [_target(targets, name)], executions={name: _share(targets, name)},
                  seed=8, slow_seconds=10.0)
     stats = report.stats[name]
     assert not report.violations, _explain(report.violations)
@@ -88,8 +97,8 @@ def _sweep(valid: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def test_metadata_sweep(world: World, targets: dict[str, Target], name: str) -> None:
     """Every metadata key, one at a time: dropped, or replaced by a value of each kind
     (None, bool, huge int, 1e300, NaN, infinities, odd strings, lists, dicts, deep)."""
+    target = _target(targets, name)
     valid, build, oracle = meta_cases(world)[name]
-    target = targets[name]
     failures = []
     for key, meta in _sweep(valid):
         _, bad, _ = execute(target, Case(build(meta), "sweep", oracle))
@@ -101,8 +110,8 @@ def test_metadata_sweep(world: World, targets: dict[str, Target], name: str) -> 
 
 @pytest.mark.parametrize("name", META_TARGETS)
 def test_hostile_metadata(world: World, targets: dict[str, Target], name: str) -> None:
+    target = _target(targets, name)
     valid, build, oracle = meta_cases(world)[name]
-    target = targets[name]
     # the honest metadata goes through (the builder is sound)
     outcome, bad, _ = execute(target, Case(build(valid), "valid", oracle))
     assert bad is None and outcome == "ok", (outcome, bad)

@@ -31,7 +31,6 @@ from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, _hello_payload
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
-from fedsec.runtime.flower_client import STATE_KIND, NodeStore
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
 HERE = Path(__file__).resolve().parent
@@ -174,11 +173,12 @@ def test_forged_zero_result_is_a_protocol_error_for_a_party_with_both_classes(
                                     [None, 1]])
 def test_node_state_with_odd_field_names_is_a_protocol_error(tmp_path: Path,
                                                              fields: list[object]) -> None:
-    store = NodeStore(tmp_path, 1, 1)
+    flower_client = pytest.importorskip("fedsec.runtime.flower_client")
+    store = flower_client.NodeStore(tmp_path, 1, 1)
     store.save("hospital-a", {"keys": b"k", "nonce": b"n"})
     assert store.load() == ("hospital-a", {"keys": b"k", "nonce": b"n"})
-    store.path.write_bytes(_encode_loose(STATE_KIND, {"name": "hospital-a",
-                                                      "fields": fields}, [b"k", b"n"]))
+    meta = {"name": "hospital-a", "fields": fields}
+    store.path.write_bytes(_encode_loose(flower_client.STATE_KIND, meta, [b"k", b"n"]))
     with pytest.raises(ProtocolError, match="corrupt"):
         store.load()
 
