@@ -92,6 +92,9 @@ _KINDS: dict[str, int] = {"laplace": 1, "gaussian": 2, "rr": 3}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _HEADER = struct.Struct(">4sBBIdd")  # magic, version, kind, N, epsilon, delta
 _MAX_POINTS = 1 << 16
+#: Largest statistic accepted (a count plus noise): far below it, the sums and rates of any
+#: number of parties stay finite.
+_MAX_ABS_STATISTIC = 1e150
 
 
 def _check_mechanism(mechanism: Any, owner: str) -> str:
@@ -249,6 +252,9 @@ def debias_rr_auc(noisy_auc: float, *, noisy_prior: float, epsilon: float) -> fl
     rho = rr_flip_probability(epsilon)
     # Clip the prior estimate into (0, 1): sampling noise can push it outside.
     tiny = 1e-12
+    if 1.0 - 2.0 * rho <= 0.0:  # epsilon so small that every label is a coin flip
+        raise UndefinedMetricError("AUC cannot be debiased: the flipped labels carry no "
+                                   f"information about the true ones (epsilon {epsilon:g}).")
     pi = min(max((pi_n - rho) / (1.0 - 2.0 * rho), tiny), 1.0 - tiny)
     a = (1.0 - pi) * rho / pi_n
     b = pi * rho / (1.0 - pi_n)
@@ -313,8 +319,12 @@ def parse_submission(data: bytes) -> Submission:
     body = np.frombuffer(buf, dtype=">f8", offset=_HEADER.size).astype(np.float64)
     if not np.all(np.isfinite(body)):
         raise ProtocolError("DPAUC submission contains non-finite values")
+    if np.any(np.abs(body) > _MAX_ABS_STATISTIC):
+        raise ProtocolError("DPAUC submission contains values too large to aggregate")
     points = body[:n]
     rows = body[n:].reshape(4, n)
+    if _KIND_NAMES[kind] == "rr" and np.any(rows < 0):
+        raise ProtocolError("DPAUC_RR submission contains negative counts")
     if np.any(np.diff(points) >= 0) or points[0] > 1 or points[-1] < 0:
         raise ProtocolError("DPAUC submission has invalid decision points")
     stats = PartyStatistics(points, rows[0].copy(), rows[1].copy(), rows[2].copy(),

@@ -256,7 +256,7 @@ class FHAUCParty:
             raise ProtocolError("result must hold one ciphertext")
         ratio = msg.meta.get("ratio", 0.0)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or \
-                not np.isfinite(ratio) or (self.config.masking == "single") != (ratio == 0.0):
+                not 0.0 <= ratio < 2.0 or (self.config.masking == "single") != (ratio == 0.0):
             raise ProtocolError("result masking does not match the configuration")
         included = msg.meta.get("parties", [])
         n = self.keys.n_parties
@@ -273,6 +273,10 @@ class FHAUCParty:
         z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         _check_uniform_slots(z, single=self.config.masking == "single")
         denom, num = float(z[0].real), float(z[0].imag)
+        if abs(denom) < 0.25 and self._y.any() and not self._y.all():
+            # this party holds both classes, so the federation does: not a real result
+            raise ProtocolError("the response is not a masked FHAUC result (check: "
+                                "denominator)")
         return finish_auc(num, denom, ratio)
 
 

@@ -604,6 +604,7 @@ class MaliciousAggregator:
 
         A bad commit is left out and recorded in :attr:`rejected` (by position)."""
         entries: dict[int, bytes] = {}
+        first: dict[int, int] = {}
         self.rejected = {}
         for pos, raw in enumerate(commits):
             try:
@@ -612,10 +613,18 @@ class MaliciousAggregator:
             except ProtocolError as exc:
                 self.rejected[pos] = str(exc)
                 continue
-            if idx in entries:
-                self.rejected[pos] = f"a second commit from {self.names[idx]!r}"
+            if idx in first:
+                # a copy is harmless; two different signed commits (one replayed from an
+                # earlier evaluation) cannot be told apart, so neither is used
+                if raw == entries.get(idx, raw) and first[idx] not in self.rejected:
+                    self.rejected[pos] = f"a copy of the commit of {self.names[idx]!r}"
+                    continue
+                self.rejected[pos] = self.rejected[first[idx]] = \
+                    f"two different commits claim to come from {self.names[idx]!r}"
+                entries.pop(idx, None)
                 continue
             entries[idx] = raw
+            first[idx] = pos
         if len(entries) < max(2, self.min_parties):
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
                                 f"{max(2, self.min_parties)} are required")

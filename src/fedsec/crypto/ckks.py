@@ -20,7 +20,11 @@ Key material and what may leave a party
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import struct
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -52,11 +56,77 @@ def _save(obj: Any) -> bytes:
         os.unlink(path)
 
 
+# SEAL's serialization header: magic, header size, version major and minor, compression
+# mode, reserved, total size (little endian).
+_SEAL_HEADER = struct.Struct("<HBBBBHQ")
+_SEAL_MAGIC = 0xA15E
+_COMPR_NONE, _COMPR_ZSTD = 0, 2
+_MAX_EXPANSION = 4  # CKKS keys and ciphertexts are random data: zstd saves ~5% on them
+_ZSTD_CONTENTSIZE_ERROR = (1 << 64) - 2
+
+
+@functools.cache
+def _zstd() -> Any:
+    """zstd from the SEAL build TenSEAL ships (it exports the symbols SEAL itself uses)."""
+    lib = ctypes.CDLL(sys.modules[seal.Ciphertext.__module__].__file__)
+    lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    lib.ZSTD_isError.restype = ctypes.c_uint
+    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    return lib
+
+
+def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
+    """Check a SEAL object's framing and return it uncompressed (header, members), or
+    raise ProtocolError.
+
+    SEAL 4.1 as TenSEAL 0.3.18 builds it aborts the whole process (``std::terminate``)
+    on some corrupt *compressed* input: the inflating stream buffer's destructor throws
+    while the parse error unwinds. So SEAL never inflates bytes another role chose: we
+    inflate zstd here, bounded, refuse compressed objects nested inside (their headers
+    are the only ones SEAL would parse: same magic, size and version), and hand SEAL the
+    plain members.
+    """
+    if len(data) < _SEAL_HEADER.size:
+        raise ProtocolError(f"invalid {what}: truncated SEAL header")
+    magic, hsize, major, minor, compr, _rsvd, size = _SEAL_HEADER.unpack_from(data)
+    if magic != _SEAL_MAGIC or hsize != _SEAL_HEADER.size or size != len(data):
+        raise ProtocolError(f"invalid {what}: bad SEAL header")
+    body = data[_SEAL_HEADER.size:]
+    if compr == _COMPR_ZSTD:
+        lib = _zstd()
+        limit = _MAX_EXPANSION * len(body) + (1 << 16)
+        declared = lib.ZSTD_getFrameContentSize(body, len(body))
+        if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
+            raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")
+        buf = ctypes.create_string_buffer(max(1, declared))
+        n = lib.ZSTD_decompress(buf, declared, body, len(body))
+        if lib.ZSTD_isError(n) or n != declared:
+            raise ProtocolError(f"invalid {what}: corrupt zstd data")
+        body = buf.raw[:n]
+    elif compr != _COMPR_NONE:
+        raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
+    nested = struct.pack("<HBBB", _SEAL_MAGIC, hsize, major, minor)
+    at = body.find(nested)
+    while at >= 0:
+        if body[at + len(nested):at + len(nested) + 1] in (b"\x01", b"\x02"):  # zlib, zstd
+            raise ProtocolError(f"invalid {what}: compressed object nested inside")
+        at = body.find(nested, at + 1)
+    header = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
+                               _SEAL_HEADER.size + len(body))
+    return header, body
+
+
 def _load(obj: Any, context: Any, data: bytes, what: str) -> Any:
+    header, body = _plain_seal_bytes(bytes(data), what)
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=_TMPDIR)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fh.write(header)
+            fh.write(body)
         try:
             obj.load(context, path)
         except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
@@ -213,8 +283,29 @@ class CKKSContext:
             if msg.blobs[1] else None
         gk = _load(seal.GaloisKeys(), ctx, msg.blobs[2], "Galois keys") if msg.blobs[2] else None
         rotations = [int(r) for r in msg.meta.get("rotations", [])]
-        return cls(params, public_key=pk, relin_keys=rk, galois_keys=gk, rotations=rotations,
-                   conjugate=bool(msg.meta.get("conjugate")), _seal_context=ctx)
+        out = cls(params, public_key=pk, relin_keys=rk, galois_keys=gk, rotations=rotations,
+                  conjugate=bool(msg.meta.get("conjugate")), _seal_context=ctx)
+        out._check_switching_keys()
+        return out
+
+    def _check_switching_keys(self) -> None:
+        """Relinearization and Galois keys are both SEAL ``KSwitchKeys``: SEAL loads either
+        as the other, or with missing parts, and then reads past their ends (segmentation
+        fault). They must be exactly what the metadata announces, one part per data prime."""
+        parts = len(self.params.coeff_mod_bit_sizes) - 1
+        rk, gk = self._rk, self._gk
+        if rk is not None and (rk.size() != 1 or len(rk.data()) != 1
+                               or len(rk.key(2)) != parts):
+            raise ProtocolError("relinearization keys have the wrong shape")
+        n = self.params.poly_modulus_degree
+        elts = {galois_element(r, n) for r in self.rotations}
+        if self.conjugate_key:
+            elts.add(2 * n - 1)
+        if gk is None and elts:
+            raise ProtocolError("key material announces rotations without Galois keys")
+        if gk is not None and (gk.size() != len(elts) or any(
+                not gk.has_key(e) or len(gk.key(e)) != parts for e in elts)):
+            raise ProtocolError("Galois keys do not match the rotations they announce")
 
     @classmethod
     def from_secret_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> CKKSContext:
@@ -239,6 +330,10 @@ class CKKSContext:
     @property
     def has_secret_key(self) -> bool:
         return self._sk is not None
+
+    @property
+    def has_relin_keys(self) -> bool:
+        return self._rk is not None
 
     @property
     def top_parms_id(self) -> Any:
@@ -351,6 +446,11 @@ class CKKSContext:
         ct = _load(seal.Ciphertext(), self._ctx, bytes(data), "ciphertext")
         if ct.size() != 2:
             raise ProtocolError(f"ciphertext has {ct.size()} polynomials; expected 2")
+        if not ct.is_ntt_form():  # SEAL loads it, then every CKKS operation refuses it
+            raise ProtocolError("ciphertext is not in NTT form")
+        bits = self._ctx.get_context_data(ct.parms_id()).total_coeff_modulus_bit_count()
+        if not 0.0 < ct.scale < 2.0 ** bits:  # SEAL loads such scales but cannot decode them
+            raise ProtocolError("ciphertext scale is out of bounds")
         if at_top and ct.parms_id() != self.top_parms_id:
             raise ProtocolError("ciphertext is not at the top modulus level")
         if scale is not None and ct.scale != scale:

@@ -106,7 +106,7 @@ class KeySpec:
     def matches(self, ctx: CKKSContext) -> bool:
         """Whether a public context carries exactly these keys."""
         return (ctx.params.name == self.preset and tuple(ctx.rotations) == self.rotations
-                and ctx.conjugate_key == self.conjugate)
+                and ctx.conjugate_key == self.conjugate and ctx.has_relin_keys)
 
 
 @dataclass
@@ -473,6 +473,7 @@ class KeySetupAggregator:
         """Check the hellos; return the key holder's index (in :attr:`names`) and its
         request. Bad hellos are left out and recorded in :attr:`rejected` (by position)."""
         valid: dict[str, _Hello] = {}
+        first: dict[str, int] = {}
         self.rejected = {}
         spec = self.spec.digest()
         for i, raw in enumerate(hellos):
@@ -481,10 +482,18 @@ class KeySetupAggregator:
             except ProtocolError as exc:
                 self.rejected[i] = str(exc)
                 continue
-            if h.name in valid:
-                self.rejected[i] = f"a second hello from {h.name!r}"
+            if h.name in first:
+                # A copy is harmless; two different signed hellos (one replayed from an
+                # earlier set-up) cannot be told apart, so neither is used.
+                if h.raw == valid.get(h.name, h).raw and first[h.name] not in self.rejected:
+                    self.rejected[i] = f"a copy of the hello of {h.name!r}"
+                    continue
+                self.rejected[i] = self.rejected[first[h.name]] = \
+                    f"two different hellos claim to come from {h.name!r}"
+                valid.pop(h.name, None)
                 continue
             valid[h.name] = h
+            first[h.name] = i
         if len(valid) < self.min_parties:
             raise ProtocolError(f"only {len(valid)} valid hellos; at least "
                                 f"{self.min_parties} are required")

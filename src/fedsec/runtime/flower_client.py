@@ -201,7 +201,8 @@ class NodeStore:
             ) from None
         msg = wire.decode(data, expect=STATE_KIND)
         names = msg.meta.get("fields")
-        if not isinstance(names, list) or len(names) != len(msg.blobs):
+        if not isinstance(names, list) or len(names) != len(msg.blobs) or not all(
+                isinstance(n, str) for n in names) or len(set(names)) != len(names):
             raise ProtocolError(f"corrupt node state file {self.path}")
         return str(msg.meta.get("name", "")), dict(zip(names, msg.blobs, strict=True))
 

@@ -1,0 +1,119 @@
+"""Fuzz every fedsec decoder and protocol step that reads another role's bytes (issue 8).
+
+The long run of the in-suite test ``tests/fuzz/test_fuzz_decoders.py``: the same harness
+(``tests/fuzz/fuzz_*.py``), a fixed seed per execution, at least 50,000 executions split
+across the targets by weight, then a one-key-at-a-time sweep of every metadata key. It
+prints JSON and a table of executions per decoder, the exceptions seen by type, and every
+violation (an exception outside the target's allowed types, a warning, a hang, a call
+slower than ``--slow`` seconds, a jump of the peak memory, or a success an oracle
+rejects); it exits 1 if there is any.
+
+    python benchmarks/fuzz_decoders.py                     # 50,000 executions
+    python benchmarks/fuzz_decoders.py --executions 5000   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+
+import fuzz_targets  # noqa: E402
+from fuzz_mutations import SWEEP_VALUES  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "fuzz_decoders.json"
+
+
+def sweep(world: fuzz_targets.World, targets: dict[str, fuzz_targets.Target]
+          ) -> tuple[int, Counter[str], list[str]]:
+    """Every metadata key of one message per target dropped, or set to each sweep value
+    (and, in lists, the first and last element)."""
+    count, outcomes, bad = 0, Counter[str](), []
+    for name, (valid, build, oracle) in fuzz_targets.meta_cases(world).items():
+        for key in sorted(valid):
+            variants = [{k: v for k, v in valid.items() if k != key}]
+            for value in SWEEP_VALUES:
+                variants.append({**valid, key: value})
+                v = valid[key]
+                if isinstance(v, list) and v:
+                    for i in {0, len(v) - 1}:
+                        variants.append({**valid, key: [*v[:i], value, *v[i + 1:]]})
+            for meta in variants:
+                outcome, problem, _ = fuzz_targets.execute(
+                    targets[name], fuzz_targets.Case(build(meta), "sweep", oracle))
+                count += 1
+                outcomes[outcome] += 1
+                if problem is not None:
+                    bad.append(f"{name} {key}: {problem.splitlines()[0]}")
+    return count, outcomes, bad
+
+
+def table(report: fuzz_targets.Report) -> str:
+    kinds = sorted({k for s in report.stats.values() for k in s.outcomes})
+    head = ["target", "executions", *kinds, "noted", "mean ms", "max ms"]
+    rows = [head, ["---"] * len(head)]
+    for name, s in report.stats.items():
+        rows.append([name, str(s.executions), *[str(s.outcomes.get(k, 0)) for k in kinds],
+                     str(len(s.noted)), f"{1000 * s.seconds / max(1, s.executions):.1f}",
+                     f"{1000 * s.max_seconds:.0f}"])
+    total = report.exceptions()
+    rows.append(["**total**", str(report.executions),
+                 *[str(total.get(k, 0) if k != "ok" else sum(
+                     s.outcomes.get("ok", 0) for s in report.stats.values())) for k in kinds],
+                 str(sum(len(s.noted) for s in report.stats.values())), "", ""])
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--executions", type=int, default=50_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--slow", type=float, default=10.0, help="seconds that make a call a "
+                    "violation (a hard limit of 60 s stops hangs)")
+    ap.add_argument("--json", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    world = fuzz_targets.build_world()
+    targets = fuzz_targets.make_targets(world)
+    print(f"corpus: 2 key set-ups, {len(world.pools.messages)} messages, "
+          f"{len(targets)} targets ({world.build_seconds:.1f} s)", file=sys.stderr)
+    report = fuzz_targets.run(world, targets, executions=args.executions, seed=args.seed,
+                              slow_seconds=args.slow,
+                              progress=lambda line: print(line, file=sys.stderr))
+    n_sweep, sweep_outcomes, sweep_bad = sweep(world, {t.name: t for t in targets})
+    out: dict[str, Any] = report.as_dict()
+    out.update({
+        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "wall_seconds": time.perf_counter() - t0,
+        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
+                           "violations": sweep_bad},
+        "total_executions": report.executions + n_sweep,
+    })
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: out[k] for k in ("executions", "total_executions", "exceptions",
+                                          "peak_rss_growth_mb", "seconds", "wall_seconds")}
+                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
+    print()
+    print(table(report))
+    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
+    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
+                  for v in report.violations] + sweep_bad
+    print(f"violations: {len(violations)}")
+    for line in violations[:20]:
+        print("  " + line)
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
