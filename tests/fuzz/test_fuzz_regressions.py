@@ -32,7 +32,7 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, _hello_payload
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 HERE = Path(__file__).resolve().parent
 
 
@@ -333,11 +333,11 @@ def test_a_replayed_commit_does_not_displace_the_genuine_one(world: World) -> No
 
 def test_ciphertext_scale_that_cannot_be_decoded_is_a_protocol_error(ctx: CKKSContext) -> None:
     """Found by the 50,000-execution run (MaliciousParty.finalize): SEAL loads a
-    ciphertext whose scale is 2^158 or more, NaN, infinite or negative, then decrypting
+    ciphertext whose scale is 2^(modulus bits) or more, NaN, infinite or negative, then decrypting
     it raised ValueError('scale out of bounds')."""
     ct = ctx.encrypt([1.0])
     raw = bytearray(raw_ciphertext(ct, minor=ctx.serialize(ct)[4]))
-    for scale in (2.0**158, 2.0**1000, float("inf"), float("nan"), -1.0):
+    for scale in (2.0**200, 2.0**1000, float("inf"), float("nan"), -1.0):
         struct.pack_into("<d", raw, 16 + 57, scale)  # the ciphertext's scale member
         for data in (bytes(raw), zstd_close(bytes(raw))):
             with pytest.raises(ProtocolError, match="scale"):
