@@ -298,8 +298,8 @@ def test_bad_csv_is_reported_locally_as_a_check_name(federation: Callable[..., F
 def test_tampered_result_is_reported_as_a_check_name(federation: Callable[..., Federation],
                                                      local_grid: Callable[..., LocalGrid],
                                                      tmp_path: Path) -> None:
-    """A deviating aggregator sends each party a result whose two runs disagree: every
-    party answers ``tampering:<check>`` - no decrypted value - and the run fails."""
+    """A deviating aggregator sends each party an altered result: every party answers
+    ``tampering:<check>`` - no decrypted value - and the run fails."""
     from fedsec.crypto import wire
 
     fed = federation(tmp_path / "fed", NAMES)
@@ -309,9 +309,9 @@ def test_tampered_result_is_reported_as_a_check_name(federation: Callable[..., F
         if step != "finalize":
             return blobs
         msg = wire.decode(blobs[0])
-        cts = list(msg.blobs)
-        cts[0], cts[1] = cts[1], cts[0]
-        return [wire.encode(msg.kind, msg.meta, cts), blobs[1]]
+        ct = bytearray(msg.blobs[0])
+        ct[len(ct) // 2] ^= 0x40   # one flipped bit in the (packed) result ciphertext
+        return [wire.encode(msg.kind, msg.meta, [bytes(ct)]), blobs[1]]
 
     grid = local_grid(_nodes(fed), {}, edit=swap_runs)
     doc = _run(grid, {"security": "malicious", "roster-path": str(fed.roster_path)},

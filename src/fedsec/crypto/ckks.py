@@ -145,7 +145,15 @@ def galois_element(step: int, poly_modulus_degree: int) -> int:
     return pow(3, step, 2 * poly_modulus_degree)
 
 
+@functools.lru_cache(maxsize=16)
 def _build_seal_context(params: CKKSParams) -> Any:
+    """One SEAL context per parameter set, shared by every key set that uses it (SEAL
+    contexts are immutable once built; building one finds the primes and NTT tables, which
+    dominated set-up time for many parties in one process)."""
+    return _new_seal_context(params)
+
+
+def _new_seal_context(params: CKKSParams) -> Any:
     p = seal.EncryptionParameters(seal.SCHEME_TYPE.CKKS)
     p.set_poly_modulus_degree(params.poly_modulus_degree)
     p.set_coeff_modulus(seal.CoeffModulus.Create(params.poly_modulus_degree,

@@ -201,6 +201,7 @@ class Roster:
         self._index = {e.name: i for i, e in enumerate(self.entries)}
         self._keys = {e.name: Ed25519PublicKey.from_public_bytes(e.public_key)
                       for e in self.entries}
+        self._digest = hashlib.sha256(b"fedsec/roster/v1|" + self._canonical()).digest()
 
     # ------------------------------------------------------------------ queries
     @property
@@ -239,8 +240,8 @@ class Roster:
             raise ProtocolError(f"the signature of {name!r} does not verify") from None
 
     def digest(self) -> bytes:
-        """SHA-256 over the canonical roster (names, keys, quorum)."""
-        return hashlib.sha256(b"fedsec/roster/v1|" + self._canonical()).digest()
+        """SHA-256 over the canonical roster (names, keys, quorum); computed once."""
+        return self._digest
 
     def _canonical(self) -> bytes:
         obj = {"parties": [e.to_json() for e in self.entries], "quorum": self.quorum}
