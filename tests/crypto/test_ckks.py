@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext, galois_element
-from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty
+from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec
 from fedsec.crypto.params import DEFAULT_PRESET, PRESETS, CKKSParams, get_preset
 from fedsec.errors import ProtocolError
 
@@ -312,7 +313,7 @@ def test_insecure_presets_unreachable_without_opt_in(ckks):
     with pytest.raises(ValueError):
         FHAUCConfig.create(10, preset=TEST_PRESET)
     with pytest.raises(ValueError):
-        KeySetupAggregator(preset=TEST_PRESET, rotations=[], conjugate=False)
+        KeySpec.create(TEST_PRESET, [], False)
     # the error for an unknown name lists secure presets only
     with pytest.raises(ValueError) as info:
         get_preset("nope")
@@ -410,14 +411,17 @@ def test_no_byte_the_aggregator_receives_contains_the_secret_key():
     """A whole run played by hand: hellos, the key offer, submissions."""
     names = ["a", "b", "c"]
     cfg = FHAUCConfig.create(50, preset=TEST_PRESET, allow_insecure=True)
-    parties = [KeySetupParty(n, allow_insecure=True) for n in names]
-    agg = KeySetupAggregator(preset=TEST_PRESET, rotations=cfg.rotations(), conjugate=True,
-                             allow_insecure=True)
+    identities = [Identity(n) for n in names]
+    roster = Roster.of(identities)
+    parties = [KeySetupParty(i, roster, cfg.key_spec()) for i in identities]
+    agg = KeySetupAggregator(roster, cfg.key_spec())
     received: list[bytes] = [p.hello() for p in parties]
     holder, request = agg.request(received)
     offer = parties[holder].offer(request)
     received.append(offer)
-    keys = [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
+    received += [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
+    bundle = agg.confirm(received[-len(parties):])
+    keys = [p.finish(bundle) for p in parties]
     g = np.random.default_rng(3)
     roles = [FHAUCParty(g.integers(0, 2, 40), g.random(40), keys=k, config=cfg) for k in keys]
     subs = [r.submit() for r in roles]

@@ -34,6 +34,7 @@ from fedsec.crypto.keysetup import (
     KeySpec,
     PartyKeys,
     _box_context,
+    _Hello,
     _holder_index,
     _parse_hello,
     _transcript,
@@ -225,6 +226,22 @@ def _with_x25519(raw: bytes, x25519: bytes) -> bytes:
     return wire.encode(msg.kind, msg.meta, [x25519, *msg.blobs[1:]])
 
 
+def _unchecked(raws: Sequence[bytes]) -> list[_Hello]:
+    """Hellos as the transcript sees them, without verifying them (the attacker's view)."""
+    out = []
+    for r in raws:
+        msg = wire.decode(r)
+        out.append(_Hello(r, str(msg.meta.get("name")), msg.blobs[0], msg.blobs[1]))
+    return out
+
+
+def _holder_of(scene: KeySetupScene, raws: Sequence[bytes]) -> tuple[bytes, str]:
+    """The transcript hash of a request's hellos and its key holder's name."""
+    hellos = _unchecked(raws)
+    t = _transcript(scene.roster, scene.spec.digest(), hellos)
+    return t, hellos[_holder_index(t, len(hellos))].name
+
+
 def _offer_parts(offer: bytes) -> tuple[bytes, bytes, bytes, list[bytes]]:
     msg = wire.decode(offer, expect="keys/offer")
     public, header, sig, *boxes = msg.blobs
@@ -328,29 +345,31 @@ class KeySubstitution(KeySetupAttack):
     def request(self, scene: KeySetupScene, agg: KeySetupAggregator, holder: str,
                 request: bytes) -> tuple[str, bytes]:
         raws = _request_hellos(request)
-        self.victim = next(_hello_name(r) for r in raws if _hello_name(r) != holder)
         mine = public_key_bytes(self._x.public_key())
-        out = []
-        for r in raws:
-            if _hello_name(r) == self.victim:
-                self._real[self.victim] = _hello_x25519(r)
-                r = _with_x25519(r, mine)
-            out.append(r)
-        return holder, wire.encode("keys/request", {}, out)
+        # the substituted request has another transcript, hence perhaps another holder:
+        # pick a victim that is not the holder of the forged transcript
+        forged: list[bytes] = []
+        for victim in (_hello_name(r) for r in raws):
+            forged = [_with_x25519(r, mine) if _hello_name(r) == victim else r for r in raws]
+            _, new_holder = _holder_of(scene, forged)
+            if new_holder != victim:
+                self.victim = victim
+                self._real[victim] = next(_hello_x25519(r) for r in raws
+                                          if _hello_name(r) == victim)
+                return new_holder, wire.encode("keys/request", {}, forged)
+        return holder, request
 
     def deliveries(self, scene: KeySetupScene, agg: KeySetupAggregator,
                    ask: Callable[[bytes], bytes | None], request: bytes
                    ) -> dict[str, bytes]:
         offer = ask(request)
-        if offer is None:
+        if offer is None or not self.victim:
             return {}
-        # Had the holder sealed to our key: open, keep, re-seal to the victim.
+        # The holder sealed to our key: open, keep, re-seal to the victim.
         public, header, sig, boxes = _offer_parts(offer)
         raws = _request_hellos(request)
-        hellos = [_parse_hello(r, scene.roster, scene.spec.digest()) for r in raws]
-        t = _transcript(scene.roster, scene.spec.digest(), hellos)
-        names = [h.name for h in hellos]
-        holder = names[_holder_index(t, len(names))]
+        t, holder = _holder_of(scene, raws)
+        names = [_hello_name(r) for r in raws]
         i = names.index(self.victim)
         inner = wire.decode(open_sealed(self._x, boxes[i], context=_box_context(
             t, holder, self.victim)), expect="keys/secret")
@@ -476,36 +495,32 @@ class Isolate(KeySetupAttack):
         self.name = "isolate-replayed-hello" if with_replayed else "isolate"
         self.description = ("key set-up with one party and another's replayed hello"
                             if with_replayed else "key set-up with one party alone")
-        self.old: dict[str, Any] = {}
+        self.old: list[dict[str, Any]] = []
         self.victim = ""
         self._order: list[str] = []
+        self._session: dict[str, Any] = {}
 
     def prepare(self, scene: KeySetupScene, identities: Sequence[Identity]) -> None:
-        if self.replayed:
-            self.old = _honest_session(identities, scene.roster, scene.spec,
-                                       scene.min_parties)
+        if self.replayed:  # two earlier sessions: more pairs to pick a holder from
+            self.old = [_honest_session(identities, scene.roster, scene.spec,
+                                        scene.min_parties) for _ in range(2)]
 
     def request(self, scene: KeySetupScene, agg: KeySetupAggregator, holder: str,
                 request: bytes) -> tuple[str, bytes]:
         raws = _request_hellos(request)
         names = [_hello_name(r) for r in raws]
-        if not self.replayed:
-            self.victim = names[0]
-            self._order = names[:1]
-            return self.victim, wire.encode("keys/request", {}, raws[:1])
-        # the victim's fresh hello and the other's old one, in roster order; the holder
-        # of that transcript must be the victim (the aggregator may retry until it is)
-        for victim in names:
-            other = next(n for n in names if n != victim)
-            pair = {victim: raws[names.index(victim)], other: self.old["hellos"][other]}
-            order = scene.roster.order(pair)
-            req = wire.encode("keys/request", {}, [pair[n] for n in order])
-            hellos = [_parse_hello(pair[n], scene.roster, scene.spec.digest()) for n in order]
-            t = _transcript(scene.roster, scene.spec.digest(), hellos)
-            if order[_holder_index(t, 2)] == victim:
-                self.victim = victim
-                self._order = order
-                return victim, req
+        # the victim's fresh hello and another's old one, in roster order; the holder of
+        # that transcript must be the victim (the aggregator tries pairs until it is)
+        for old in self.old:
+            for victim in names:
+                for other in (n for n in names if n != victim):
+                    pair = {victim: raws[names.index(victim)], other: old["hellos"][other]}
+                    order = scene.roster.order(pair)
+                    _, h = _holder_of(scene, [pair[n] for n in order])
+                    if h == victim:
+                        self.victim, self._order, self._session = victim, order, old
+                        return victim, wire.encode("keys/request", {},
+                                                   [pair[n] for n in order])
         self.victim = names[0]
         self._order = names[:1]
         return self.victim, wire.encode("keys/request", {}, raws[:1])
@@ -522,10 +537,11 @@ class Isolate(KeySetupAttack):
 
     def confirmed(self, scene: KeySetupScene, agg: KeySetupAggregator,
                   confirms: dict[str, bytes]) -> dict[str, bytes]:
-        if self.victim not in confirms:
+        if self.victim not in confirms or len(self._order) < 2:
             return {}
         other = next(n for n in self._order if n != self.victim)
-        bundle = {self.victim: confirms[self.victim], other: self.old["confirms"][other]}
+        bundle = {self.victim: confirms[self.victim],
+                  other: self._session["confirms"][other]}
         return {self.victim: wire.encode("keys/confirmed", {},
                                          [bundle[n] for n in self._order])}
 
