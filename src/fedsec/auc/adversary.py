@@ -781,3 +781,97 @@ class TamperHarness:
         if len(vals) != len(got):
             raise AssertionError(f"an honest evaluation failed: {got}")
         return vals[0]
+
+
+# ------------------------------------------------------------ adaptive (oracle) attack
+def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
+                         accepts: Callable[[bytes], bool], shift: float, *,
+                         iters: int = 48, scale_bits: int = ATTACK_SCALE_BITS
+                         ) -> tuple[bytes, int]:
+    """A blind shift steered by a party's verdicts on forged answers within one evaluation.
+
+    ``accepts(answer)`` is whatever tells the aggregator that a party accepted an answer
+    (no error reply, or a shared AUC). Multiplying run ``k``'s numerator channel by
+    ``v_2k`` and its denominator channel by ``v_2k+1`` moves that run by ``g*w_k`` with
+    ``g = v_2k/v_2k+1 - 1`` and ``w_k = AUC + r1/r0`` (secret). The accepted ``g`` form an
+    interval of width ``2*tol/w_k``, whose edges bisection finds; then every run gets
+    ``g_k = shift/w_k``, so all runs move by ``shift`` and agree. ``g`` is read from the
+    attacker's own encoded plaintext (exact), not from the requested factors. Returns the
+    final forgery and the number of verdicts used.
+    """
+    ctx = agg.context
+    stride, runs = agg.config.stride, agg.config.runs
+    q = agg.combine(_chunk_sums(agg, obs.present()))
+    m = _attacker_mask()
+    s = float(2 ** scale_bits)
+    queries = 0
+
+    def build(gammas: Sequence[float]) -> tuple[bytes, np.ndarray]:
+        f = np.ones(stride)
+        for k, g in enumerate(gammas):
+            f[2 * k] = 1.0 + g
+        vec = np.tile(f * m, ctx.slots // stride)
+        pt = ctx.encode(vec, scale=s, parms_id=q.parms_id())
+        eff = np.asarray(ctx._encoder.decode_double(pt))[:stride]
+        ans = _mal_answer(agg, ctx.multiply_plaintext(q, pt))
+        return ans, eff[0:2 * runs:2] / eff[1:2 * runs:2] - 1.0
+
+    def hit(targets: Sequence[float]) -> tuple[bytes, np.ndarray]:
+        """Requested factors corrected until the effective ``g`` meet ``targets``."""
+        req = np.asarray(targets, dtype=np.float64)
+        ans, eff = build(req)
+        for _ in range(3):
+            req = req + (np.asarray(targets) - eff)
+            ans, eff = build(req)
+        return ans, eff
+
+    def verdict(k: int, g: float) -> tuple[bool, float]:
+        nonlocal queries
+        queries += 1
+        targets = [0.0] * runs
+        targets[k] = g
+        ans, eff = hit(targets)
+        return accepts(ans), float(eff[k])
+
+    def window(k: int, base: list[float]) -> tuple[float, float]:
+        """Edges (effective g of run k) of the accepted interval around ``base``."""
+        edges = []
+        for sign in (1.0, -1.0):
+            lo, hi, lo_eff = 0.0, 1.0, base[k]   # a shift of >= 1/8 is never accepted
+            for _ in range(iters):
+                mid = (lo + hi) / 2.0
+                t = list(base)
+                t[k] = base[k] + sign * mid
+                nonlocal queries
+                queries += 1
+                ans, eff = hit(t)
+                if accepts(ans):
+                    lo, lo_eff = mid, float(eff[k])
+                else:
+                    hi = mid
+            edges.append(lo_eff)
+        return edges[0], edges[1]
+
+    tol = float(agg.config.tolerance)
+    # round 0: around no shift, the interval's width is 2*tol/w_k
+    w = []
+    for k in range(runs):
+        up, down = window(k, [0.0] * runs)
+        w.append(2.0 * tol / (up - down))
+    # later rounds: around a shift that passes, the interval's centre is delta/w_k, known
+    # to the attacker's arithmetic precision whatever delta is; grow delta until shift
+    delta, factor = 0.0, 30.0
+    while delta != shift and factor > 1.5:
+        step = math.copysign(min(abs(shift), max(abs(delta), tol) * factor), shift)
+        base = [step / wk for wk in w]
+        if not accepts(hit(base)[0]):
+            queries += 1
+            factor = math.sqrt(factor)
+            continue
+        queries += 1
+        new_w = []
+        for k in range(runs):
+            up, down = window(k, base)
+            new_w.append(step / ((up + down) / 2.0))
+        w, delta = new_w, step
+    return hit([shift / wk for wk in w])[0], queries
