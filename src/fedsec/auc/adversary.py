@@ -806,7 +806,7 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
     s = float(2 ** scale_bits)
     queries = 0
 
-    def build(gammas: Sequence[float]) -> tuple[bytes, np.ndarray]:
+    def build(gammas: Sequence[float] | np.ndarray) -> tuple[bytes, np.ndarray]:
         f = np.ones(stride)
         for k, g in enumerate(gammas):
             f[2 * k] = 1.0 + g
