@@ -30,9 +30,14 @@ def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
 
     kwargs: dict[str, Any] = {}
     if args.security == "malicious":
+        from fedsec.auc.fhauc_malicious import DEFAULT_RUNS, DEFAULT_TOLERANCE
+        from fedsec.auc.policy import DEFAULT_MIN_BOUND_BITS
+
         kwargs["splits"] = args.splits
-        kwargs["tolerance"] = args.tolerance
-        kwargs["min_bound_bits"] = args.min_bound_bits
+        kwargs["tolerance"] = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+        kwargs["runs"] = DEFAULT_RUNS if args.runs is None else args.runs
+        kwargs["min_bound_bits"] = (DEFAULT_MIN_BOUND_BITS if args.min_bound_bits is None
+                                    else args.min_bound_bits)
         if args.masking != "single":
             raise ValueError("--masking applies to --security semi-honest only")
     else:
@@ -47,10 +52,10 @@ def _cmd_auc(args: argparse.Namespace) -> int:
 
     if args.decision_points < 2:
         raise ValueError(f"--decision-points must be >= 2; got {args.decision_points}")
-    if args.security == "semi-honest" and (args.splits is not None
-                                           or args.tolerance != 1e-5
-                                           or args.min_bound_bits != 40.0):
-        raise ValueError("--splits, --tolerance and --min-bound-bits apply to "
+    if args.security == "semi-honest" and any(
+            v is not None for v in (args.splits, args.tolerance, args.runs,
+                                    args.min_bound_bits)):
+        raise ValueError("--splits, --tolerance, --runs and --min-bound-bits apply to "
                          "--security malicious only")
     parties = load_party_csvs(args.files)
     res = _run([(p.y_true, p.y_score) for p in parties], [p.name for p in parties], args)
@@ -69,8 +74,9 @@ def _cmd_auc(args: argparse.Namespace) -> int:
     if res.security == "semi-honest":
         out["masking"] = res.masking
     out.update({k: v for k, v in res.extra.items() if k in
-                ("verified", "cheat_bound_bits", "splits", "permutation_bound_bits",
-                 "multiplier_bound_bits")})
+                ("verified", "cheat_bound_bits", "splits", "runs", "tolerance",
+                 "permutation_bound_bits", "multiplier_bound_bits", "tolerance_bound_bits",
+                 "shift_resolution")})
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -105,8 +111,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for security in ("semi-honest", "malicious"):
         ns = argparse.Namespace(decision_points=args.decision_points, security=security,
                                 masking="single", splits=None, preset=args.preset,
-                                json=False, quiet=False, tolerance=1e-5,
-                                min_bound_bits=40.0)
+                                json=False, quiet=False, tolerance=None, runs=None,
+                                min_bound_bits=None)
         say(f"running FHAUC with a {security} aggregator")
         res = _run(fed.pairs(), [p.name for p in fed.parties], ns, say)
         rows.append((security, res))
@@ -157,12 +163,16 @@ def register(sub: Any) -> None:
     p.add_argument("--splits", "-S", type=int, default=None,
                    help="malicious mode: additive shares per statistic (default: smallest "
                         "S meeting the cheating bound)")
-    p.add_argument("--tolerance", type=float, default=1e-5,
-                   help="malicious mode: how closely the two runs must agree (default 1e-5, "
-                        "five decimal places as in the paper; our CKKS error is ~1e-10)")
-    p.add_argument("--min-bound-bits", type=float, default=40.0,
-                   help="malicious mode: refuse parameters whose cheating bound is weaker "
-                        "than 2^-BITS (default 40)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="malicious mode: how closely the runs must agree (default 5e-10; "
+                        "honest runs agree to ~1e-12; a looser tolerance weakens the "
+                        "cheating bound and is refused below --min-bound-bits)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="malicious mode: independent executions that must agree (2..8, "
+                        "default 4; packed into the same ciphertext)")
+    p.add_argument("--min-bound-bits", type=float, default=None,
+                   help="malicious mode: refuse parameters whose cheating bound, blind-shift "
+                        "term included, is weaker than 2^-BITS (default 40)")
     p.add_argument("--preset", choices=SECURE_PRESETS, default=DEFAULT_PRESET,
                    help="CKKS parameter preset (128-bit secure presets only; the default "
                         "gives ~1e-10 relative precision, DEPTH2 ~1e-8, N16384 costs 3x)")

@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
+from fedsec.auc.common import local_federation
 from fedsec.auc.fhauc import (
     FHAUCAggregator,
     FHAUCConfig,
     FHAUCParty,
-    run_key_setup,
     secure_auc,
 )
+from fedsec.crypto.keysetup import run_key_setup
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.errors import ProtocolError, UndefinedMetricError
@@ -31,6 +32,12 @@ MAX_PARTIES = 200
 REL = 1e-9
 
 
+def key_setup(names, cfg):
+    """Signed key set-up among fresh local identities (the in-process federation)."""
+    identities, roster = local_federation(names)
+    return run_key_setup(identities, roster, cfg.key_spec())
+
+
 def approx(ref):
     return pytest.approx(ref, rel=REL, abs=1e-10)
 
@@ -39,9 +46,8 @@ def approx(ref):
 def fed():
     """One key set-up for up to 200 parties on the test preset, shared by every test."""
     names = [f"p{i:03d}" for i in range(MAX_PARTIES)]
-    rot = FHAUCConfig.create(2, preset=TEST_PRESET, allow_insecure=True).rotations()
-    agg, keys = run_key_setup(names, preset=TEST_PRESET, rotations=rot, conjugate=True,
-                              allow_insecure=True)
+    agg, keys = key_setup(names, FHAUCConfig.create(2, preset=TEST_PRESET,
+                                                    allow_insecure=True))
     return agg, keys
 
 
@@ -211,8 +217,7 @@ def test_default_preset_random_federations():
     """A few random federations on the secure default preset (one key set-up)."""
     cfg0 = FHAUCConfig.create(2)
     names = [f"q{i}" for i in range(40)]
-    ks, keys = run_key_setup(names, preset=cfg0.preset, rotations=cfg0.rotations(),
-                             conjugate=True)
+    ks, keys = key_setup(names, cfg0)
     g = np.random.default_rng(99)
     for n_parties, n_points, masking in [(3, 7, "single"), (40, 500, "pair"),
                                          (17, 4096, "single")]:
@@ -288,8 +293,7 @@ def test_submission_for_another_config_rejected(fed, three):
 
 def test_submission_from_another_session_rejected(fed, three):
     _, cfg, _, subs = three
-    ks2, keys2 = run_key_setup(["x", "y"], preset=TEST_PRESET, rotations=cfg.rotations(),
-                               conjugate=True, allow_insecure=True)
+    ks2, keys2 = key_setup(["x", "y"], cfg)
     g = np.random.default_rng(0)
     foreign = FHAUCParty(g.integers(0, 2, 10), g.random(10), keys=keys2[0], config=cfg)
     with pytest.raises(ProtocolError, match="another configuration or session"):

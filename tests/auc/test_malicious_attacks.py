@@ -171,8 +171,10 @@ def test_weak_bound_and_sizes_are_refused() -> None:
     with pytest.raises(PolicyViolation) as info:
         PartyPolicy().check_config(weak)
     assert info.value.check == "cheat-bound"
-    # 4*10**8 decision points, as announced: refused on the count (a stand-in, since
-    # building the real configuration would allocate the points first)
+    # 4*10**8 decision points (old attack 6): the configuration refuses the count before
+    # allocating anything, and a party's policy refuses anything above its own limit
+    with pytest.raises(ValueError, match="decision"):
+        MaliciousConfig.create(4 * 10 ** 8, preset=TEST_PRESET, allow_insecure=True)
     huge = SimpleNamespace(n_points=4 * 10 ** 8, preset=TEST_PRESET, tolerance=5e-10,
                            cheat_bound_bits=lambda: 100.0)
     with pytest.raises(PolicyViolation) as info:

@@ -419,9 +419,9 @@ def test_no_byte_the_aggregator_receives_contains_the_secret_key():
     holder, request = agg.request(received)
     offer = parties[holder].offer(request)
     received.append(offer)
-    received += [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
-    bundle = agg.confirm(received[-len(parties):])
-    keys = [p.finish(bundle) for p in parties]
+    confirms = [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
+    received += confirms
+    keys = [p.finish(agg.confirm(confirms)) for p in parties]
     g = np.random.default_rng(3)
     roles = [FHAUCParty(g.integers(0, 2, 40), g.random(40), keys=k, config=cfg) for k in keys]
     subs = [r.submit() for r in roles]

@@ -22,9 +22,12 @@ from fedsec.crypto.identity import Identity, Roster
 from fedsec.errors import ProtocolError, UndefinedMetricError
 
 __all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
-           "finish_auc", "local_federation", "DEFAULT_MAX_TOTAL_SAMPLES"]
+           "finish_auc", "local_federation", "DEFAULT_MAX_TOTAL_SAMPLES",
+           "MAX_DECISION_POINTS"]
 
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
+#: No configuration takes more decision points than this (checked before allocating).
+MAX_DECISION_POINTS = 1 << 16
 
 
 class BoundConfig:

@@ -53,6 +53,7 @@ from numpy.typing import ArrayLike
 from fedsec._validation import check_int
 from fedsec.auc.common import (
     DEFAULT_MAX_TOTAL_SAMPLES,
+    MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
     check_party_inputs,
@@ -114,7 +115,7 @@ class FHAUCConfig(BoundConfig):
                masking: str = "single", max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES,
                allow_insecure: bool = False) -> FHAUCConfig:
         """Validate and build a configuration."""
-        points = as_decision_points(decision_points)
+        points = as_decision_points(decision_points, max_points=MAX_DECISION_POINTS)
         params = get_preset(preset, allow_insecure=allow_insecure)
         if points.size > params.slots:
             raise ValueError(f"{points.size} decision points exceed the {params.slots} slots "

@@ -55,6 +55,7 @@ from numpy.typing import ArrayLike
 from fedsec._validation import check_int, check_real
 from fedsec.auc.common import (
     DEFAULT_MAX_TOTAL_SAMPLES,
+    MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
     check_party_inputs,
@@ -177,7 +178,7 @@ class MaliciousConfig(BoundConfig):
                allow_insecure: bool = False) -> MaliciousConfig:
         """Validate parameters; refuse any whose cheating bound is weaker than
         ``min_bound_bits``. ``splits=None`` picks the smallest ``S`` that reaches it."""
-        points = as_decision_points(decision_points)
+        points = as_decision_points(decision_points, max_points=MAX_DECISION_POINTS)
         n = points.size
         get_preset(preset, allow_insecure=allow_insecure)
         check_real(tolerance, "tolerance", "MaliciousConfig", gt=0.0, lt=0.5)

@@ -59,18 +59,25 @@ def uniform_decision_points(n_points: int) -> FloatArray:
     return 1.0 - np.arange(n, dtype=np.float64) / (n - 1)
 
 
-def as_decision_points(points: Any) -> FloatArray:
+def as_decision_points(points: Any, *, max_points: int | None = None) -> FloatArray:
     """Validate decision points: an int ``N`` (uniform points) or custom thresholds.
 
     Custom thresholds must be finite numbers in ``[0, 1]``; they are de-duplicated and sorted
     in decreasing order. If the smallest is above 0, 0.0 is appended so that the last point
-    counts every sample as positive and the curve ends at ``(1, 1)``.
+    counts every sample as positive and the curve ends at ``(1, 1)``. ``max_points`` bounds
+    ``N`` before anything is allocated.
     """
     if isinstance(points, (bool, np.bool_)):
         raise TypeError("The 'decision_points' parameter must be an int or a sequence of "
                         "numbers. Got bool instead.")
     if isinstance(points, (int, np.integer)):
+        if max_points is not None and int(points) > max_points:
+            raise ValueError(f"The 'decision_points' parameter must be <= {max_points}. "
+                             f"Got {int(points)} instead.")
         return uniform_decision_points(int(points))
+    if max_points is not None and hasattr(points, "__len__") and len(points) > max_points:
+        raise ValueError(f"At most {max_points} decision points are supported. Got "
+                         f"{len(points)} instead.")
     try:
         arr = np.asarray(points, dtype=np.float64).ravel()
     except (TypeError, ValueError):
