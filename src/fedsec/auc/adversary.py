@@ -46,7 +46,7 @@ from fedsec.crypto import wire
 from fedsec.errors import FedsecError, UndefinedMetricError
 
 __all__ = ["ATTACKS", "AUCAttack", "Observed", "TamperHarness", "Trial", "forge",
-           "ATTACK_SCALE_BITS"]
+           "adaptive_blind_shift", "blind_shift", "rot_shift", "ATTACK_SCALE_BITS"]
 
 #: Encoding scale (bits) of the attacker's own plaintext multipliers in malicious mode. The
 #: product sits at 2**(50 + 36) in a 108-bit modulus: room for answers up to ~2**20, and a
@@ -504,6 +504,19 @@ def _sh_blind_shift(gamma: Callable[[FHAUCAggregator], float]) -> Forger:
     return forge_
 
 
+def blind_shift(gamma: float) -> AUCAttack:
+    """A blind shift with a fixed ``gamma`` (numerator channels times ``1 + gamma``) in
+    both modes, for measurements (``benchmarks/blind_shift_bound.py``)."""
+    return AUCAttack(f"blind-shift({gamma:g})", f"numerator channels x (1 + {gamma:g})",
+                     _mal_blind_shift(lambda _a: gamma), _sh_blind_shift(lambda _a: gamma))
+
+
+def rot_shift(beta: float) -> AUCAttack:
+    """``X + beta*Y`` (needs a rotation by one slot)."""
+    return AUCAttack(f"rot-shift({beta:g})", f"X + {beta:g}*Y",
+                     lambda agg, obs: mal_rot_shift(agg, obs, beta), None, needs_rotation=1)
+
+
 def _neg_uniform(lo: float, hi: float) -> float:
     return -(lo + (hi - lo) * secrets.randbelow(1 << 20) / float(1 << 20))
 
@@ -606,6 +619,8 @@ def _check_name(exc: BaseException) -> str:
     msg = str(exc)
     if "(check: " in msg:
         return msg.split("(check: ", 1)[1].split(")", 1)[0]
+    if "outside [0, 1]" in msg:          # semi-honest finish_auc
+        return "range"
     return type(exc).__name__
 
 
@@ -746,21 +761,22 @@ class TamperHarness:
         final = [o if o is not None else FedsecError("no answer") for o in outcome]
         return final, obs
 
-    def applicable(self, name: str) -> bool:
-        """Whether attack ``name`` can be played in this mode with these keys."""
-        att = ATTACKS[name]
+    def applicable(self, name: str | AUCAttack) -> bool:
+        """Whether an attack can be played in this mode with these keys."""
+        att = ATTACKS[name] if isinstance(name, str) else name
         if att.needs_rotation is not None and att.needs_rotation not in self._public.rotations:
             return False
         if self.security == "malicious":
             return att.malicious is not None or att.start is not None
         return att.semi_honest is not None
 
-    def trial(self, name: str) -> Trial:
-        """One attacked evaluation."""
-        if not self.applicable(name):
-            raise ValueError(f"attack {name!r} does not apply to {self.security} mode with "
-                             "these keys")
-        got, _ = self._play(ATTACKS[name])
+    def trial(self, name: str | AUCAttack) -> Trial:
+        """One attacked evaluation (an attack's name in :data:`ATTACKS`, or an attack)."""
+        att = ATTACKS[name] if isinstance(name, str) else name
+        if not self.applicable(att):
+            raise ValueError(f"attack {att.name!r} does not apply to {self.security} mode "
+                             "with these keys")
+        got, _ = self._play(att)
         accepted = [g for g in got if isinstance(g, float)]
         errors = [g for g in got if not isinstance(g, float)]
         checks = [_check_name(e) for e in errors]
