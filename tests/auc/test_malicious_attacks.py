@@ -302,3 +302,14 @@ def test_many_verdicts_steer_a_blind_shift_through_every_check() -> None:
 
     with pytest.raises(ProtocolError, match="already verified"):
         adaptive_blind_shift(agg2, Observed(list(subs2)), accepts2, -0.05, iters=40)
+
+
+def test_answer_from_another_session_is_refused(mal: TamperHarness,
+                                                mal_rot1: TamperHarness) -> None:
+    """Replay across key set-ups (same configuration, another session): the binding."""
+    agg2, _, subs2 = _evaluation(mal_rot1)
+    old = agg2.aggregate(subs2)
+    _, roles, _ = _evaluation(mal)
+    with pytest.raises(TamperingDetected) as info:
+        roles[0].finalize(old)
+    assert info.value.check == "binding"

@@ -849,11 +849,14 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
         ans, eff = hit(targets)
         return accepts(ans), float(eff[k])
 
+    tol = float(agg.config.tolerance)
+
     def window(k: int, base: list[float]) -> tuple[float, float]:
-        """Edges (effective g of run k) of the accepted interval around ``base``."""
+        """Edges (effective g of run k) of the accepted interval around ``base``: its
+        half-width is tol/w_k <= 8*tol (w_k > 1/8), so [0, 16*tol] brackets each edge."""
         edges = []
         for sign in (1.0, -1.0):
-            lo, hi, lo_eff = 0.0, 1.0, base[k]   # a shift of >= 1/8 is never accepted
+            lo, hi, lo_eff = 0.0, min(1.0, 16.0 * tol), base[k]
             for _ in range(iters):
                 mid = (lo + hi) / 2.0
                 t = list(base)
@@ -868,7 +871,6 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
             edges.append(lo_eff)
         return edges[0], edges[1]
 
-    tol = float(agg.config.tolerance)
     # round 0: around no shift, the interval's width is 2*tol/w_k
     w = []
     for k in range(runs):
