@@ -152,8 +152,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for security in ("semi-honest", "malicious"):
         harness = TamperHarness(fed.pairs(), security=security,
                                 decision_points=args.decision_points)
-        truth = harness.honest()
-        outcome = harness.trial("drop-party", truth, 1e-5)
+        truth = harness.truth
+        outcome = harness.trial("drop-party").kind
         if outcome == "detected":
             print(f"  {security:<12} parties raise TamperingDetected - no AUC is reported")
         else:

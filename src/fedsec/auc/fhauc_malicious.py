@@ -392,13 +392,16 @@ class MaliciousParty:
         self._participants: list[int] = []
         self._local = SystemRandomSource()
         self.verification: dict[str, Any] = {}
+        self._finalized = False
 
     @property
     def nonce(self) -> bytes:
         return self._nonce
 
     def restore(self, start: bytes) -> None:
-        """Re-enter the state after :meth:`submit` (for stateless runtimes)."""
+        """Re-enter the state after :meth:`submit` (for stateless runtimes). The runtime
+        must also remember that this evaluation was verified once (:meth:`finalize`
+        refuses a second answer only within one object)."""
         self._read_start(start)
 
     def commit(self) -> bytes:
@@ -502,10 +505,19 @@ class MaliciousParty:
         """Step 12 and verification: the AUC, or ``TamperingDetected``.
 
         Error messages name the failed check and never carry decrypted values; the
-        per-run values stay in :attr:`verification` on this party's side.
+        per-run values stay in :attr:`verification` on this party's side. A party verifies
+        **one** answer per evaluation: a second call raises ``ProtocolError`` (an
+        aggregator that learns many verdicts on one evaluation's randomness can search
+        for a forgery that passes, see :func:`fedsec.auc.adversary.adaptive_blind_shift`).
         """
         if self._runs is None:
             raise ProtocolError("finalize() before submit()")
+        if self._finalized:
+            # Every verdict is a bit about this evaluation's secret randomness: with a few
+            # hundred, an aggregator steers a blind shift through every check.
+            raise ProtocolError("this party already verified an answer in this evaluation; "
+                                "start a new evaluation (fresh nonce)")
+        self._finalized = True
         try:
             msg = wire.decode(response, expect="fhauc-m/result",
                               max_bytes=self.policy.max_message_bytes)

@@ -21,7 +21,9 @@ Rounds
    material and the hash of every box.
 4. **deliver / confirm** - each party receives the relayed hellos, the signed header and
    its box; it repeats every check, opens the box and signs a *confirmation* of the full
-   transcript hash (hellos + header).
+   transcript hash (hellos + header). The key holder accepts only the header of the offer
+   whose keys it holds: asked twice, it would otherwise confirm its first offer while
+   holding the second's keys, and every check after it would pass.
 5. **confirmed** - the aggregator relays every confirmation to every party; a party uses
    its keys only after checking that *every* participant confirmed the same transcript. An
    aggregator that showed different hellos, offers or public keys to different parties
@@ -266,7 +268,8 @@ class KeySetupParty:
         self._x = X25519PrivateKey.generate()
         self._nonce = secrets.token_bytes(NONCE_BYTES)
         self._hello: bytes | None = None
-        self._own: tuple[CKKSContext, bytes] | None = None    # the holder's fresh keys
+        # the holder's fresh keys and the offer header it signed for them
+        self._own: tuple[CKKSContext, bytes, bytes] | None = None
         self._pending: PartyKeys | None = None
         self._final: bytes | None = None
 
@@ -282,7 +285,7 @@ class KeySetupParty:
                                     serialization.PrivateFormat.Raw,
                                     serialization.NoEncryption())
         own = b"" if self._own is None else wire.encode(
-            "keys/own", {}, [self._own[0].secret_bytes(), self._own[1]])
+            "keys/own", {}, [self._own[0].secret_bytes(), self._own[1], self._own[2]])
         pending = self._pending.to_bytes() if self._pending is not None else b""
         return wire.encode("keys/setup-state", {"name": self.name},
                            [raw, self._nonce, self._hello or b"", own, pending,
@@ -303,10 +306,10 @@ class KeySetupParty:
         out._hello = msg.blobs[2] or None
         if msg.blobs[3]:
             own = wire.decode(msg.blobs[3], expect="keys/own")
-            if len(own.blobs) != 2 or len(own.blobs[1]) != SEED_BYTES:
+            if len(own.blobs) != 3 or len(own.blobs[1]) != SEED_BYTES:
                 raise ProtocolError("malformed key set-up state")
             ctx = CKKSContext.from_secret_bytes(own.blobs[0], allow_insecure=spec.allow_insecure)
-            out._own = (ctx, own.blobs[1])
+            out._own = (ctx, own.blobs[1], own.blobs[2])
         if msg.blobs[4]:
             out._pending = PartyKeys.from_bytes(msg.blobs[4],
                                                 allow_insecure=spec.allow_insecure)
@@ -356,7 +359,7 @@ class KeySetupParty:
                              [transcript, hashlib.sha256(public).digest(),
                               *[hashlib.sha256(b).digest() for b in boxes]])
         sig = self.identity.sign("keys/offer", header)
-        self._own = (ctx, seed)
+        self._own = (ctx, seed, header)
         return wire.encode("keys/offer", {"holder": self.name}, [public, header, sig, *boxes])
 
     # -------------------------------------------------------------- round 4
@@ -390,7 +393,12 @@ class KeySetupParty:
         if holder == self.name:
             if self._own is None or box != b"":
                 raise ProtocolError("key delivery claims this party generated keys it did not")
-            ctx, seed = self._own
+            ctx, seed, own_header = self._own
+            if header != own_header:
+                # Asked twice, this party holds the keys of its latest offer only; others
+                # would hold another offer's keys under one confirmed transcript.
+                raise TamperingDetected("the key delivery carries an offer other than the "
+                                        "one this party holds the keys of", check="holder")
             # The holder keeps only what a party needs (secret key); public keys stay out.
             ctx = CKKSContext.from_secret_bytes(ctx.secret_bytes(),
                                                 allow_insecure=self.spec.allow_insecure)
