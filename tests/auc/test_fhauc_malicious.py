@@ -75,8 +75,8 @@ def test_secure_default_preset_and_default_splits() -> None:
     parties = _federation(rng, 4)
     res = secure_auc(parties, decision_points=100, security="malicious")
     assert abs(res.auc - _reference(parties, 100)) <= 1e-6
-    # four runs (the default) reach 2^-40 with S=2; two runs need S=3
-    assert res.extra["splits"] == smallest_splits(100, 40.0, runs=4) == 2
+    # eight runs (the default) reach 2^-40 with S=2; two runs need S=3
+    assert res.extra["splits"] == smallest_splits(100, 40.0, runs=8) == 2
     assert smallest_splits(100, 40.0, runs=2) == 3
     assert res.extra["cheat_bound_bits"] >= 40.0
 
@@ -100,8 +100,8 @@ def test_cheat_bound_matches_paper_examples() -> None:
 def test_weak_parameters_are_refused_with_a_suggestion() -> None:
     # four runs: N=10 with S=2 gives 2^-31.4
     with pytest.raises(ValueError, match=r"use --splits 3 or more"):
-        MaliciousConfig.create(10, splits=2)
-    cfg = MaliciousConfig.create(10, splits=2, min_bound_bits=20.0)
+        MaliciousConfig.create(10, splits=2, runs=4, tolerance=5e-10)
+    cfg = MaliciousConfig.create(10, splits=2, runs=4, tolerance=5e-10, min_bound_bits=20.0)
     # two runs: the blind-shift term of the default tolerance is too weak on its own
     with pytest.raises(ValueError, match=r"lower the tolerance or add runs"):
         MaliciousConfig.create(100, splits=9, runs=2)

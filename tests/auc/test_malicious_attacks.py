@@ -27,7 +27,7 @@ from fedsec.auc.fhauc_malicious import (
 from fedsec.auc.policy import PartyPolicy
 from fedsec.errors import FedsecError, PolicyViolation, ProtocolError, TamperingDetected
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 POINTS = 30
 LOOSE = PartyPolicy(quorum=2, max_tolerance=0.4, min_bound_bits=0.0)
 
@@ -141,7 +141,8 @@ def test_semi_honest_oracle_reads_a_partys_negative_count(semi: TamperHarness) -
 
 def test_semi_honest_checks_what_it_can(semi: TamperHarness) -> None:
     assert semi.trial("oracle-submission").checks == ["slot-consistency"] * 3
-    assert semi.trial("zero-answer").kind == "undefined"
+    # a party holding both classes knows the federation does: a zero answer is forged
+    assert semi.trial("zero-answer").kind == "detected"
 
 
 # --------------------------------------------------------------- the party's own policy
@@ -269,8 +270,8 @@ class _VerifiesTwice(MaliciousParty):
 
 
 def test_many_verdicts_steer_a_blind_shift_through_every_check() -> None:
-    """Against a party that verifies any number of answers in one evaluation, about a
-    thousand verdicts locate each run's window (bisection, then refinement around
+    """Against a party that verifies any number of answers in one evaluation, one to two
+    thousand verdicts (eight runs) locate each run's window (bisection, then refinement around
     growing shifts); then a shift of -0.05 passes at every party (tolerance 1e-3; the
     one-shot bound allows it with probability <= 0.9%)."""
     h = _harness("malicious", policy=LOOSE, tolerance=1e-3, min_bound_bits=0.0, splits=4)
@@ -287,7 +288,7 @@ def test_many_verdicts_steer_a_blind_shift_through_every_check() -> None:
 
     forged, queries = adaptive_blind_shift(agg, Observed(list(subs)), accepts, -0.05,
                                            iters=40)
-    assert queries < 1500
+    assert queries < 5000
     got = [r.finalize(forged) for r in roles]          # one verdict each: all accept
     assert all(abs(g - (h.truth - 0.05)) < 1e-3 for g in got)
     # with the rule, the aggregator's second question already fails

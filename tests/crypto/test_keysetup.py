@@ -18,7 +18,7 @@ from fedsec.crypto.keysetup import (
 )
 from fedsec.errors import ProtocolError
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]
 SPEC = KeySpec.create(TEST_PRESET, [1, 2, 8], True, allow_insecure=True)
 
@@ -88,7 +88,7 @@ def test_bad_hello_is_attributed_and_the_others_complete(
     parties = [KeySetupParty(i, roster, SPEC, min_parties=3) for i in ids[:3]]
     hellos = [p.hello() for p in parties]
     if kind == "second-hello":  # a replayed copy of a participant's hello
-        bad, reason, pos = hellos[0], "a second hello from 'hospital-a'", 3
+        bad, reason, pos = hellos[0], "a copy of the hello of 'hospital-a'", 3
         hellos.append(bad)
     else:
         bad, reason = _bad_hellos(ids, roster)[kind]
