@@ -205,7 +205,7 @@ def _session(label: str, identities: list[Identity], roster: Roster, spec: KeySp
     states = [p.to_bytes() for p in parties]
     offer = parties[holder].offer(request)
     states.append(parties[holder].to_bytes())
-    own_ctx, own_seed = parties[holder]._own  # noqa: SLF001
+    own_ctx, own_seed = parties[holder]._own[:2]  # noqa: SLF001
     secret_plain = wire.encode("keys/secret", {}, [own_ctx.secret_bytes(), own_seed])
     deliveries = agg.accept(offer)
     agg_acc = copy.copy(agg)
