@@ -48,9 +48,9 @@ from fedsec.errors import FedsecError, UndefinedMetricError
 __all__ = ["ATTACKS", "AUCAttack", "Observed", "TamperHarness", "Trial", "forge",
            "adaptive_blind_shift", "blind_shift", "rot_shift", "ATTACK_SCALE_BITS"]
 
-#: Encoding scale (bits) of the attacker's own plaintext multipliers in malicious mode. The
-#: product sits at 2**(50 + 36) in a 108-bit modulus: room for answers up to ~2**20, and a
-#: blind-shift step of ~2e-10.
+#: Encoding scale (bits) of the attacker's own plaintext multipliers in malicious mode (it
+#: skips the honest mask's rescale). On the default chain the product sits at 2**(61 + 36)
+#: in a 139-bit modulus: room for answers up to ~2**40, and a blind-shift step of ~2e-10.
 ATTACK_SCALE_BITS = 36
 #: Semi-honest forgeries act on the masked answer (already at 2**66), so less room is left.
 SH_ATTACK_SCALE_BITS = 20
