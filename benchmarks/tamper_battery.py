@@ -47,7 +47,13 @@ from fedsec.auc.adversary import (
     TamperHarness,
     adaptive_blind_shift,
 )
-from fedsec.auc.fhauc_malicious import SHIFT_RESOLUTION, MaliciousConfig, MaliciousParty
+from fedsec.auc.fhauc_malicious import (
+    DEFAULT_RUNS,
+    DEFAULT_TOLERANCE,
+    SHIFT_RESOLUTION,
+    MaliciousConfig,
+    MaliciousParty,
+)
 from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup_attacks import KEYSETUP_ATTACKS, run_attack
@@ -247,7 +253,8 @@ def adaptive_rows(out: _Out, args: argparse.Namespace, parties: list[Any],
 def write_md(out: _Out) -> str:
     m = out.meta
     lines = [f"Federation: {m['federation']}; N = {m['decision_points']}; preset {m['preset']}; "
-             f"malicious defaults (R = 4 runs, tolerance 5e-10, S for a 2^-40 bound); "
+             f"malicious defaults (R = {DEFAULT_RUNS} runs, tolerance {DEFAULT_TOLERANCE:g}, "
+             "S for a 2^-40 bound); "
              f"machine: {m['machine']}. Command: `{m['command']}`", "",
              "AUC level (worst outcome over the parties of each trial; 'res' = "
              f"SHIFT_RESOLUTION {SHIFT_RESOLUTION:g}):", "",
