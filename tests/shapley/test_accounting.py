@@ -35,3 +35,23 @@ def test_split_and_merge():
     assert acc.total_bytes == 125_005 and acc.messages[("a", "b", "k")] == 2
     with pytest.raises(ValueError):
         acc.communication_seconds(0)
+
+
+def test_secure_result_and_test_sets():
+    import numpy as np
+
+    from fedsec.shapley.secure_common import SecureShapleyResult, check_test_sets, pooled
+    sets = [(np.ones((2, 3)), np.array([0, 1])), (np.zeros((1, 3)), np.array([1]))]
+    checked = check_test_sets(sets, 2, 3, where="f")
+    x, y, owner = pooled(checked)
+    assert x.shape == (3, 3) and y.tolist() == [0, 1, 1] and owner.tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="one \\(X, y\\) pair per client"):
+        check_test_sets(sets, 3, 3, where="f")
+    with pytest.raises(ValueError, match="3 features"):
+        check_test_sets([(np.ones((2, 4)), np.array([0, 1]))] * 2, 2, 3, where="f")
+    acc = Accounting()
+    acc.message("p", "a", "k", b"12")
+    res = SecureShapleyResult(np.zeros(2), np.zeros((1, 2)), "exact", None, False, None,
+                              [(0, 1)], 4, 12, 0.5, protocol="hesv", accounting=acc)
+    d = res.to_dict()
+    assert d["protocol"] == "hesv" and d["bytes_total"] == 2 and "time_split_seconds" in d
