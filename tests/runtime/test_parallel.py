@@ -1,0 +1,30 @@
+import pytest
+
+from fedsec.runtime.parallel import map_ordered
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_process_pool_returns_the_serial_results_in_order():
+    items = list(range(7))
+    assert map_ordered(_square, items, workers=2) == [x * x for x in items]
+    assert map_ordered(_square, items, backend="serial") == [x * x for x in items]
+    assert map_ordered(_square, [], workers=2) == []
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="backend"):
+        map_ordered(_square, [1], backend="threads")
+    with pytest.raises(ValueError, match="workers"):
+        map_ordered(_square, [1], workers=0)
+
+
+# Ray's shutdown leaves its helper processes to exit on their own.
+@pytest.mark.filterwarnings("ignore::ResourceWarning",
+                            "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ray_backend_matches_serial():
+    pytest.importorskip("ray")
+    items = [-3, 1, -2, 5]
+    assert map_ordered(abs, items, workers=2, backend="ray") == [abs(x) for x in items]
