@@ -137,8 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fedsec: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc) \
-            else ""
+        where = f"{exc.filename}: " if exc.filename else ""
         print(f"fedsec: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except FedsecError as exc:
@@ -152,10 +151,15 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``fedsec`` command; return its exit status (:data:`EXIT_CODES`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_BAD_INPUT
+    try:
+        args = parser.parse_args(argv)  # prints --help itself
+        if not getattr(args, "func", None):
+            parser.print_help()
+            sys.stdout.flush()
+            return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     return _run(args)
 
 

@@ -461,8 +461,16 @@ def load_party_csvs(paths: Sequence[str | os.PathLike[str]], *,
     """Load several party files, name them uniquely and check that the federation has both
     classes.
 
-    ``names`` (one per file, unique) overrides :func:`party_names`. The reading options are
-    those of :func:`load_party_csv` and apply to every file.
+    Parameters
+    ----------
+    paths : sequence of path-like
+        One file per party.
+    names : sequence of str, optional
+        One unique roster-valid name per file; default :func:`party_names`.
+    label_col, score_col, pos_label, delimiter, score_range, score_tolerance
+        As in :func:`load_party_csv`; they apply to every file.
+    require_both_classes : bool, default=True
+        Raise :class:`UndefinedMetricError` when the whole federation holds one class.
 
     Raises
     ------
