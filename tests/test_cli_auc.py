@@ -218,3 +218,21 @@ def test_demo_runs_end_to_end() -> None:
     assert "FHAUC, malicious aggregator" in proc.stdout
     assert "scikit-learn roc_auc_score" in proc.stdout
     assert "malicious    parties raise TamperingDetected" in proc.stdout
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--security", "malicious", "--runs", "1"], "--runs must be in 2..8; got '1'"),
+    (["--security", "malicious", "--splits", "1"], "--splits must be in 2..64"),
+    (["--security", "malicious", "--tolerance", "0"], "--tolerance must be > 0"),
+    (["--security", "malicious", "--tolerance", "nan"], "--tolerance must be finite"),
+    (["--security", "malicious", "--min-bound-bits", "-3"], "--min-bound-bits must be >= 0"),
+    (["-N", "many"], "--decision-points must be an integer"),
+])
+def test_malicious_options_are_checked_in_the_users_terms(
+        party_files: list[Path], capsys: pytest.CaptureFixture[str], argv: list[str],
+        message: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["auc", *map(str, party_files[:2]), *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "MaliciousConfig" not in err

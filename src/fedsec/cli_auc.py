@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -317,13 +318,38 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_arg(name: str) -> Callable[[str], int]:
+def _int_arg(name: str, low: int | None = None, high: int | None = None
+             ) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
-            return int(text)
+            v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}"
                                              ) from None
+        if (low is not None and v < low) or (high is not None and v > high):
+            bound = (f"in {low}..{high}" if low is not None and high is not None
+                     else f">= {low}" if low is not None else f"<= {high}")
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
+        return v
+    return parse
+
+
+def _float_arg(name: str, *, gt: float | None = None, ge: float | None = None,
+               lt: float | None = None) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}"
+                                             ) from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be finite; got {text!r}")
+        for bound, ok, sym in ((gt, gt is None or v > gt, ">"), (ge, ge is None or v >= ge,
+                                                              ">="),
+                               (lt, lt is None or v < lt, "<")):
+            if bound is not None and not ok:
+                raise argparse.ArgumentTypeError(f"{name} must be {sym} {bound:g}; got {text!r}")
+        return v
     return parse
 
 
@@ -348,18 +374,19 @@ def register(sub: Any) -> None:
     p.add_argument("--masking", choices=["single", "pair"], default="single",
                    help="semi-honest masking: single mask c (journal version) or the (c, d) "
                         "pair (conference version)")
-    p.add_argument("--splits", "-S", type=int, default=None,
+    p.add_argument("--splits", "-S", type=_int_arg("--splits", 2, 64), default=None,
                    help="malicious mode: additive shares per statistic (default: smallest "
                         "S meeting the cheating bound)")
-    p.add_argument("--tolerance", type=float, default=None,
+    p.add_argument("--tolerance", type=_float_arg("--tolerance", gt=0.0, lt=0.5), default=None,
                    help="malicious mode: how closely the runs must agree (default 1e-7; "
                         "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a "
                         "looser tolerance weakens the cheating bound and is refused below "
                         "--min-bound-bits)")
-    p.add_argument("--runs", type=int, default=None,
+    p.add_argument("--runs", type=_int_arg("--runs", 2, 8), default=None,
                    help="malicious mode: independent executions that must agree (2..8, "
                         "default 8; packed into the same ciphertext)")
-    p.add_argument("--min-bound-bits", type=float, default=None,
+    p.add_argument("--min-bound-bits", type=_float_arg("--min-bound-bits", ge=0.0),
+                   default=None,
                    help="malicious mode: refuse parameters whose cheating bound, blind-shift "
                         "term included, is weaker than 2^-BITS (default 40)")
     presets = _fhauc_presets()
@@ -388,9 +415,10 @@ def register(sub: Any) -> None:
                        description="Train a logistic regression on scikit-learn's "
                                    "breast-cancer data, split its test set over hospitals "
                                    "and run both FHAUC modes, then a cheating aggregator.")
-    d.add_argument("--hospitals", type=int, default=5,
+    d.add_argument("--hospitals", type=_int_arg("--hospitals", 2, 50), default=5,
                    help="number of hospitals (parties) (default 5)")
-    d.add_argument("--decision-points", "-N", type=int, default=100,
+    d.add_argument("--decision-points", "-N", type=_int_arg("--decision-points", 2, 4096),
+                   default=100,
                    help="number of uniform decision points N (default 100)")
     d.add_argument("--preset", choices=presets, default=DEFAULT_PRESET,
                    help=f"CKKS parameter preset (default {DEFAULT_PRESET})")
