@@ -21,6 +21,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from fedsec import __version__
@@ -76,7 +77,9 @@ class UsageError(FedsecError):
 
 def _epilog() -> str:
     lines = ["exit status:"]
-    lines += [f"  {code:<4} {text}" for code, text in EXIT_CODES.items()]
+    for code, text in EXIT_CODES.items():
+        lines += textwrap.wrap(f"{code:<4} {text}", width=86, initial_indent="  ",
+                               subsequent_indent="       ")
     lines += ["", "fedsec auc and fedsec dpauc play every party in one process, for trying "
               "things out;", "real deployments run one party per machine on Flower (README: "
               "'Run across machines')."]
