@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fedsec.data.io import (
     PartyFileError,
@@ -70,6 +72,8 @@ def test_utf8_byte_order_mark(tmp_path: Path) -> None:
 def test_crlf_line_ends(tmp_path: Path) -> None:
     p = tmp_path / "crlf.csv"
     p.write_bytes(b"label,score\r\n1,0.8\r\n0,0.3\r\n\r\n")
+    assert load_party_csv(p).y_score.tolist() == [0.8, 0.3]
+    p.write_bytes(b"label;score\r1;0,8\r0;0,3\r")  # classic Mac Excel: CR only
     assert load_party_csv(p).y_score.tolist() == [0.8, 0.3]
 
 
@@ -412,3 +416,33 @@ def test_same_file_twice_is_refused(tmp_path: Path) -> None:
     a = write(tmp_path, "label,score\n1,0.2\n0,0.3\n", "a.csv")
     with pytest.raises(ValueError, match="the same file is given twice"):
         load_party_csvs([a, tmp_path / "." / "a.csv"])
+
+
+def test_oversized_field_names_the_row(tmp_path: Path) -> None:
+    p = write(tmp_path, "label,score\n1,0.5\n0," + "9" * 200_000 + "\n")
+    with pytest.raises(PartyFileError, match=r"row 3: not valid CSV"):
+        load_party_csv(p)
+
+
+_SNIPPETS = [b"label", b"score", b",", b";", b"\t", b"\n", b"\r\n", b"0", b"1", b"-1",
+             b"0.5", b"1e-9", b"True", b'"', b"\xef\xbb\xbf", b"\xff\xfe", b"\x1f\x8b",
+             b"\xe9", b"\x00", b"nan", b"inf", b" "]
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.sampled_from(_SNIPPETS), st.binary(max_size=6)), max_size=40),
+       st.sampled_from([None, "1", "a"]))
+def test_any_bytes_load_or_raise_a_party_file_error(tmp_path: Path, chunks: list[bytes],
+                                                    pos_label: str | None) -> None:
+    """Whatever a party file holds, the loader returns valid data or raises
+    PartyFileError -- never another exception (UnicodeDecodeError, csv.Error, ...)."""
+    p = tmp_path / "fuzz.csv"
+    p.write_bytes(b"".join(chunks))
+    try:
+        d = load_party_csv(p, pos_label=pos_label)
+    except PartyFileError as exc:
+        assert str(p) in str(exc)
+        return
+    assert d.n_samples >= 1 and set(np.unique(d.y_true)) <= {0, 1}
+    assert np.all((d.y_score >= 0) & (d.y_score <= 1))

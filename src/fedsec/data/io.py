@@ -41,8 +41,9 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -162,7 +163,10 @@ def _check_text(p: str, row: int, what: str, value: str) -> None:
 def _pick_delimiter(first_line: str) -> str:
     best, best_n = ",", 1
     for d in _DELIMITERS:
-        n = len(next(csv.reader([first_line], delimiter=d), []))
+        try:
+            n = len(next(csv.reader([first_line], delimiter=d), []))
+        except csv.Error:  # the real reader reports it, with the row
+            continue
         if n > best_n:
             best, best_n = d, n
     return best
@@ -265,6 +269,19 @@ def _map_labels(p: str, raw: list[str], rows: list[int], pos_label: str | None
 
 
 # ------------------------------------------------------------------------- the loader
+def _csv_rows(p: str, reader: Any) -> Iterator[list[str]]:
+    """The reader's rows; a CSV syntax error (e.g. a field over the csv module's size
+    limit) becomes a :class:`PartyFileError` naming the row."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise PartyFileError(f"{p}, row {reader.line_num}: not valid CSV ({exc})") from None
+        yield row
+
+
 def load_party_csv(
     path: str | os.PathLike[str], *, name: str | None = None,
     label_col: str | int = "label", score_col: str | int = "score",
@@ -309,15 +326,16 @@ def load_party_csv(
                          f"finite number >= 0. Got {score_tolerance!r} instead.")
     raw, compressed = _read_bytes(p)
     text, encoding = _decode(p, raw)
-    first_line = next((ln for ln in text.split("\n") if ln.strip()), None)
+    first_line = next((ln for ln in io.StringIO(text, newline="") if ln.strip()), None)
     if first_line is None:
         raise PartyFileError(f"{p}: file is empty; expected a header row naming the "
                              "label and score columns (e.g. 'label,score')")
-    delim = delimiter if delimiter is not None else _pick_delimiter(first_line.rstrip("\r"))
+    delim = delimiter if delimiter is not None else _pick_delimiter(first_line.rstrip("\r\n"))
     decimal_comma = delim != ","
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim, strict=False)
+    rows_in = _csv_rows(p, reader)
     header: list[str] = []
-    for header in reader:
+    for header in rows_in:
         if header and any(c.strip() for c in header):
             break
     li = _find_column(p, header, label_col, "label", "--label-col")
@@ -331,7 +349,7 @@ def load_party_csv(
     scores: list[float] = []
     clipped = 0
     lo, hi = score_range if score_range is not None else (-math.inf, math.inf)
-    for row in reader:
+    for row in rows_in:
         line = reader.line_num
         if not row or all(not c.strip() for c in row):
             continue  # blank lines are allowed
