@@ -77,10 +77,10 @@ def test_human_output(party_files: list[Path], capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize(("content", "message"), [
     ("", "file is empty"),
-    ("label,score,extra\n1,0.5,3\n", "header must be exactly"),
-    ("label\n1\n", "header must be exactly"),
+    ("lab,score,extra\n1,0.5,3\n", "row 1: no label column 'label'"),
+    ("label\n1\n", "row 1: no score column 'score'"),
     ("label,score\n1,0.5\n1,0.5,7\n", "row 3: expected 2 columns"),
-    ("label,score\n2,0.5\n", "row 2: label must be 0 or 1"),
+    ("label,score\n2,0.5\n", "row 2: label must be 0/1, True/False or -1/1"),
     ("label,score\n1,nan\n", "row 2: score must be finite"),
     ("label,score\n1,inf\n", "row 2: score must be finite"),
     ("label,score\n0,1.5\n", "row 2: score must be in [0, 1]"),
@@ -99,15 +99,24 @@ def test_bad_files_name_file_row_and_rule(tmp_path: Path, party_files: list[Path
     assert "bad.csv" in err and message in err
 
 
-def test_single_class_federation_and_small_n(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_utf8_file_exits_2_naming_row(tmp_path: Path, party_files: list[Path],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes(b"label,score\n1,0.5\n0,0\xb75\n")
+    assert main(["auc", str(party_files[0]), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "latin1.csv, row 3: the score is not valid UTF-8 (byte 0xb7)" in err
+
+
+def test_exit_codes_for_undefined_and_bad_input(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     a = tmp_path / "a.csv"
     b = tmp_path / "b.csv"
     write_party_csv(a, [1, 1], [0.1, 0.9])
     write_party_csv(b, [1], [0.5])
-    assert main(["auc", str(a), str(b)]) == 2
+    assert main(["auc", str(a), str(b)]) == 5  # undefined result, not bad input
     err = capsys.readouterr().err
-    assert "undefined" in err and "3 samples" in err
+    assert "undefined result" in err and "3 samples" in err
     write_party_csv(b, [0], [0.5])
     assert main(["auc", str(a), str(b), "--decision-points", "1"]) == 2
     assert "--decision-points must be >= 2" in capsys.readouterr().err
@@ -115,6 +124,89 @@ def test_single_class_federation_and_small_n(tmp_path: Path,
     assert "missing.csv" in capsys.readouterr().err
     assert main(["auc", str(a), str(b), "--splits", "3"]) == 2
     assert "apply to --security malicious only" in capsys.readouterr().err
+    assert main(["auc", str(a)]) == 2
+    assert "at least 2 parties" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "lifts"), [
+    (["-N", "5000"], "--preset CKKS_128_N16384_DEPTH4 (8192 slots)"),
+    (["-N", "9000", "--preset", "CKKS_128_N16384_DEPTH4"], "max-decision-points"),
+    (["-N", "9000", "--security", "malicious"], "PartyPolicy.max_decision_points"),
+])
+def test_size_limits_name_what_lifts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          argv: list[str], lifts: str) -> None:
+    a = tmp_path / "a.csv"
+    write_party_csv(a, [1, 0], [0.1, 0.9])
+    assert main(["auc", str(a), str(a.with_name("b.csv")), *argv]) == 2
+    err = capsys.readouterr().err
+    assert lifts in err and "missing" not in err
+
+
+def test_sample_limit_is_checked_before_encryption(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import fedsec.auc.common as common
+
+    monkeypatch.setattr(common, "DEFAULT_MAX_TOTAL_SAMPLES", 3)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_party_csv(a, [1, 0], [0.1, 0.9])
+    write_party_csv(b, [1, 0], [0.2, 0.8])
+    assert main(["auc", str(a), str(b)]) == 2
+    assert "the federation holds 4 samples" in capsys.readouterr().err
+
+
+def test_excel_and_pandas_files_and_names(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's files, unedited: Excel (BOM, CRLF, ';', decimal comma) and pandas
+    (index column), in a site-a/scores.csv layout."""
+    (tmp_path / "site-a").mkdir()
+    (tmp_path / "site-b").mkdir()
+    excel = tmp_path / "site-a" / "scores.csv"
+    excel.write_bytes("\ufeffLabel;Score\r\n1;0,9\r\n0;0,2\r\n1;0,4\r\n".encode())
+    pandas = tmp_path / "site-b" / "scores.csv"
+    pandas.write_text(",label,score\n0,0,0.3\n1,1,0.8\n2,0,1.0000000000000002\n")
+    assert main(["auc", str(excel), str(pandas), "-N", "20", "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["included"] == ["site-a/scores", "site-b/scores"]
+    y = np.array([1, 0, 1, 0, 1, 0])
+    s = np.array([0.9, 0.2, 0.4, 0.3, 0.8, 1.0])
+    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 20))) < 1e-8
+    assert main(["auc", str(excel), str(pandas), "-N", "20", "--json", "-q",
+                 "--name", "hospital-a", "--name", "hospital-b"]) == 0
+    assert json.loads(capsys.readouterr().out)["included"] == ["hospital-a", "hospital-b"]
+
+
+def test_label_and_score_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("id,diagnosis,prob\n1,malignant,0.9\n2,benign,0.2\n")
+    b.write_text("id,diagnosis,prob\n3,benign,0.6\n4,malignant,0.7\n")
+    argv = ["auc", str(a), str(b), "-N", "10", "--json", "-q", "--label-col", "diagnosis",
+            "--score-col", "prob"]
+    assert main(argv) == 2
+    assert "--pos-label" in capsys.readouterr().err
+    assert main([*argv, "--pos-label", "malignant"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    y, s = np.array([1, 0, 0, 1]), np.array([0.9, 0.2, 0.6, 0.7])
+    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 10))) < 1e-8
+
+
+def test_check_validates_locally(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.csv.gz"
+    write_party_csv(good, [1, 0, 1], [0.9, 0.1, 1.0])
+    one = tmp_path / "one.csv"
+    write_party_csv(one, [1], [0.5])
+    assert main(["check", str(good), str(one)]) == 0
+    out = capsys.readouterr().out
+    assert "good.csv.gz: OK (party name good)" in out
+    assert "rows: 3   positives: 2   negatives: 1" in out and "gzip" in out
+    assert "one class only" in out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("label,score\n1,2\n")
+    assert main(["check", str(good), str(bad), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False
+    assert doc["files"][0]["ok"] is True and doc["files"][0]["positives"] == 2
+    assert "row 2: score must be in [0, 1]" in doc["files"][1]["error"]
 
 
 def test_demo_runs_end_to_end() -> None:
@@ -126,3 +218,21 @@ def test_demo_runs_end_to_end() -> None:
     assert "FHAUC, malicious aggregator" in proc.stdout
     assert "scikit-learn roc_auc_score" in proc.stdout
     assert "malicious    parties raise TamperingDetected" in proc.stdout
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--security", "malicious", "--runs", "1"], "--runs must be in 2..8; got '1'"),
+    (["--security", "malicious", "--splits", "1"], "--splits must be in 2..64"),
+    (["--security", "malicious", "--tolerance", "0"], "--tolerance must be > 0"),
+    (["--security", "malicious", "--tolerance", "nan"], "--tolerance must be finite"),
+    (["--security", "malicious", "--min-bound-bits", "-3"], "--min-bound-bits must be >= 0"),
+    (["-N", "many"], "--decision-points must be an integer"),
+])
+def test_malicious_options_are_checked_in_the_users_terms(
+        party_files: list[Path], capsys: pytest.CaptureFixture[str], argv: list[str],
+        message: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["auc", *map(str, party_files[:2]), *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "MaliciousConfig" not in err

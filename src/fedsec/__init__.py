@@ -1,37 +1,110 @@
 """fedsec: privacy-preserving evaluation for federated learning.
 
 Secure federated ROC-AUC under CKKS (FHAUC, semi-honest and malicious aggregator), DPAUC
-baselines and their attacks, secure Shapley values and private personalised FL.
+baselines and their attacks, Federated Shapley values, and the plaintext reference metrics.
+
+The one-call entry points run every party in this process, for trying things out::
+
+    import fedsec
+    result = fedsec.secure_auc([(y1, s1), (y2, s2)], security="malicious")
+    result.auc, result.verified, result.cheat_bound_bits
+    fedsec.dpauc([(y1, s1), (y2, s2)], epsilon=1.0).auc
+
+A deployment runs one party per machine (``fedsec.runtime``, on Flower). The names below are
+imported on first use, so ``import fedsec`` does not load SEAL or PyTorch.
 """
 
-from typing import Any
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from fedsec.errors import (
     FedsecError,
+    PolicyViolation,
     PrivacyWarning,
     ProtocolError,
     TamperingDetected,
     UndefinedMetricError,
 )
 
+if TYPE_CHECKING:  # the real signatures for type checkers; imported lazily at run time
+    from fedsec.auc.common import SecureAUCResult
+    from fedsec.auc.dpauc import DPAUCResult, dpauc
+    from fedsec.auc.fhauc import secure_auc
+    from fedsec.auc.fhauc_malicious import secure_auc_malicious
+    from fedsec.auc.policy import PartyPolicy
+    from fedsec.crypto.identity import Identity, Roster
+    from fedsec.data.io import PartyData, load_party_csv, load_party_csvs
+    from fedsec.metrics.roc import (
+        confusion_counts,
+        trapezoid_auc,
+        trapezoid_auc_from_counts,
+        uniform_decision_points,
+    )
+    from fedsec.shapley.fsv import ShapleyResult, federated_shapley
+
 __version__ = "0.1.0"
+
+#: Where each lazily imported public name lives.
+_LAZY: dict[str, str] = {
+    "secure_auc": "fedsec.auc.fhauc",
+    "secure_auc_malicious": "fedsec.auc.fhauc_malicious",
+    "SecureAUCResult": "fedsec.auc.common",
+    "PartyPolicy": "fedsec.auc.policy",
+    "dpauc": "fedsec.auc.dpauc",
+    "DPAUCResult": "fedsec.auc.dpauc",
+    "federated_shapley": "fedsec.shapley.fsv",
+    "ShapleyResult": "fedsec.shapley.fsv",
+    "Identity": "fedsec.crypto.identity",
+    "Roster": "fedsec.crypto.identity",
+    "PartyData": "fedsec.data.io",
+    "load_party_csv": "fedsec.data.io",
+    "load_party_csvs": "fedsec.data.io",
+    "confusion_counts": "fedsec.metrics.roc",
+    "trapezoid_auc": "fedsec.metrics.roc",
+    "trapezoid_auc_from_counts": "fedsec.metrics.roc",
+    "uniform_decision_points": "fedsec.metrics.roc",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy top-level shortcuts (``fedsec.secure_auc``) without importing SEAL eagerly."""
-    if name == "secure_auc":
-        from fedsec.auc.fhauc import secure_auc
+    """Import the public shortcuts (``fedsec.secure_auc``) on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedsec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return secure_auc
-    raise AttributeError(f"module 'fedsec' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
+    "DPAUCResult",
     "FedsecError",
+    "Identity",
+    "PartyData",
+    "PartyPolicy",
+    "PolicyViolation",
     "PrivacyWarning",
     "ProtocolError",
+    "Roster",
+    "SecureAUCResult",
+    "ShapleyResult",
     "TamperingDetected",
     "UndefinedMetricError",
     "__version__",
+    "confusion_counts",
+    "dpauc",
+    "federated_shapley",
+    "load_party_csv",
+    "load_party_csvs",
     "secure_auc",
+    "secure_auc_malicious",
+    "trapezoid_auc",
+    "trapezoid_auc_from_counts",
+    "uniform_decision_points",
 ]

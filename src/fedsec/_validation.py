@@ -82,7 +82,7 @@ def check_labels_scores(
             f"Got {y.shape[0]} and {s.shape[0]}."
         )
     if y.size and not np.all(np.isin(y, (0, 1))):
-        bad = y[~np.isin(y, (0, 1))][0]
+        bad = np.asarray(y[~np.isin(y, (0, 1))][0]).item()
         raise ValueError(f"y_true of {owner} must contain only 0 and 1. Got {bad!r}.")
     if s.size and not np.all(np.isfinite(s)):
         raise ValueError(f"y_score of {owner} must be finite. Got NaN or inf.")

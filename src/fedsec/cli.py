@@ -1,24 +1,41 @@
 """The ``fedsec`` command line.
 
 Sub-commands live in small modules that expose ``register(subparsers)``; each registered
-handler returns the process exit code. Errors in user input print one clear line on stderr
-and exit with status 2; protocol failures and detected tampering exit with status 3.
+handler returns the process exit code. Errors print one line on stderr, and the exit status
+says what kind of failure it was (:data:`EXIT_CODES`, also in ``fedsec --help``):
 
-Sub-commands: ``auc`` and ``demo`` (:mod:`fedsec.cli_auc`), ``dpauc`` and ``attack``
-(:mod:`fedsec.cli_dpauc`), ``identity`` and ``roster`` (:mod:`fedsec.cli_identity`).
+0 success; 2 bad input (a file, a row or an option breaks a rule, or a size limit);
+3 tampering detected (malicious mode's verification failed: no AUC is printed); 4 protocol
+error (a malformed message, or a party's policy refuses the run); 5 undefined result (e.g.
+AUC with one class in the whole federation); 130 interrupted; 141 output pipe closed early
+(``fedsec ... | head``: ends quietly).
+
+Sub-commands: ``auc``, ``check`` and ``demo`` (:mod:`fedsec.cli_auc`), ``dpauc``,
+``attack`` and ``reproduce`` (:mod:`fedsec.cli_dpauc`), ``identity`` and ``roster``
+(:mod:`fedsec.cli_identity`), ``shapley`` (:mod:`fedsec.cli_shapley`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from fedsec import __version__
-from fedsec.errors import FedsecError, TamperingDetected
+from fedsec.errors import (
+    FedsecError,
+    PolicyViolation,
+    ProtocolError,
+    TamperingDetected,
+    UndefinedMetricError,
+)
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "EXIT_CODES", "EXIT_OK", "EXIT_BAD_INPUT",
+           "EXIT_TAMPERING", "EXIT_PROTOCOL", "EXIT_UNDEFINED", "EXIT_INTERRUPTED",
+           "EXIT_BROKEN_PIPE"]
 
 # Modules that add sub-commands. Each must define ``register(subparsers) -> None`` and set
 # ``func`` on its parsers (``parser.set_defaults(func=handler)``), where
@@ -31,16 +48,53 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+#: Exit statuses, documented in ``fedsec --help`` and the README.
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_TAMPERING = 3
+EXIT_PROTOCOL = 4
+EXIT_UNDEFINED = 5
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_BAD_INPUT: "bad input: a file, row or option breaks a rule, or a size limit "
+                    "(the message names the file, row and rule, or the option that lifts "
+                    "the limit)",
+    EXIT_TAMPERING: "tampering detected: a malicious-mode check failed; no AUC is printed",
+    EXIT_PROTOCOL: "protocol error: a malformed or inconsistent message, or a party's "
+                   "policy refuses the run",
+    EXIT_UNDEFINED: "undefined result: e.g. AUC when the federation holds one class only",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_BROKEN_PIPE: "standard output closed early (fedsec ... | head): ends quietly",
+}
+
+
 class UsageError(FedsecError):
     """Bad command-line input (file, row and rule named in the message)."""
+
+
+def _epilog() -> str:
+    lines = ["exit status:"]
+    for code, text in EXIT_CODES.items():
+        lines += textwrap.wrap(f"{code:<4} {text}", width=86, initial_indent="  ",
+                               subsequent_indent="       ")
+    lines += ["", "fedsec auc and fedsec dpauc play every party in one process, for trying "
+              "things out;", "real deployments run one party per machine on Flower (README: "
+              "'Run across machines')."]
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedsec",
         description="Privacy-preserving evaluation for federated learning.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"fedsec {__version__}")
+    parser.add_argument("--version", action="version", version=f"fedsec {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -53,27 +107,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+def _silence_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the exit-time flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
         return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except TamperingDetected as exc:
         print(f"fedsec: TAMPERING DETECTED ({exc.check}): {exc}", file=sys.stderr)
-        return 3
-    except (UsageError, ValueError, TypeError, FileNotFoundError, IsADirectoryError) as exc:
+        return EXIT_TAMPERING
+    except UndefinedMetricError as exc:
+        print(f"fedsec: undefined result: {exc}", file=sys.stderr)
+        return EXIT_UNDEFINED
+    except PolicyViolation as exc:
+        print(f"fedsec: protocol error (policy: {exc.check}): {exc}", file=sys.stderr)
+        return EXIT_PROTOCOL
+    except ProtocolError as exc:
+        print(f"fedsec: protocol error: {exc}", file=sys.stderr)
+        return EXIT_PROTOCOL
+    except (UsageError, ValueError, TypeError) as exc:
         print(f"fedsec: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fedsec: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except FedsecError as exc:
-        print(f"fedsec: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 3
+        print(f"fedsec: error: {exc}", file=sys.stderr)
+        return EXIT_PROTOCOL
     except KeyboardInterrupt:
         print("fedsec: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fedsec`` command; return its exit status (:data:`EXIT_CODES`)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)  # prints --help itself
+        if not getattr(args, "func", None):
+            parser.print_help()
+            sys.stdout.flush()
+            return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return _run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

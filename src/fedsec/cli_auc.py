@@ -1,18 +1,97 @@
-"""``fedsec auc`` and ``fedsec demo``: secure federated AUC from the command line."""
+"""``fedsec auc``, ``fedsec check`` and ``fedsec demo``: secure federated AUC from the
+command line.
+
+``fedsec auc`` plays every party, the key holder and the aggregator in one process: a way to
+try the protocols on real files. A deployment runs one party per machine (README, "Run
+across machines"). The party-file options (:func:`add_party_file_options`) are shared with
+``fedsec dpauc`` and ``fedsec attack``; the file rules are in :mod:`fedsec.data.io`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fedsec.crypto.params import DEFAULT_PRESET, PRESETS
 
-__all__ = ["register"]
+__all__ = ["register", "add_party_file_options", "load_party_files", "check_limits"]
 
 SECURE_PRESETS = [k for k, v in PRESETS.items() if not v.insecure]
+_DELIMITER_CHOICES = {"comma": ",", "semicolon": ";", "tab": "\t"}
+
+
+# ------------------------------------------------------------------ party files
+def add_party_file_options(p: argparse.ArgumentParser, *, files_help: str | None = None
+                           ) -> None:
+    """The positional party files and the options that say how to read them."""
+    p.add_argument("files", nargs="+", metavar="PARTY.csv",
+                   help=files_help or "one CSV file per party (.csv or .csv.gz): a header "
+                   "row, a label column and a score column; other columns are ignored")
+    g = p.add_argument_group("party files")
+    g.add_argument("--label-col", default="label", metavar="COL",
+                   help="name (case-insensitive) or 1-based position of the label column "
+                        "(default: label)")
+    g.add_argument("--score-col", default="score", metavar="COL",
+                   help="name or 1-based position of the score column (default: score); "
+                        "scores must lie in [0, 1], those within 1e-9 outside are clipped")
+    g.add_argument("--pos-label", default=None, metavar="VALUE",
+                   help="the label value meaning positive, for labels other than 0/1, "
+                        "True/False and -1/1 (e.g. --pos-label malignant); every other "
+                        "value is negative")
+    g.add_argument("--delimiter", choices=sorted(_DELIMITER_CHOICES), default=None,
+                   help="field delimiter (default: detected from the header row -- comma, "
+                        "semicolon or tab; with semicolon or tab a decimal comma as in "
+                        "0,75 is read as a decimal number)")
+    g.add_argument("--name", action="append", default=None, metavar="NAME", dest="names",
+                   help="a party's name, once per file in the same order (default: the "
+                        "file name without .csv, with parent directories added where two "
+                        "files share a name)")
+
+
+def load_party_files(args: argparse.Namespace, *, require_both_classes: bool = True
+                     ) -> list[Any]:
+    """Read ``args.files`` with the party-file options; a list of ``PartyData``."""
+    from fedsec.data.io import load_party_csvs
+
+    return load_party_csvs(
+        args.files, names=args.names, label_col=args.label_col, score_col=args.score_col,
+        pos_label=args.pos_label,
+        delimiter=_DELIMITER_CHOICES[args.delimiter] if args.delimiter else None,
+        require_both_classes=require_both_classes)
+
+
+# ------------------------------------------------------------------ limits
+def check_limits(n_points: int, total_samples: int, preset: str, security: str) -> None:
+    """Refuse sizes the secure AUC cannot take, naming the option or preset that lifts the
+    limit (``ValueError``, exit status 2)."""
+    from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES
+    from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
+
+    if n_points < 2:
+        raise ValueError(f"--decision-points must be >= 2; got {n_points}")
+    if n_points > DEFAULT_MAX_DECISION_POINTS:
+        raise ValueError(
+            f"--decision-points {n_points} exceeds {DEFAULT_MAX_DECISION_POINTS}, the most a "
+            "party's default policy accepts (PartyPolicy.max_decision_points; on Flower the "
+            "node config key max-decision-points)")
+    slots = PRESETS[preset].slots
+    if security == "semi-honest" and n_points > slots:
+        bigger = [(PRESETS[k].slots, k) for k in _fhauc_presets() if PRESETS[k].slots >= n_points]
+        hint = (f", or choose --preset {min(bigger)[1]} ({min(bigger)[0]} slots)" if bigger
+                else "")
+        raise ValueError(f"--decision-points {n_points} exceeds the {slots} slots of preset "
+                         f"{preset}; use at most {slots}{hint}")
+    if total_samples > DEFAULT_MAX_TOTAL_SAMPLES:
+        raise ValueError(
+            f"the federation holds {total_samples:,} samples; the secure AUC is sized for at "
+            f"most {DEFAULT_MAX_TOTAL_SAMPLES:,} (2^20) in all -- the masked result must fit "
+            "the last prime of every preset, and no option of fedsec auc lifts this limit: "
+            "evaluate on a random subsample")
 
 
 def _fhauc_presets() -> list[str]:
@@ -63,16 +142,19 @@ def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
 
 
 def _cmd_auc(args: argparse.Namespace) -> int:
-    from fedsec.data.io import load_party_csvs
-
-    if args.decision_points < 2:
-        raise ValueError(f"--decision-points must be >= 2; got {args.decision_points}")
     if args.security == "semi-honest" and any(
             v is not None for v in (args.splits, args.tolerance, args.runs,
                                     args.min_bound_bits)):
         raise ValueError("--splits, --tolerance, --runs and --min-bound-bits apply to "
                          "--security malicious only")
-    parties = load_party_csvs(args.files)
+    check_limits(args.decision_points, 0, args.preset, args.security)
+    if len(args.files) < 2:
+        raise ValueError(f"a federation needs at least 2 parties; got {len(args.files)} "
+                         "party file (one party's AUC needs no secure protocol: compute it "
+                         "locally)")
+    parties = load_party_files(args)
+    check_limits(args.decision_points, sum(p.n_samples for p in parties), args.preset,
+                 args.security)
     res = _run([(p.y_true, p.y_score) for p in parties], [p.name for p in parties], args)
     out = {
         "auc": res.auc,
@@ -96,8 +178,9 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"secure AUC ({res.security} aggregator): {res.auc:.10f}")
-        print(f"  parties: {res.parties}   decision points: {res.decision_points}   "
-              f"preset: {res.preset}")
+        print(f"  trapezoid ROC-AUC over {res.decision_points} uniform decision points "
+              "(an approximation of the exact AUC; see README)")
+        print(f"  parties: {res.parties} ({', '.join(res.included)})   preset: {res.preset}")
         if "verified" in out:
             print(f"  verified: {out['verified']}   "
                   f"cheating bound: 2^-{out['cheat_bound_bits']:.1f}")
@@ -106,6 +189,78 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         print(f"  aggregator time: {res.aggregator_seconds:.3f} s   "
               f"key material to aggregator (once): {res.setup_bytes_to_aggregator:,} bytes")
     return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Validate party files locally: no protocol, nothing leaves the machine."""
+    from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES
+    from fedsec.data.io import PartyFileError, party_names
+
+    names = args.names if args.names is not None else party_names(args.files)
+    if len(names) != len(args.files):
+        raise ValueError(f"{len(names)} names (--name) for {len(args.files)} party files; "
+                         "give one --name per file, in the same order")
+    reports: list[dict[str, Any]] = []
+    failed = 0
+    for path, name in zip(args.files, names, strict=True):
+        ns = argparse.Namespace(**{**vars(args), "files": [path], "names": [name]})
+        try:
+            (party,) = load_party_files(ns, require_both_classes=False)
+        except (PartyFileError, OSError, ValueError) as exc:
+            failed += 1
+            reports.append({"file": path, "ok": False, "error": str(exc)})
+            continue
+        info = party.info
+        assert info is not None
+        pos = party.n_positives
+        reports.append({
+            "file": path, "ok": True, "name": party.name, "rows": party.n_samples,
+            "positives": pos, "negatives": party.n_samples - pos,
+            "label_column": info.label_column, "score_column": info.score_column,
+            "label_values": info.label_values,
+            "score_min": float(party.y_score.min()), "score_max": float(party.y_score.max()),
+            "clipped_scores": info.clipped_scores, "encoding": info.encoding,
+            "compressed": info.compressed, "delimiter": info.delimiter,
+            "ignored_columns": list(info.ignored_columns),
+            "notes": _check_notes(party.n_samples, pos, DEFAULT_MAX_TOTAL_SAMPLES),
+        })
+    if args.json:
+        print(json.dumps({"files": reports, "ok": failed == 0}, indent=2))
+    else:
+        for r in reports:
+            if not r["ok"]:
+                print(f"{r['file']}: INVALID")
+                print(f"  {r['error']}")
+                continue
+            print(f"{r['file']}: OK (party name {r['name']})")
+            print(f"  rows: {r['rows']}   positives: {r['positives']}   "
+                  f"negatives: {r['negatives']}")
+            labels = ", ".join(f"{k!r} -> {'positive' if v else 'negative'}"
+                               for k, v in r["label_values"].items())
+            print(f"  labels (column {r['label_column']!r}): {labels}")
+            clip = (f"; {r['clipped_scores']} clipped into [0, 1] (float rounding)"
+                    if r["clipped_scores"] else "")
+            print(f"  scores (column {r['score_column']!r}): min {r['score_min']:.6g}, "
+                  f"max {r['score_max']:.6g}{clip}")
+            ignored = ", ".join(repr(c) if c else "(unnamed)" for c in r["ignored_columns"])
+            print(f"  file: {r['encoding']}, {r['delimiter']}-delimited"
+                  f"{', gzip' if r['compressed'] else ''}"
+                  f"{'; ignored columns: ' + ignored if ignored else ''}")
+            for note in r["notes"]:
+                print(f"  note: {note}")
+        if failed:
+            print(f"{failed} of {len(reports)} file(s) invalid", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def _check_notes(n: int, pos: int, max_total: int) -> list[str]:
+    notes = []
+    if pos in (0, n):
+        notes.append("this party holds one class only: valid, but the federation as a whole "
+                     "needs both")
+    if n > max_total:
+        notes.append(f"more than the {max_total:,} samples the secure AUC is sized for")
+    return notes
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -163,47 +318,110 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_arg(name: str, low: int | None = None, high: int | None = None
+             ) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}"
+                                             ) from None
+        if (low is not None and v < low) or (high is not None and v > high):
+            bound = (f"in {low}..{high}" if low is not None and high is not None
+                     else f">= {low}" if low is not None else f"<= {high}")
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
+        return v
+    return parse
+
+
+def _float_arg(name: str, *, gt: float | None = None, ge: float | None = None,
+               lt: float | None = None) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}"
+                                             ) from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be finite; got {text!r}")
+        for bound, ok, sym in ((gt, gt is None or v > gt, ">"), (ge, ge is None or v >= ge,
+                                                              ">="),
+                               (lt, lt is None or v < lt, "<")):
+            if bound is not None and not ok:
+                raise argparse.ArgumentTypeError(f"{name} must be {sym} {bound:g}; got {text!r}")
+        return v
+    return parse
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("auc", help="secure federated ROC-AUC over party CSV files",
-                       description="Secure federated ROC-AUC (FHAUC). One CSV per party "
-                                   "with header 'label,score' (label 0/1, score in [0,1]).")
-    p.add_argument("files", nargs="+", metavar="PARTY.csv")
-    p.add_argument("--decision-points", "-N", type=int, default=100,
-                   help="number of uniform decision points N (default 100)")
+    """Add the ``auc``, ``check`` and ``demo`` sub-commands."""
+    p = sub.add_parser(
+        "auc", help="secure federated ROC-AUC over party CSV files (all parties in this "
+                    "process)",
+        description="Secure federated ROC-AUC (FHAUC: Baykara, Unal and Akgun). One CSV "
+                    "file per party. This command plays every party, the key holder and the "
+                    "aggregator in one process, for trying things out; a real deployment "
+                    "runs one party per machine on Flower (README: 'Run across machines'). "
+                    "The AUC is the trapezoid rule over N uniform decision points, an "
+                    "approximation of the exact ROC-AUC that scikit-learn computes on the "
+                    "pooled data.")
+    add_party_file_options(p)
+    p.add_argument("--decision-points", "-N", type=_int_arg("--decision-points"), default=100,
+                   help="number of uniform decision points N (default 100; at most the "
+                        "preset's slots in semi-honest mode, and 8192)")
     p.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
                    help="threat model of the aggregator (default semi-honest)")
     p.add_argument("--masking", choices=["single", "pair"], default="single",
-                   help="semi-honest masking: single mask c (seed 000) or the (c, d) pair "
-                        "(seed 001)")
-    p.add_argument("--splits", "-S", type=int, default=None,
+                   help="semi-honest masking: single mask c (journal version) or the (c, d) "
+                        "pair (conference version)")
+    p.add_argument("--splits", "-S", type=_int_arg("--splits", 2, 64), default=None,
                    help="malicious mode: additive shares per statistic (default: smallest "
                         "S meeting the cheating bound)")
-    p.add_argument("--tolerance", type=float, default=None,
+    p.add_argument("--tolerance", type=_float_arg("--tolerance", gt=0.0, lt=0.5), default=None,
                    help="malicious mode: how closely the runs must agree (default 1e-7; "
                         "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a "
                         "looser tolerance weakens the cheating bound and is refused below "
                         "--min-bound-bits)")
-    p.add_argument("--runs", type=int, default=None,
+    p.add_argument("--runs", type=_int_arg("--runs", 2, 8), default=None,
                    help="malicious mode: independent executions that must agree (2..8, "
                         "default 8; packed into the same ciphertext)")
-    p.add_argument("--min-bound-bits", type=float, default=None,
+    p.add_argument("--min-bound-bits", type=_float_arg("--min-bound-bits", ge=0.0),
+                   default=None,
                    help="malicious mode: refuse parameters whose cheating bound, blind-shift "
                         "term included, is weaker than 2^-BITS (default 40)")
     presets = _fhauc_presets()
     p.add_argument("--preset", choices=presets, default=DEFAULT_PRESET,
                    help=f"CKKS parameter preset (128-bit secure presets whose prime chain "
                         f"holds FHAUC's rescaled masks). The default {DEFAULT_PRESET} "
-                        "(ring 2^13, fresh scale 2^49, masks encoded at a 35-bit prime) "
-                        "gives ~1e-11 relative precision from 100 samples on, ~1e-9 at worst "
-                        "for one sample of each class; CKKS_128_N16384_DEPTH4 (the papers' "
-                        "ring 2^14) costs about 3x")
+                        "(ring 2^13, 4096 slots, fresh scale 2^49, masks encoded at a 35-bit "
+                        "prime) gives ~1e-11 relative precision from 100 samples on, ~1e-9 at "
+                        "worst for one sample of each class; CKKS_128_N16384_DEPTH4 (the "
+                        "papers' ring 2^14, 8192 slots) costs about 3x")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_cmd_auc)
 
-    d = sub.add_parser("demo", help="secure AUC on a realistic federation (breast cancer)")
-    d.add_argument("--hospitals", type=int, default=5)
-    d.add_argument("--decision-points", "-N", type=int, default=100)
-    d.add_argument("--preset", choices=presets, default=DEFAULT_PRESET)
-    d.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser(
+        "check", help="validate party files locally (counts only, no protocol)",
+        description="Read party files with the rules and options of 'fedsec auc' and print "
+                    "what was read: rows, class counts, how labels were mapped, the score "
+                    "range, the encoding and delimiter. Nothing leaves this machine. Exit "
+                    "status 0 if every file is valid, 2 otherwise.")
+    add_party_file_options(c, files_help="party files to check (.csv or .csv.gz)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=_cmd_check)
+
+    d = sub.add_parser("demo", help="secure AUC on a realistic federation (breast cancer)",
+                       description="Train a logistic regression on scikit-learn's "
+                                   "breast-cancer data, split its test set over hospitals "
+                                   "and run both FHAUC modes, then a cheating aggregator.")
+    d.add_argument("--hospitals", type=_int_arg("--hospitals", 2, 50), default=5,
+                   help="number of hospitals (parties) (default 5)")
+    d.add_argument("--decision-points", "-N", type=_int_arg("--decision-points", 2, 4096),
+                   default=100,
+                   help="number of uniform decision points N (default 100)")
+    d.add_argument("--preset", choices=presets, default=DEFAULT_PRESET,
+                   help=f"CKKS parameter preset (default {DEFAULT_PRESET})")
+    d.add_argument("--seed", type=int, default=0,
+                   help="seed of the data split and the model training (default 0)")
     d.set_defaults(func=_cmd_demo)

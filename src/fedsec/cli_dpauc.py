@@ -23,10 +23,12 @@ import numpy as np
 
 from fedsec.auc.attacks import estimate_party_counts
 from fedsec.auc.dpauc import MECHANISMS, DPAUCClient, RRClient, dpauc
-from fedsec.data.io import load_party_csv, load_party_csvs
+from fedsec.cli_auc import add_party_file_options, load_party_files
 from fedsec.errors import PrivacyWarning
 
 __all__ = ["register"]
+
+_DEFAULT_DELTA = 1e-6
 
 
 @contextmanager
@@ -51,7 +53,11 @@ def _positive_float(name: str) -> Callable[[str], float]:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
-        if not math.isfinite(v) or v <= 0:
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be finite; got {text!r} (an infinite budget is no privacy: "
+                "'fedsec auc' computes the AUC without noise, and without revealing it)")
+        if v <= 0:
             raise argparse.ArgumentTypeError(f"{name} must be > 0; got {text!r}")
         return v
     return parse
@@ -70,15 +76,18 @@ def _positive_int(name: str) -> Callable[[str], int]:
 
 
 def _add_privacy_args(p: argparse.ArgumentParser, default_points: int) -> None:
-    p.add_argument("parties", nargs="+", metavar="PARTY.csv",
-                   help="one CSV file per party with header label,score")
+    add_party_file_options(p)
     p.add_argument("--epsilon", required=True, type=_positive_float("--epsilon"),
-                   help="total privacy budget of one evaluation, per party")
-    p.add_argument("--decision-points", type=_positive_int("--decision-points"),
+                   help="total privacy budget of one evaluation, per party (finite, > 0)")
+    p.add_argument("--decision-points", "-N", type=_positive_int("--decision-points"),
                    default=default_points, help=f"number N of uniform thresholds "
                    f"(default {default_points})")
-    p.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
-    p.add_argument("--delta", type=_positive_float("--delta"), default=1e-6,
+    p.add_argument("--mechanism", choices=MECHANISMS, default="laplace",
+                   help="laplace: DPAUC_Lap, Laplace noise on every TP/FP/TN/FN; gaussian: "
+                        "analytic Gaussian noise on the same statistics (needs --delta); rr: "
+                        "DPAUC_RR, labels flipped by randomized response, then debiased "
+                        "(default laplace)")
+    p.add_argument("--delta", type=_positive_float("--delta"), default=None,
                    help="delta of the Gaussian mechanism (default 1e-6)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -87,16 +96,27 @@ def register(subparsers: Any) -> None:
     """Add the ``dpauc``, ``attack`` and ``reproduce`` sub-commands."""
     p = subparsers.add_parser(
         "dpauc", help="differentially private AUC baselines (DPAUC_Lap, Gaussian, RR)",
-        description="Differentially private federated AUC (seed 003). Every run is an "
-                    "independent evaluation and spends --epsilon again.")
+        description="Differentially private federated AUC (DPAUC: Sun et al.). Plays every "
+                    "party and the server in one process. Every run is an independent "
+                    "evaluation and spends --epsilon again. The noise comes from the "
+                    "operating system's cryptographic generator and cannot be seeded: two "
+                    "runs differ by design. Under heavy noise an estimate can fall outside "
+                    "[0, 1]; --clip clips every run's estimate into [0, 1].",
+        epilog="fedsec dpauc has no --seed: it uses no simulated data, and DP noise must "
+               "never be reproducible (a seeded noise is no privacy). Seeds drive simulated "
+               "data only, e.g. 'fedsec reproduce --seed'.")
     _add_privacy_args(p, 100)
     p.add_argument("--runs", type=_positive_int("--runs"), default=1,
-                   help="independent runs to average (default 1)")
+                   help="independent runs to average (default 1); each spends --epsilon")
     p.add_argument("--score-epsilon", type=_positive_float("--score-epsilon"), default=None,
                    help="rr only: Laplace noise on scores with this epsilon")
+    p.add_argument("--clip", action="store_true",
+                   help="clip every run's estimate into [0, 1] (post-processing: no privacy "
+                        "cost, but biased; the papers report unclipped estimates)")
     p.set_defaults(func=_cmd_dpauc)
 
-    a = subparsers.add_parser("attack", help="attacks on privacy-preserving AUC baselines")
+    a = subparsers.add_parser("attack", help="attacks on privacy-preserving AUC baselines",
+                              description="Attacks that show what the DP baselines leak.")
     asub = a.add_subparsers(dest="attack", metavar="ATTACK")
     c = asub.add_parser(
         "dpauc-counts", help="estimate each party's sample counts from its DPAUC submission",
@@ -109,9 +129,15 @@ def register(subparsers: Any) -> None:
     r = subparsers.add_parser(
         "reproduce", help="regenerate the DPAUC reproduction report",
         description="Runs benchmarks/reproduce_dpauc.py (needs a source checkout).")
-    r.add_argument("--script", default=None, help="path to reproduce_dpauc.py")
-    r.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="arguments passed to the script (e.g. --quick, --out DIR)")
+    r.add_argument("--script", default=None, help="path to reproduce_dpauc.py (default: "
+                   "benchmarks/reproduce_dpauc.py of this checkout)")
+    r.add_argument("--quick", action="store_true",
+                   help="small smoke run (minutes), not the report's sizes")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help="where the report, JSON and plots go (default: benchmarks/results)")
+    r.add_argument("--seed", type=int, default=None,
+                   help="base seed of the simulated data and party splits (default: the "
+                        "script's); DP noise is never seeded")
     r.set_defaults(func=_cmd_reproduce)
 
 
@@ -121,20 +147,25 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _cmd_dpauc(args: argparse.Namespace) -> int:
-    parties = load_party_csvs(args.parties)
-    data = [(p.y_true, p.y_score) for p in parties]
     mech: str = args.mechanism
     if args.score_epsilon is not None and mech != "rr":
         raise ValueError("--score-epsilon applies only to --mechanism rr")
+    if args.delta is not None and mech != "gaussian":
+        raise ValueError("--delta applies only to --mechanism gaussian")
+    args.delta = _DEFAULT_DELTA if args.delta is None else args.delta
+    parties = load_party_files(args)
+    data = [(p.y_true, p.y_score) for p in parties]
     aucs: list[float] = []
     with _report_privacy_warnings():
         for _ in range(args.runs):
             res = dpauc(data, epsilon=args.epsilon, decision_points=args.decision_points,
                         mechanism=mech, delta=args.delta if mech == "gaussian" else None,
-                        score_epsilon=args.score_epsilon)
+                        score_epsilon=args.score_epsilon, clip=args.clip)
             aucs.append(res.auc)
     arr = np.asarray(aucs)
     per_run = args.epsilon + (args.score_epsilon or 0.0)
+    mean = float(arr.mean())
+    std = float(arr.std(ddof=1)) if arr.size > 1 else None
     out = {
         "mechanism": mech,
         "epsilon": args.epsilon,
@@ -143,26 +174,39 @@ def _cmd_dpauc(args: argparse.Namespace) -> int:
         "runs": args.runs,
         "parties": len(parties),
         "samples": sum(p.n_samples for p in parties),
-        "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "clip": args.clip,
+        "mean": mean,
+        "std": std,
         "aucs": [float(x) for x in arr],
         "epsilon_spent_per_party": per_run * args.runs,
     }
+    if not 0.0 <= mean <= 1.0:
+        print(f"fedsec: warning: the mean AUC estimate {mean:.6g} is outside [0, 1]: the DP "
+              "noise swamps these statistics (small data, small epsilon or many decision "
+              "points); --clip clips every run into [0, 1], but the estimate stays "
+              "unreliable", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print(f"DPAUC ({mech}, epsilon={args.epsilon}, N={args.decision_points}, "
-              f"{len(parties)} parties, {out['samples']} samples)")
-        print(f"AUC = {out['mean']:.6f} +- {out['std']:.6f} over {args.runs} run(s)")
+              f"{len(parties)} parties, {out['samples']} samples"
+              f"{', clipped to [0, 1]' if args.clip else ''})")
+        if std is None:
+            print(f"AUC = {mean:.6f} (one run: no spread to report; --runs R > 1 gives a mean "
+                  "and standard deviation, each run spending epsilon again)")
+        else:
+            print(f"AUC = {mean:.6f} +- {std:.6f} (mean +- standard deviation over "
+                  f"{args.runs} runs)")
         print(f"privacy spent per party: epsilon = {out['epsilon_spent_per_party']:g}"
               + (f", delta = {args.delta * args.runs:g}" if mech == "gaussian" else ""))
     return 0
 
 
 def _cmd_attack_counts(args: argparse.Namespace) -> int:
-    if not args.parties:
-        raise ValueError("at least one party file is required")
-    parties = [load_party_csv(p) for p in args.parties]
+    if args.delta is not None and args.mechanism != "gaussian":
+        raise ValueError("--delta applies only to --mechanism gaussian")
+    args.delta = _DEFAULT_DELTA if args.delta is None else args.delta
+    parties = load_party_files(args, require_both_classes=False)
     rows: list[dict[str, Any]] = []
     with _report_privacy_warnings():
         for p in parties:
@@ -225,10 +269,17 @@ def _find_script(explicit: str | None) -> Path:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     path = _find_script(args.script)
+    argv: list[str] = []
+    if args.quick:
+        argv.append("--quick")
+    if args.out is not None:
+        argv += ["--out", args.out]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed)]
     spec = importlib.util.spec_from_file_location("fedsec_reproduce_dpauc", path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"{path}: cannot be loaded")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    code: int = module.main(list(args.rest))
+    code: int = module.main(argv)
     return code

@@ -26,7 +26,8 @@ Public entry file (``NAME.pub.json``, written by ``identity init``)::
 
 Exit codes: 0 success; 2 bad input (missing, unreadable, malformed or group/other-readable
 identity file, an output file that already exists, a roster that breaks a rule); the
-protocol codes (3) do not occur here.
+tampering, protocol and undefined-result codes (3, 4, 5; :data:`fedsec.cli.EXIT_CODES`) do
+not occur here.
 """
 
 from __future__ import annotations
@@ -313,7 +314,9 @@ def register(sub: Any) -> None:
         "show", help="print an identity's name, fingerprint and public entry",
         description="Print the name, fingerprint and public key of an identity file or a "
                     "public entry file. Never prints the private key.")
-    show.add_argument("path", metavar="PATH")
+    show.add_argument("path", metavar="PATH",
+                      help="an identity file (NAME.identity.json) or a public entry "
+                           "(NAME.pub.json)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=_handle(_cmd_identity_show))
     ident.set_defaults(func=lambda _a: _usage(ident))
@@ -334,12 +337,17 @@ def register(sub: Any) -> None:
                         help="fewest parties an evaluation may cover (default: not set, "
                              "i.e. 2 in semi-honest mode and every party in malicious mode; "
                              "each party may demand more in its own policy)")
-    create.add_argument("--out", required=True, metavar="roster.json")
+    create.add_argument("--out", required=True, metavar="roster.json",
+                        help="where to write the roster (refuses to overwrite without "
+                             "--force)")
     create.add_argument("--force", action="store_true", help="replace an existing --out")
     create.add_argument("--json", action="store_true", help="print one JSON object")
     create.set_defaults(func=_handle(_cmd_roster_create))
-    rshow = rsub.add_parser("show", help="print a roster's parties and fingerprints")
-    rshow.add_argument("path", metavar="roster.json")
+    rshow = rsub.add_parser("show", help="print a roster's parties and fingerprints",
+                            description="Print every party's name and fingerprint, the "
+                                        "quorum and the roster fingerprint, to compare out "
+                                        "of band.")
+    rshow.add_argument("path", metavar="roster.json", help="the roster file to show")
     rshow.add_argument("--json", action="store_true", help="print one JSON object")
     rshow.set_defaults(func=_handle(_cmd_roster_show))
     rost.set_defaults(func=lambda _a: _usage(rost))

@@ -85,6 +85,20 @@ class SecureAUCResult:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    # --- typed views of the malicious-mode fields (cli helper; additive) ---
+    @property
+    def verified(self) -> bool:
+        """``True`` when every party verified the result (malicious mode); ``False`` in
+        semi-honest mode, which does not verify."""
+        return bool(self.extra.get("verified", False))
+
+    @property
+    def cheat_bound_bits(self) -> float | None:
+        """Malicious mode: ``-log2`` of the probability that a cheating aggregator passes
+        verification; ``None`` in semi-honest mode."""
+        bits = self.extra.get("cheat_bound_bits")
+        return None if bits is None else float(bits)
+
 
 def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
                        names: Sequence[str] | None, max_total: int

@@ -454,7 +454,12 @@ class DPAUCResult:
     tpr, fpr : ndarray
         The (noisy) ROC points the server computed.
     noisy_auc : float
-        For ``"rr"``: the AUC of the flipped labels before debiasing; else equal to ``auc``.
+        For ``"rr"``: the AUC of the flipped labels before debiasing; else the raw estimate.
+    raw_auc : float
+        The estimate before clipping (equal to ``auc`` unless ``clip`` changed it).
+    clipped : bool
+        Whether ``auc`` was clipped into ``[0, 1]`` (``clip=True`` and the raw estimate fell
+        outside).
     """
 
     auc: float
@@ -466,13 +471,18 @@ class DPAUCResult:
     tpr: FloatArray
     fpr: FloatArray
     noisy_auc: float
+    raw_auc: float = math.nan
+    clipped: bool = False
 
 
 class DPAUCServer:
     """The DPAUC aggregator (seed 003 steps 4-6, plus RR debiasing)."""
 
-    def aggregate(self, submissions: Sequence[bytes]) -> DPAUCResult:
+    def aggregate(self, submissions: Sequence[bytes], *, clip: bool = False) -> DPAUCResult:
         """Sum the parties' statistics and compute the (debiased) trapezoid AUC.
+
+        With ``clip=True`` an estimate outside ``[0, 1]`` is clipped into it: post-processing,
+        so it costs no privacy, but it biases the estimator (the papers report it unclipped).
 
         Raises
         ------
@@ -498,19 +508,27 @@ class DPAUCServer:
             n_total = float(tp[0] + fn[0] + fp[0] + tn[0])
             auc = debias_rr_auc(noisy, noisy_prior=float(tp[0] + fn[0]) / n_total,
                                 epsilon=first.epsilon)
+        raw = auc
+        if clip:
+            auc = min(1.0, max(0.0, auc))
         return DPAUCResult(
             auc=auc, mechanism=first.mechanism, epsilon=first.epsilon, delta=first.delta,
             n_parties=len(parsed), points=first.stats.points.copy(),
-            tpr=tp / (tp + fn), fpr=fp / (fp + tn), noisy_auc=noisy,
+            tpr=tp / (tp + fn), fpr=fp / (fp + tn), noisy_auc=noisy, raw_auc=raw,
+            clipped=auc != raw,
         )
 
 
 def dpauc(
     parties: Sequence[tuple[Any, Any]], *, epsilon: float, decision_points: Any = 100,
     mechanism: str = "laplace", delta: float | None = None,
-    score_epsilon: float | None = None,
+    score_epsilon: float | None = None, clip: bool = False,
 ) -> DPAUCResult:
     """Run one DPAUC evaluation over in-process parties (one call, roles and bytes inside).
+
+    The noise (Laplace, Gaussian, label flips, score noise) always comes from the operating
+    system's cryptographic generator (:mod:`fedsec.crypto.dpnoise`); it cannot be seeded, so
+    two calls give different estimates by design.
 
     Parameters
     ----------
@@ -524,6 +542,9 @@ def dpauc(
         For ``"gaussian"``.
     score_epsilon : float, optional
         For ``"rr"``: Laplace noise on scores (see :class:`RRClient`).
+    clip : bool, default=False
+        Clip the estimate into ``[0, 1]`` (post-processing, no privacy cost). Under heavy
+        noise the raw estimate can lie far outside; ``result.raw_auc`` keeps it.
 
     Returns
     -------
@@ -538,11 +559,38 @@ def dpauc(
     >>> abs(r.auc - 0.8) < 0.1
     True
     """
-    mech = _check_mechanism(mechanism, "dpauc")
+    owner = "dpauc"
+    mech = _check_mechanism(mechanism, owner)
+    check_real(epsilon, "epsilon", owner, gt=0.0)
+    if mech == "gaussian":
+        if delta is None:
+            raise ValueError("The 'delta' parameter of dpauc is required for "
+                             "mechanism='gaussian'.")
+        check_real(delta, "delta", owner, gt=0.0, lt=1.0)
+    elif delta not in (None, 0, 0.0):
+        raise ValueError(f"The 'delta' parameter of dpauc applies only to "
+                         f"mechanism='gaussian'. Got {delta!r} instead.")
+    if score_epsilon is not None:
+        if mech != "rr":
+            raise ValueError("The 'score_epsilon' parameter of dpauc applies only to "
+                             "mechanism='rr'.")
+        check_real(score_epsilon, "score_epsilon", owner, gt=0.0)
+    if not isinstance(clip, bool):
+        raise TypeError(f"The 'clip' parameter of dpauc must be a bool. Got {clip!r} instead.")
+    if isinstance(parties, (str, bytes)) or not isinstance(parties, Sequence):
+        raise TypeError("The 'parties' parameter of dpauc must be a sequence of (y_true, "
+                        f"y_score) pairs. Got {type(parties).__name__} instead.")
     if len(parties) == 0:
         raise ValueError("The 'parties' parameter of dpauc must not be empty.")
+    checked = []
+    for i, pair in enumerate(parties):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"The 'parties' parameter of dpauc must hold (y_true, y_score) "
+                            f"pairs. Got {type(pair).__name__} for party {i + 1} instead.")
+        checked.append(check_labels_scores(pair[0], pair[1], f"dpauc (party {i + 1})"))
+    as_decision_points(decision_points)
     subs: list[bytes] = []
-    for y, s in parties:
+    for y, s in checked:
         if mech == "rr":
             c: DPAUCClient | RRClient = RRClient(
                 y, s, epsilon=epsilon, decision_points=decision_points,
@@ -553,7 +601,7 @@ def dpauc(
             c = DPAUCClient(y, s, epsilon=epsilon, decision_points=decision_points,
                             mechanism=mech, delta=delta)
         subs.append(c.submit())
-    return DPAUCServer().aggregate(subs)
+    return DPAUCServer().aggregate(subs, clip=clip)
 
 
 def simulate_dpauc_runs(
