@@ -40,7 +40,7 @@ from numpy.polynomial import chebyshev as C
 from numpy.typing import ArrayLike, NDArray
 
 if TYPE_CHECKING:
-    from fedsec.crypto.ckks import CKKSContext, Ciphertext
+    from fedsec.crypto.ckks import Ciphertext, CKKSContext
 
 __all__ = ["remez_odd_one", "odd_depth", "chebyshev_split", "evaluate_odd_chebyshev",
            "evaluate_odd_chebyshev_plain"]
@@ -102,7 +102,7 @@ def remez_odd_one(degree: int, a: float, *, tol: float = 1e-10,
             A[:, j] = C.chebval(ref, e)
         A[:, m] = signs
         sol = np.linalg.solve(A, np.ones(m + 1))
-        c = _odd_from(sol[:m])
+        c = _odd_from(np.asarray(sol[:m], dtype=np.float64))
         crit = C.chebroots(C.chebder(c)) if degree > 1 else np.zeros(0)
         crit = np.real(crit[np.abs(np.imag(crit)) < 1e-12])
         crit = crit[(crit > a) & (crit < 1.0)]
