@@ -185,6 +185,10 @@ def test_argument_validation(ctx: CKKSContext) -> None:
     off = ctx.encrypt(np.full(4, 0.5), scale=2.0 ** 45)
     with pytest.raises(ValueError, match="scale"):
         sign.sign_encrypted(ctx, off, 8)
+    with pytest.raises(ValueError, match="'keep_levels' parameter of sign_encrypted must be <= 5"):
+        sign.sign_encrypted(ctx, ct, 8, keep_levels=6)
+    with pytest.raises(ValueError, match="'keep_levels'"):
+        sign.sign_encrypted(ctx, ct, 8, keep_levels=-1)
     norelin = CKKSContext.generate(PRESET, relin=False, allow_insecure=True)
     with pytest.raises(ValueError, match="relinearization"):
         sign.sign_encrypted(norelin, norelin.encrypt([0.5]), 8)
@@ -251,7 +255,8 @@ def test_step_encrypted_is_the_comparison(ctx: CKKSContext) -> None:
     a, b = g.uniform(0, 0.5, SLOTS), g.uniform(0, 0.5, SLOTS)
     d = a - b
     keep = np.abs(d) >= 2.0 ** -10
-    out = sign.step_encrypted(ctx, ctx.sub(ctx.encrypt(a), ctx.encrypt(b)), 10)
+    out = sign.step_encrypted(ctx, ctx.sub(ctx.encrypt(a), ctx.encrypt(b)), 10, keep_levels=0)
+    assert ctx.level_of(out) == 0  # dropped to exactly the depth first
     v = ctx.decrypt(out).real
     ref = (d > 0).astype(float)
     assert np.max(np.abs(v - ref)[keep]) <= sign.sign_error_bound(10) / 2 + CKKS_NOISE
