@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -172,7 +173,8 @@ def main() -> None:
     result = {"preset": params.name, "poly_modulus_degree": params.poly_modulus_degree,
               "keygen_seconds": keygen, "top_product_seconds": top_product,
               "repeats": args.repeats, "rows": rows, "naive_polyval": naive,
-              "machine": platform.platform(), "python": platform.python_version()}
+              "machine": platform.platform(), "python": platform.python_version(),
+              "load_average_at_end": list(os.getloadavg())}
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, "w") as fh:

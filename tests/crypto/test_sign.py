@@ -261,3 +261,15 @@ def test_step_encrypted_is_the_comparison(ctx: CKKSContext) -> None:
     ref = (d > 0).astype(float)
     assert np.max(np.abs(v - ref)[keep]) <= sign.sign_error_bound(10) / 2 + CKKS_NOISE
     assert np.all(((v > 0.5) == (d > 0))[keep])
+
+
+def test_sign_at_the_secure_preset() -> None:
+    """The real ring-2^15 chain (primes ~2^-16 away from the scale), alpha 12, one
+    evaluation (about 20 s with key generation on this machine)."""
+    ctx = CKKSContext.generate("CKKS_128_N32768_DEPTH19")
+    x = _domain_sample(12, 4096, np.random.default_rng(12))
+    out = sign.sign_encrypted(ctx, ctx.encrypt(x), 12, keep_levels=0)
+    assert ctx.level_of(out) == 0 and out.scale == ctx.scale
+    v = ctx.decrypt(out).real
+    assert np.array_equal(np.sign(v[:x.size]), np.sign(x))
+    assert np.max(np.abs(v[:x.size] - np.sign(x))) <= sign.sign_error_bound(12) + 2 * CKKS_NOISE

@@ -17,8 +17,9 @@ For ``alpha`` in :data:`SUPPORTED_ALPHAS` and every real ``x`` with
 in exact arithmetic (plaintext), i.e. the comparison ``(F(x) + 1) / 2`` is within
 ``2^-alpha`` of the step function — Lee et al.'s ``(alpha, alpha)``-closeness. The bounds
 (the last stage's levelled minimax error) are 2^-7.44 (alpha 8), 2^-9.16 (alpha 10) and
-2^-11.50 (alpha 12). Under CKKS add the evaluation noise, below 1e-5 at a 40-bit scale
-(measured: see BENCHMARKS.md), far inside the slack to 2^(1 - alpha).
+2^-11.50 (alpha 12). Under CKKS add the evaluation noise: at a 40-bit scale measured up
+to 1.2e-5 (ring 2^15, alpha 12; see BENCHMARKS.md), well inside the slack to
+2^(1 - alpha) (1.4e-4 at alpha 12).
 
 ============  ===============  =====  ===========================
 alpha         degrees          depth  ciphertext products (incl. squarings)
