@@ -22,7 +22,10 @@ splits as ``p = q + T_m * r`` with ``q`` and ``r`` of degree below ``m``
 target, multiplied by ``G_{k-1}`` and rescaled, ``q`` recursively at the target level.
 Constants only ever multiply ``y`` itself (the recursion's leaves, ``c * T_1``), so
 they use no extra level, and their encoding scale is chosen so that every term reaches
-its sum at the same, exact scale. Degree 15 costs 3 squarings and 7 products.
+its sum at the same, exact scale. Pieces of degree 3 that are needed at least three levels
+below ``y`` are combined from ``T_1`` and one shared baby step ``T_3 = 2 T_2 T_1 - T_1``
+instead (constants only). Degree 15 costs 3 squarings and 5 products, degree 13 3 and
+4, degree 7 2 and 3 (ciphertext products dominate the time: relinearization).
 
 Chebyshev coefficients of a function bounded on ``[-1, 1]`` stay small, so terms do not
 cancel catastrophically (power-basis coefficients of the same minimax polynomials reach
@@ -165,19 +168,34 @@ def evaluate_odd_chebyshev_plain(coeffs: ArrayLike, y: ArrayLike) -> NDArray[np.
 
 
 class _Giants:
-    """``T_{2^j}(y)`` for ``j = 0, 1, ...``, computed on demand (one squaring each)."""
+    """``T_{2^j}(y)`` for ``j = 0, 1, ...``, computed on demand (one squaring each), and
+    the baby step ``T_3(y)`` (one product, two levels below ``y``)."""
 
     def __init__(self, ctx: CKKSContext, y: Ciphertext) -> None:
         self.ctx = ctx
         self.g: list[Ciphertext] = [y]
-        self.multiplications = 0
+        self._t3: Ciphertext | None = None
 
     def __getitem__(self, j: int) -> Ciphertext:
         while len(self.g) <= j:
             s = self.ctx.square(self.g[-1])
-            self.multiplications += 1
             self.g.append(self.ctx.add_constant(self.ctx.add(s, s), -1.0))
         return self.g[j]
+
+    @property
+    def t3_level(self) -> int:
+        return self.ctx.level_of(self.g[0]) - 2
+
+    def t3(self) -> Ciphertext:
+        """``T_3 = 2 T_2 T_1 - T_1``; ``T_1`` is brought to the product's exact scale by a
+        constant multiplication (no product)."""
+        if self._t3 is None:
+            y, g1 = self.g[0], self[1]
+            prod = self.ctx.multiply(g1, self.ctx.mod_switch_to_level(y, self.ctx.level_of(g1)))
+            lin = self.ctx.multiply_const_to(y, 0.5, level=self.ctx.level_of(prod),
+                                             scale=float(prod.scale))
+            self._t3 = self.ctx.with_value_factor(self.ctx.sub(prod, lin), 2.0)
+        return self._t3
 
 
 def _eval(ctx: CKKSContext, giants: _Giants, c: NDArray[np.float64], level: int,
@@ -190,6 +208,10 @@ def _eval(ctx: CKKSContext, giants: _Giants, c: NDArray[np.float64], level: int,
     d = len(c) - 1
     if d == 1:
         return ctx.multiply_const_to(giants[0], float(c[1]), level=level, scale=scale)
+    if d == 3 and level < giants.t3_level:  # c1 T1 + c3 T3: constants only, T3 shared
+        t1 = ctx.multiply_const_to(giants[0], float(c[1]), level=level, scale=scale)
+        t3 = ctx.multiply_const_to(giants.t3(), float(c[3]), level=level, scale=scale)
+        return ctx.add(t1, t3)
     k = odd_depth(d)
     m = 1 << (k - 1)
     q, r = chebyshev_split(c, m)
@@ -201,7 +223,6 @@ def _eval(ctx: CKKSContext, giants: _Giants, c: NDArray[np.float64], level: int,
     out = None
     if r_ct is not None:
         out = ctx.multiply(g, r_ct)
-        giants.multiplications += 1
         ctx.snap_scale(out, scale)
     q_ct = _eval(ctx, giants, q, level, scale)
     if q_ct is not None:
