@@ -281,3 +281,32 @@ def test_sign_at_the_secure_preset() -> None:
     v = ctx.decrypt(out).real
     assert np.array_equal(np.sign(v[:x.size]), np.sign(x))
     assert np.max(np.abs(v[:x.size] - np.sign(x))) <= sign.sign_error_bound(12) + 2 * CKKS_NOISE
+
+
+def test_exact_scale_helpers(ctx: CKKSContext) -> None:
+    x = np.linspace(-1, 1, SLOTS)
+    ct = ctx.encrypt(x)
+    top = ctx.top_level
+    assert ctx.level_of(ct) == top == 16
+    low = ctx.mod_switch_to_level(ct, 7)
+    assert ctx.level_of(low) == 7 and low.scale == ct.scale
+    assert np.max(np.abs(ctx.decrypt(low).real - x)) < 1e-8
+    with pytest.raises(ValueError, match="cannot raise"):
+        ctx.mod_switch_to_level(low, 8)
+    with pytest.raises(ValueError, match="'level' parameter"):
+        ctx.parms_id_at_level(top + 1)
+    target = 2.0 ** 40 * 1.2345
+    y = ctx.multiply_const_to(ct, -0.75, level=3, scale=target)
+    assert ctx.level_of(y) == 3 and y.scale == target
+    assert np.max(np.abs(ctx.decrypt(y).real + 0.75 * x)) < 1e-7
+    z = ctx.with_value_factor(ct, 1.5)
+    assert np.max(np.abs(ctx.decrypt(z).real - 1.5 * x)) < 1e-8
+    assert ctx.level_of(z) == top and ct.scale == ctx.scale  # the input is untouched
+    with pytest.raises(ValueError, match="'factor'"):
+        ctx.with_value_factor(ct, -1.0)
+    w = ctx.add_constant(ct, 0.25)
+    assert np.max(np.abs(ctx.decrypt(w).real - (x + 0.25))) < 1e-8
+    with pytest.raises(ValueError, match="below the ciphertext's"):
+        ctx.multiply_const_to(low, 2.0, level=7, scale=ctx.scale)
+    with pytest.raises(ValueError, match="rounding"):
+        ctx.snap_scale(ctx.encrypt(x), ctx.scale * (1 + 1e-6))
