@@ -665,3 +665,94 @@ class CKKSContext:
             self._evaluator.add_plain(out, pt, res)
             out = res
         return out
+
+    # ==================================================================================
+    # Exact-scale evaluation (added for composite polynomials, fedsec.crypto.poly/sign).
+    #
+    # SEAL's primes are not powers of two: a rescale divides the scale by a prime q that
+    # differs from 2^40 by ~2^-16 (ring 2^15), and repeated squaring doubles the relative
+    # deviation at every level, so after ~16 levels an untracked scale is off by a factor
+    # of order one. These methods never *assume* a scale: they read the ciphertext's exact
+    # scale and the exact prime, and choose the encoding scale of plaintext constants so
+    # that a result lands on a requested scale exactly.
+    # ==================================================================================
+    def parms_id_at_level(self, level: int) -> Any:
+        """The parameters id of chain level ``level`` (0 is the last, rescale-free one)."""
+        data = self._ctx.first_context_data()
+        top = int(data.chain_index())
+        if not 0 <= int(level) <= top:
+            raise ValueError(f"The 'level' parameter of parms_id_at_level must be in "
+                             f"[0, {top}]. Got {level} instead.")
+        while int(data.chain_index()) > int(level):
+            data = data.next_context_data()
+        return data.parms_id()
+
+    @property
+    def top_level(self) -> int:
+        """The level of a freshly encrypted ciphertext (rescalings available)."""
+        return int(self._ctx.first_context_data().chain_index())
+
+    def mod_switch_to_level(self, a: Ciphertext, level: int) -> Ciphertext:
+        """A copy of ``a`` at the lower ``level`` (primes dropped; scale and value kept)."""
+        cur = self.level_of(a)
+        if level > cur:
+            raise ValueError(f"cannot raise a ciphertext from level {cur} to {level}")
+        out = seal.Ciphertext()
+        if level == cur:
+            self._evaluator.add_plain(a, self._zero_plain(a), out)
+            return out
+        self._evaluator.mod_switch_to(a, self.parms_id_at_level(level), out)
+        return out
+
+    def with_value_factor(self, a: Ciphertext, factor: float) -> Ciphertext:
+        """A copy of ``a`` whose decrypted value is multiplied by ``factor`` > 0, for free.
+
+        CKKS decodes ``m / scale``; dividing the recorded scale by ``factor`` multiplies
+        the value without touching the ciphertext (no noise, no level). Keep ``factor``
+        near 1: it moves the scale away from the primes.
+        """
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"The 'factor' parameter of with_value_factor must be a finite "
+                             f"float > 0. Got {factor!r} instead.")
+        out = self.mod_switch_to_level(a, self.level_of(a))
+        out.scale = float(a.scale) / float(factor)
+        return out
+
+    def add_constant(self, a: Ciphertext, value: float) -> Ciphertext:
+        """Add the real ``value`` to every slot (no level used)."""
+        pt = self.encode_constant(float(value), scale=a.scale, parms_id=a.parms_id())
+        out = seal.Ciphertext()
+        self._evaluator.add_plain(a, pt, out)
+        return out
+
+    def multiply_const_to(self, a: Ciphertext, value: float, *, level: int,
+                          scale: float) -> Ciphertext:
+        """``value * a`` at chain ``level`` (below ``a``'s) with scale exactly ``scale``.
+
+        ``a`` is switched down to ``level + 1``; the constant is encoded at
+        ``scale * q / a.scale`` (``q`` the prime the rescale divides by), multiplied and
+        rescaled. The constant's absolute precision is about ``a.scale / (scale * q)``.
+        """
+        if level >= self.level_of(a):
+            raise ValueError(f"multiply_const_to needs a target level below the "
+                             f"ciphertext's ({self.level_of(a)}); got {level}")
+        src = self.mod_switch_to_level(a, level + 1) if self.level_of(a) > level + 1 else a
+        q = self.rescale_prime(src)
+        pt_scale = float(scale) * q / float(src.scale)
+        if not 1.0 <= pt_scale < 2.0 ** 60:
+            raise ValueError(f"constant encoding scale {pt_scale:.3g} is out of range; the "
+                             f"input scale {src.scale:.3g} is far from the target {scale:.3g}")
+        pt = self.encode_constant(float(value), scale=pt_scale, parms_id=src.parms_id())
+        out = seal.Ciphertext()
+        self._evaluator.multiply_plain(src, pt, out)
+        self._evaluator.rescale_to_next_inplace(out)
+        self.snap_scale(out, scale)
+        return out
+
+    @staticmethod
+    def snap_scale(a: Ciphertext, scale: float, *, rtol: float = 1e-9) -> None:
+        """Set ``a``'s recorded scale to ``scale`` when they differ only by floating-point
+        rounding (relative difference at most ``rtol``); raise otherwise."""
+        if abs(float(a.scale) - float(scale)) > rtol * abs(float(scale)):
+            raise ValueError(f"scale {a.scale!r} is not within rounding of {scale!r}")
+        a.scale = float(scale)

@@ -149,6 +149,27 @@ _PRESETS = [
     ),
 ]
 
+# ---------------------------------------------------------------------------------------
+# Deep chains for composite polynomials (homomorphic comparison, fedsec.crypto.sign).
+# Ring 2^15 admits 881 modulus bits at 128-bit security; [60, 40 x 19, 60] uses 880 of them:
+# 19 rescalings at a 40-bit scale, enough for the minimax sign of precision alpha = 8, 10, 12
+# (depth 11, 14, 16) with levels to spare for the differences fed into it. The first
+# (60-bit) prime holds the result: values up to ~2^19 at scale 2^40.
+SIGN_SCALE_BITS = 40
+_PRESETS += [
+    CKKSParams(
+        "CKKS_128_N32768_DEPTH19", 32768, (60,) + (40,) * 19 + (60,), SIGN_SCALE_BITS, 128,
+        "16384 complex slots; 19 rescalings at a 40-bit scale (880 of the 881 bits allowed "
+        "at 128-bit security). Sized for the composite minimax sign (comparison) of "
+        "precision alpha = 8 / 10 / 12, which uses depth 11 / 14 / 16.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH16", 4096, (60,) + (40,) * 16 + (60,), SIGN_SCALE_BITS, 0,
+        "TESTS ONLY, NOT SECURE: 16 rescalings at a 40-bit scale on a 4096 ring (2048 "
+        "slots), for fast tests of the composite sign evaluation (alpha up to 12).",
+    ),
+]
+
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
 DEFAULT_PRESET = "CKKS_128_N8192_DEPTH2_S49"
 
