@@ -200,13 +200,13 @@ class BFVContext:
         return ct
 
     def decrypt(self, ct: Ciphertext) -> U64:
-        """Residues in ``[0, t)`` of every slot (raises if the noise budget is exhausted)."""
+        """Residues in ``[0, t)`` of every slot. (The noise budget is not checked here --
+        that costs another decryption; protocols bound the noise by their parameters and
+        check decrypted values against known bounds.)"""
         if self._dec is None:
             raise ValueError("this context holds no secret key")
         if ct.is_ntt_form():
             ct = self.from_ntt(ct)
-        if self._dec.invariant_noise_budget(ct) <= 0:
-            raise ProtocolError("BFV ciphertext has no noise budget left (cannot decrypt)")
         pt = seal.Plaintext()
         self._dec.decrypt(ct, pt)
         return np.asarray(self._encoder.decode_uint64(pt), dtype=np.uint64)
@@ -269,6 +269,13 @@ class BFVContext:
     def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
         self._evaluator.add(a, b, out)
+        return out
+
+    def add_many(self, cts: list[Ciphertext]) -> Ciphertext:
+        if len(cts) == 1:
+            return cts[0]
+        out = seal.Ciphertext()
+        self._evaluator.add_many(cts, out)
         return out
 
     def add_inplace(self, a: Ciphertext, b: Ciphertext) -> None:
