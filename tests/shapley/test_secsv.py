@@ -14,13 +14,12 @@ from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley import federated_shapley
 from fedsec.shapley.accounting import Accounting
-from fedsec.shapley.secsv import (
-    SecSVConfig,
+from fedsec.shapley.secsv import SecSVConfig, secsv_shapley
+from fedsec.shapley.secure_game import (
     check_decryptor,
     decryptor_chain,
     integer_weights,
     plan_groups,
-    secsv_shapley,
 )
 
 
@@ -88,7 +87,11 @@ def test_overflow_is_refused_not_wrapped(logistic) -> None:
         secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_model=30, frac_bits_data=30))
     big = [(x * 1e9, y) for x, y in sets]  # |x| * 2^18 beyond t/2
     with pytest.raises(FixedPointOverflow):
-        secsv_shapley(rec, big)
+        secsv_shapley(rec, big, config=SecSVConfig(frac_bits_model=20, frac_bits_data=18))
+    huge = [(x * 1e15, y) for x, y in sets]  # no fixed point fits: P refuses up front
+    with pytest.raises(FixedPointOverflow, match="refuses"):
+        secsv_shapley(rec, huge)
+
 
 
 def test_prop_6_8_rules() -> None:

@@ -81,14 +81,20 @@ from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
-from fedsec.metrics.shapley import popcounts, shapley_values
 from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
 from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
-from fedsec.shapley.utility import SkipStats
+from fedsec.shapley.secure_game import (
+    check_decryptor,
+    decryptor_chain,
+    integer_weights,
+    plan_groups,
+    run_rounds,
+    shuffle,
+)
 
-__all__ = ["SecSVConfig", "secsv_shapley", "plan_groups", "decryptor_chain",
-           "integer_weights"]
+__all__ = ["SecSVConfig", "secsv_shapley", "SecSVClient", "PrincipalServer",
+           "AuxiliaryServer"]
 
 U64 = NDArray[np.uint64]
 BoolArray = NDArray[np.bool_]
@@ -103,24 +109,32 @@ class SecSVConfig:
 
     Parameters
     ----------
-    frac_bits_model : int, default=20
-        Fractional bits of model weights (``f_θ``); biases use ``f_θ + f_x``.
-    frac_bits_data : int, default=18
-        Fractional bits of every layer's input (``f_x``).
+    frac_bits_model : int, optional
+        Fractional bits of model weights (``f_θ``); biases use ``f_θ + f_x``. Default: P
+        picks the largest ``f_θ + f_x`` that the clients' published coarse bounds (powers
+        of two of ``‖W‖_∞``, ``‖b‖_∞`` and ``‖X‖_∞``) allow, split evenly.
+    frac_bits_data : int, optional
+        Fractional bits of the test data (the first layer's input ``f_x``); default as
+        above.
+    frac_bits_hidden : int, default=16
+        Fractional bits of hidden layers' inputs (activations re-shared by clients).
     weight_bits : int, default=12
         Bits of the integer aggregation weights when FedAvg's weights are not integers.
     bfv : BFVParams
         Ring degree and plaintext-prime size (sharing modulus).
     """
 
-    frac_bits_model: int = 20
-    frac_bits_data: int = 18
+    frac_bits_model: int | None = None
+    frac_bits_data: int | None = None
+    frac_bits_hidden: int = 16
     weight_bits: int = 12
     bfv: BFVParams = BFV_DEFAULT
 
     def check(self) -> SecSVConfig:
-        for name in ("frac_bits_model", "frac_bits_data", "weight_bits"):
+        for name in ("frac_bits_model", "frac_bits_data", "frac_bits_hidden", "weight_bits"):
             v = getattr(self, name)
+            if v is None and name in ("frac_bits_model", "frac_bits_data"):
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 30:
                 raise ValueError(f"The '{name}' parameter of SecSVConfig must be an int in "
                                  f"1..30. Got {v!r} instead.")
@@ -128,72 +142,8 @@ class SecSVConfig:
         return self
 
 
-def integer_weights(weights: NDArray[Any], bits: int = 12) -> NDArray[np.int64]:
-    """Integer aggregation weights ``q_i`` with ``q_i / Σ_S q = ω_{i|S}``: FedAvg's own
-    weights divided by their gcd when they are integers (exact), else ``ω`` rounded to
-    ``bits`` bits relative to the largest."""
-    w = np.asarray(weights, dtype=np.float64)
-    if w.size and np.all(w == np.rint(w)) and w.max() < 2**20:
-        ints = w.astype(np.int64)
-        g = math.gcd(*[int(v) for v in ints if v]) or 1
-        return ints // g
-    top = float(w.max()) if w.size else 1.0
-    out: NDArray[np.int64] = np.maximum(np.rint(w / top * 2**bits),
-                                        (w > 0).astype(np.float64)).astype(np.int64)
-    return out
-
-
 def _pow2_ceil(v: float) -> int:
     return 1 if v <= 1 else 1 << math.ceil(math.log2(v))
-
-
-# ====================================================================== Prop. 6.8
-def plan_groups(n: int, n_layers: int) -> tuple[list[list[int]], bool]:
-    """Partition clients into batch-owner groups; return ``(groups, strong)``.
-
-    A group leaves enough clients outside it (and outside a model owner) for a decryptor
-    chain: ``L`` distinct ones for the multi-layer level (``strong``), two alternating ones
-    otherwise (one for ``L = 1``). Raises ``ValueError`` when not even that is possible.
-    """
-    need_strong = n_layers
-    need_weak = min(n_layers, 2)
-    g = n - 1 - need_strong
-    strong = g >= 1
-    if not strong:
-        g = n - 1 - need_weak
-        if g < 1:
-            raise ValueError(
-                f"SecSV needs at least {need_weak + 2} clients for a {n_layers}-layer model "
-                f"(a batch owner, a model owner and {need_weak} decrypting client(s) that "
-                f"are neither; seed 004, Prop. 6.8). Got {n} clients instead.")
-    clients = list(range(n))
-    return [clients[k:k + g] for k in range(0, n, g)], strong
-
-
-def decryptor_chain(n: int, n_layers: int, batch_owners: Sequence[int],
-                    model_owners: Sequence[int], strong: bool, turn: int = 0) -> list[int]:
-    """``i_2 .. i_{L+1}`` for one batch and model under Prop. 6.8's rules (see module)."""
-    eligible = [c for c in range(n) if c not in set(batch_owners) | set(model_owners)]
-    need = n_layers if strong else min(n_layers, 2)
-    if len(eligible) < need:
-        raise ValueError("not enough clients outside the batch's and the model's owners to "
-                         "decrypt (seed 004, Prop. 6.8)")
-    start = turn % len(eligible)
-    picked = [eligible[(start + k) % len(eligible)] for k in range(need)]
-    return [picked[k % need] for k in range(n_layers)]
-
-
-def check_decryptor(me: int, layer: int, n_layers: int, batch_owners: Sequence[int],
-                    model_owners: Sequence[int], previous: int) -> None:
-    """A client's own check of a decryption request (raises ``ProtocolError``)."""
-    if me in model_owners:
-        raise ProtocolError("refusing to decrypt: I own the model under test")
-    if layer == 0 and me in batch_owners:
-        raise ProtocolError("refusing to decrypt: I own samples of this batch (i_2 = i_1)")
-    if layer == n_layers - 1 and me in batch_owners:
-        raise ProtocolError("refusing to decrypt the last layer of my own samples")
-    if me == previous:
-        raise ProtocolError("refusing to decrypt two consecutive layers (i_{l+1} = i_l)")
 
 
 # ====================================================================== layout
@@ -213,9 +163,12 @@ class Plan:
 
     width: int
     layers: tuple[LayerPlan, ...]
+    frac_model: int
+    frac_inputs: tuple[int, ...]  # f_x of each layer's input
 
     def to_meta(self) -> dict[str, Any]:
-        return {"width": self.width,
+        return {"width": self.width, "frac_model": self.frac_model,
+                "frac_inputs": list(self.frac_inputs),
                 "layers": [[lp.d_out, lp.d_in, lp.fold] for lp in self.layers]}
 
 
@@ -288,21 +241,41 @@ class SecSVClient:
                     or fold * d_out * width > self.bfv.slots:
                 raise ProtocolError("plan does not fit the model or the ring")
             lps.append(LayerPlan(d_out, d_in, fold))
-        self.plan = Plan(width, tuple(lps))
+        fm = _int_meta(msg.meta, "frac_model", 1, 30)
+        fxs = msg.meta.get("frac_inputs")
+        if not isinstance(fxs, list) or len(fxs) != len(lps) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 30 for v in fxs):
+            raise ProtocolError("malformed plan: fractional bits")
+        self.plan = Plan(width, tuple(lps), fm, tuple(fxs))
 
     def _need_plan(self) -> Plan:
         if self.plan is None:
             raise ProtocolError("no plan received")
         return self.plan
 
+    def coarse_bounds(self, models: Sequence[tuple[int, str, Params]]) -> bytes:
+        """Powers of two bounding ``|X_i|``, and each model's ``‖W‖_∞`` (max row ℓ1) and
+        ``‖b‖_∞`` per layer (exponents only), from which P picks the fixed point."""
+        def exp2(v: float) -> int:
+            return -64 if v <= 0 else math.ceil(math.log2(v))
+
+        entries = []
+        for rnd, key, params in models:
+            entries.append([rnd, key, [[exp2(float(np.abs(w).sum(axis=1).max())),
+                                        exp2(float(np.abs(b).max()) if b.size else 0.0)]
+                                       for w, b, _a in _layers(self.spec, params)]])
+        xe = exp2(float(np.abs(self.x).max())) if self.x.size else -64
+        return wire.encode("secsv/bounds", {"client": self.index, "x": xe, "models": entries})
+
     # ------------------------------------------------------------- Alg. 3, step 3
     def encrypt_model(self, round_: int, key: str, params: Params, acc: Accounting) -> bytes:
         """Encrypt one model (every layer: folded diagonals and bias) with its bounds."""
         plan = self._need_plan()
-        t, fm, fx = self.bfv.t, self.cfg.frac_bits_model, self.cfg.frac_bits_data
+        t, fm = self.bfv.t, plan.frac_model
         blobs: list[bytes] = []
         bounds = []
-        for (w, b, _act), lp in zip(_layers(self.spec, params), plan.layers, strict=True):
+        for (w, b, _act), lp, fx in zip(_layers(self.spec, params), plan.layers,
+                                        plan.frac_inputs, strict=True):
             wq = np.rint(np.ldexp(w, fm)).astype(np.int64)
             bq = np.rint(np.ldexp(b, fm + fx)).astype(np.int64)
             beta = int(np.abs(wq).sum(axis=1).max())
@@ -322,7 +295,7 @@ class SecSVClient:
 
     def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
         """Shares of ``(X_i, y_i)`` for P and A, with a power-of-two bound on ``|X_i|``."""
-        t, fx = self.bfv.t, self.cfg.frac_bits_data
+        t, fx = self.bfv.t, self._need_plan().frac_inputs[0]
         xq = sh.encode_fixed(self.x, fx, t)
         bound = _pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if self.x.size else 1
         with acc.timed("share_generation"):
@@ -378,7 +351,7 @@ class SecSVClient:
         if layer < n_layers - 1:
             full = np.zeros((lp.d_out, m))
             full[:, active] = out
-            xq = sh.encode_fixed(full, self.cfg.frac_bits_data, t)
+            xq = sh.encode_fixed(full, plan.frac_inputs[layer + 1], t)
             xb = _pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if xq.size else 1
             with acc.timed("share_generation"):
                 s1, s2 = sh.share(xq, t, self._rng)
@@ -563,6 +536,17 @@ class _Run:
     def n_layers(self) -> int:
         return len(self.P.plan.layers)
 
+    @property
+    def n_samples(self) -> int:
+        return len(self.P.y)
+
+    def end_round(self, t: int) -> None:
+        self.lin_cache.clear()
+        for srv in (self.P, self.A):
+            srv.new_round()
+            for key in [k for k in srv.models if k[0] == t]:
+                del srv.models[key]  # the round's encrypted models (memory)
+
     def _msg(self, snd: str, rcv: str, kind: str, payload: bytes) -> bytes:
         return self.acc.message(snd, rcv, kind, payload)
 
@@ -599,7 +583,7 @@ class _Run:
             raise sh.FixedPointOverflow(
                 f"layer {layer + 1}: the linear output may reach {total:.3g} in fixed point, "
                 f"beyond t/2 = {self.P.bfv.t // 2:.3g}; lower frac_bits_model/"
-                f"frac_bits_data (SecSV refuses rather than wrap)")
+                f"frac_bits_hidden (SecSV refuses rather than wrap)")
         return total
 
     def _mask(self, lp: LayerPlan, m: int, active: BoolArray) -> U64 | None:
@@ -645,7 +629,7 @@ class _Run:
                 for k in range(0, len(sel), width):
                     chunk = sel[k:k + width]
                     work.append((-1, chunk, np.ones(len(chunk), dtype=bool)))
-        fm, fx = self.cfg.frac_bits_model, self.cfg.frac_bits_data
+        fm = self.P.plan.frac_model
         for bi, brows, active in work:
             group = int(self.P.owner[brows[0]])
             gidx = next(g for g, members in enumerate(self.groups) if group in members)
@@ -680,7 +664,8 @@ class _Run:
                 dec = chain[layer]
                 req = wire.encode("secsv/decrypt", {
                     "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
-                    "previous": previous, "scale_bits": fm + fx, "weight_sum": int(sum(q)),
+                    "previous": previous, "scale_bits": fm + self.P.plan.frac_inputs[layer],
+                    "weight_sum": int(sum(q)),
                     "bound": bound}, [payload, np.packbits(active).tobytes()])
                 to_p, to_a = self.clients[dec].decrypt_layer(
                     self._msg("P", f"client:{dec}", "decrypt", req), self.acc)
@@ -742,74 +727,6 @@ class _Run:
         return ok
 
 
-# ====================================================================== game (Alg. 6-7)
-@dataclass
-class _SecureGame:
-    """Utility oracle of round ``t`` over SecSV, with SampleSkip at P (mirrors
-    :class:`~fedsec.shapley.utility.RoundGame`)."""
-
-    run: _Run
-    t: int
-    sample_skip: bool
-    models_tested: int = 0
-    samples_tested: int = 0
-    stats: SkipStats = field(default_factory=SkipStats)
-    _values: dict[int, float] = field(default_factory=dict)
-    _correct: dict[int, BoolArray] = field(default_factory=dict)
-    _started: bool = False
-
-    @property
-    def k(self) -> int:
-        return len(self.run.record.rounds[self.t].participants)
-
-    def value(self, mask: int) -> float:
-        full = (1 << self.k) - 1
-        if not 0 <= mask <= full:
-            raise ValueError(f"mask must lie in 0..{full}. Got {mask} instead.")
-        if mask in self._values:
-            return self._values[mask]
-        if self.sample_skip and not self._started:
-            self._started = True
-            for j in range(self.k):
-                self.value(1 << j)
-        m = len(self.run.P.y)
-        if mask == 0 or mask.bit_count() == 1 or not self.sample_skip:
-            ok = self.run.evaluate(self.t, mask, None)
-            self.samples_tested += m
-        else:
-            with self.run.acc.timed("other"):
-                skip = self.find_skippable(mask)
-            rows = np.flatnonzero(~skip)
-            ok = skip.copy()
-            if rows.size:
-                ok[rows] = self.run.evaluate(self.t, mask, rows)
-            self.samples_tested += int(rows.size)
-            self.stats.skipped += int(skip.sum())
-            self.stats.slots += m
-        self.models_tested += 1
-        if mask != 0:
-            self._correct[mask] = ok
-        v = float(ok.mean())
-        self._values[mask] = v
-        return v
-
-    def find_skippable(self, mask: int) -> BoolArray:
-        skip = np.zeros(len(self.run.P.y), dtype=bool)
-        low = mask & -mask
-        sub = (mask - 1) & mask
-        while sub:
-            if sub & low:
-                a, b = self._correct.get(sub), self._correct.get(mask ^ sub)
-                if a is not None and b is not None:
-                    skip |= a & b
-            sub = (sub - 1) & mask
-        return skip
-
-    def table(self) -> NDArray[np.float64]:
-        order = np.argsort(popcounts(self.k), kind="stable")
-        return np.array([self.value(int(mk)) for mk in order])[np.argsort(order)]
-
-
 # ====================================================================== set-up
 def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
     """Authenticated key set-up among the clients (P relays); BFV keys from its seed."""
@@ -841,13 +758,6 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
     return ctxs
 
 
-def _shuffle(rows: NDArray[np.int64]) -> NDArray[np.int64]:
-    if rows.size < 2:
-        return rows
-    out: NDArray[np.int64] = rows[SystemRandomSource().permutation(rows.size)]
-    return out
-
-
 def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray[np.int64]]],
            cfg: SecSVConfig, acc: Accounting, linear_shortcut: bool) -> _Run:
     n = record.n_clients
@@ -863,14 +773,23 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
     sizes = [len(y) for _, y in sets]
     per_group = [sum(sizes[c] for c in g) for g in groups]
     cap = min(public.slots // layer.out_features for layer in record.spec.layers)
-    width = max(1, min(max(per_group), cap))
-    lps = []
-    for layer in record.spec.layers:
-        fold = max(1, min(layer.in_features, public.slots // (layer.out_features * width)))
-        lps.append(LayerPlan(layer.out_features, layer.in_features, fold))
-    plan = Plan(width, tuple(lps))
+    width = _pick_width(record, per_group, cap, public.slots)
+    lps = [LayerPlan(ly.out_features, ly.in_features, _fold_of(ly.out_features, ly.in_features,
+                                                               width, public.slots))
+           for ly in record.spec.layers]
+    leader = secrets.randbelow(n)
     clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg)
                for i in range(n)]
+    # Coarse bounds (exponents) from every model and data owner -> P's fixed point
+    owned: list[list[tuple[int, str, Params]]] = [[] for _ in range(n)]
+    for t, rnd in enumerate(record.rounds):
+        owned[leader].append((t, "global", rnd.global_params))
+        for cid, params in zip(rnd.participants, rnd.local_params, strict=True):
+            owned[cid].append((t, f"c{cid}", params))
+    fm, fx = _pick_fixed_point(
+        [acc.message(f"client:{c.index}", "P", "bounds", c.coarse_bounds(owned[c.index]))
+         for c in clients], record, cfg, public.t)
+    plan = Plan(width, tuple(lps), fm, (fx,) + (cfg.frac_bits_hidden,) * (len(lps) - 1))
     plan_bytes = wire.encode("secsv/plan", plan.to_meta())
     for c in clients:
         c.receive_plan(acc.message("P", f"client:{c.index}", "plan", plan_bytes))
@@ -886,14 +805,84 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
         A.receive_data(to_a)
     batches = []
     for g, members in enumerate(groups):
-        rows = _shuffle(np.flatnonzero(np.isin(P.owner, members)))
+        rows = shuffle(np.flatnonzero(np.isin(P.owner, members)))
         for k in range(0, len(rows), width):
             batches.append(_Batch(rows[k:k + width], g))
     # P tells A the batch composition (sample IDs per batch)
     spec_bytes = wire.encode("secsv/batches", {"batches": [b.rows.tolist() for b in batches]})
     acc.message("P", "A", "batches", spec_bytes)
     return _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
-                leader=secrets.randbelow(n))
+                leader=leader)
+
+
+def _fold_of(d_out: int, d_in: int, width: int, slots: int) -> int:
+    return max(1, min(d_in, slots // (d_out * width)))
+
+
+def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slots: int) -> int:
+    """Batch width trading model ciphertexts (fewer with a narrow, more folded grid)
+    against decryptions (more batches). Costs in units of one ciphertext's round trip
+    (encrypt + two uploads) vs one decryption chain step, both measured ~10 ms : 8 ms."""
+    top = max(1, min(max(per_group), cap))
+    models = sum(len(r.participants) + 1 for r in record.rounds)
+    evals = sum(2 ** len(r.participants) for r in record.rounds)
+    best, best_cost = top, math.inf
+    for j in range(1, 17):
+        w = max(1, -(-top // j))
+        cts = sum(-(-ly.in_features // _fold_of(ly.out_features, ly.in_features, w, slots)) + 1
+                  for ly in record.spec.layers)
+        batches = sum(-(-g // w) for g in per_group if g)
+        cost = 10.0 * models * cts + 8.0 * evals * batches * len(record.spec.layers)
+        if cost < best_cost:
+            best, best_cost = w, cost
+    return best
+
+
+def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: SecSVConfig,
+                      t: int) -> tuple[int, int]:
+    """P's choice of ``(f_θ, f_x)``: the largest total with
+    ``max_t Σ_i q_i (2^{e_β,i} 2^{e_x} + 2^{e_γ,i}) · 2^{f_θ + f_x} < t/8`` (first layer;
+    3 bits of margin for rounding), split evenly; configured values are kept."""
+    ex = -64
+    bounds: dict[tuple[int, str], tuple[int, int]] = {}
+    for data in messages:
+        msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
+        x = msg.meta.get("x")
+        models = msg.meta.get("models")
+        if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 1024:
+            raise ProtocolError("malformed bounds message")
+        ex = max(ex, x)
+        for entry in models:
+            try:
+                rnd, key, layers = entry
+                eb, eg = layers[0]
+                ok = all(isinstance(v, int) and -64 <= v <= 1024 for v in (rnd, eb, eg))
+            except (TypeError, ValueError, IndexError):
+                ok = False
+            if not ok or not isinstance(key, str):
+                raise ProtocolError("malformed bounds message")
+            bounds[(rnd, key)] = (eb, eg)
+    worst = 0.0
+    for ti, rnd in enumerate(record.rounds):
+        q = integer_weights(rnd.weights, cfg.weight_bits)
+        keys = [("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(rnd.participants, q,
+                                                                       strict=True)]
+        terms = []
+        for key, qi in keys:
+            if (ti, key) not in bounds:
+                raise ProtocolError(f"no bounds for model {key} of round {ti}")
+            eb, eg = bounds[(ti, key)]
+            terms.append(qi * (2.0 ** (eb + ex) + 2.0 ** eg))
+        worst = max(worst, terms[0], sum(terms[1:]))  # θ^t alone; any θ_S <= the sum
+    room = math.floor(math.log2(t / 8) - math.log2(max(worst, 2.0 ** -60)))
+    fm = cfg.frac_bits_model if cfg.frac_bits_model is not None else \
+        min(30, room - room // 2 if cfg.frac_bits_data is None else room - cfg.frac_bits_data)
+    fx = cfg.frac_bits_data if cfg.frac_bits_data is not None else min(30, room - fm)
+    if fm < 1 or fx < 1:
+        raise sh.FixedPointOverflow(
+            f"the models' and data's magnitudes leave {room} fractional bits in a "
+            f"{t.bit_length()}-bit plaintext modulus; SecSV refuses rather than wrap")
+    return fm, fx
 
 
 # ====================================================================== entry point
@@ -957,54 +946,9 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         run = _setup(record, sets, cfg, acc, linear_shortcut)
-        result = _rounds(run, estimator, budget or 0, sample_skip, seed, progress)
+        result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress, "secsv")
     result.seconds = time.perf_counter() - t0
     result.accounting = acc
     return result
 
 
-def _rounds(run: _Run, estimator: str, budget: int, sample_skip: bool, seed: int,
-            progress: Progress | None) -> SecureShapleyResult:
-    from fedsec.shapley.estimators import (
-        group_testing,
-        gtg_shapley,
-        kernel_shap,
-        permutation_sampling,
-    )
-
-    record = run.record
-    n, t_rounds = record.n_clients, record.n_rounds
-    ssv = np.zeros((t_rounds, n))
-    tables: list[NDArray[np.float64]] = []
-    stats = SkipStats()
-    models = samples = 0
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A9]))
-    for t, rnd in enumerate(record.rounds):
-        run.upload_round(t)
-        run.lin_cache.clear()
-        run.P.new_round()
-        run.A.new_round()
-        game = _SecureGame(run, t, sample_skip)
-        if estimator == "exact":
-            table = game.table()
-            phi = shapley_values(table)
-            tables.append(table)
-        else:
-            fn = {"ps": permutation_sampling, "gt": group_testing, "ks": kernel_shap,
-                  "gtg": gtg_shapley}[estimator]
-            phi = fn(game, budget, rng)
-        for j, c in enumerate(rnd.participants):
-            ssv[t, c] = phi[j]
-        models += game.models_tested
-        samples += game.samples_tested
-        stats.add(game.stats)
-        # drop the round's encrypted models (memory)
-        for srv in (run.P, run.A):
-            for key in [k for k in srv.models if k[0] == t]:
-                del srv.models[key]
-        if progress is not None:
-            progress(f"round {t + 1}/{t_rounds}: {game.models_tested} models tested")
-    return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget or None, sample_skip,
-                               tables if estimator == "exact" else None,
-                               [r.participants for r in record.rounds], models, samples, 0.0,
-                               stats, protocol="secsv")
