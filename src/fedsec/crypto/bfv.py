@@ -19,7 +19,12 @@ encrypt: SecSV's servers multiply ciphertexts by their own plaintext shares and 
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
+import shutil
+import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +34,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import ArrayLike, NDArray
 
-from fedsec.crypto.ckks import _load, _save
+from fedsec.crypto.ckks import _TMPDIR, _load, _plain_seal_bytes, _save
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.errors import ProtocolError
 
@@ -105,6 +110,40 @@ def _context(params: BFVParams) -> Any:
     if ctx.parameters_error_message() != "valid":  # pragma: no cover - fixed parameters
         raise ValueError(f"SEAL rejects the BFV parameters: {ctx.parameters_error_message()}")
     return ctx
+
+
+@functools.cache
+def _scratch_dir() -> str:
+    """A private (0700) directory for SEAL's file-only (de)serialization, reused by every
+    ciphertext of this process instead of a fresh temporary file per call."""
+    path = tempfile.mkdtemp(prefix="fedsec-bfv-", dir=_TMPDIR)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _scratch() -> str:
+    return os.path.join(_scratch_dir(), f"{os.getpid()}-{threading.get_ident()}")
+
+
+def _save_ct(ct: Any) -> bytes:
+    path = _scratch()
+    ct.save(path)
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _load_ct(ctx: Any, data: bytes) -> Any:
+    header, body = _plain_seal_bytes(data, "BFV ciphertext")
+    path = _scratch()
+    with open(path, "wb") as fh:
+        fh.write(header)
+        fh.write(body)
+    ct = seal.Ciphertext()
+    try:
+        ct.load(ctx, path)
+    except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+        raise ProtocolError(f"invalid BFV ciphertext: {exc}") from None
+    return ct
 
 
 def _seed_words(seed: bytes, label: bytes) -> list[int]:
@@ -218,22 +257,26 @@ class BFVContext:
                                                      else ct))
 
     # ------------------------------------------------------------------ bytes
-    def serialize(self, ct: Ciphertext) -> bytes:
-        """SEAL's serialization (non-NTT form)."""
-        if ct.is_ntt_form():
+    def serialize(self, ct: Ciphertext, *, ntt: bool = False) -> bytes:
+        """SEAL's serialization, in coefficient form (or NTT form with ``ntt=True``: what a
+        receiver multiplies by NTT plaintexts without transforming it)."""
+        if ct.is_ntt_form() and not ntt:
             ct = self.from_ntt(ct)
-        return _save(ct)
+        elif ntt and not ct.is_ntt_form():
+            ct = self.to_ntt(ct)
+        return _save_ct(ct)
 
-    def deserialize(self, data: bytes) -> Ciphertext:
-        """A data-level, 2-polynomial, non-NTT ciphertext of these parameters, or
-        ``ProtocolError`` (SEAL's framing is checked before SEAL parses anything)."""
+    def deserialize(self, data: bytes, *, ntt: bool = False) -> Ciphertext:
+        """A data-level, 2-polynomial ciphertext of these parameters in the expected form
+        (coefficient, or NTT with ``ntt=True``), or ``ProtocolError`` (SEAL's framing is
+        checked before SEAL parses anything)."""
         if not isinstance(data, bytes | bytearray):
             raise ProtocolError("a BFV ciphertext must be bytes")
         limit = 2 * 8 * len(self._primes) * self.slots + (1 << 12)
         if len(data) > limit:
             raise ProtocolError("BFV ciphertext exceeds the size limit")
-        ct = _load(seal.Ciphertext(), self._ctx, bytes(data), "BFV ciphertext")
-        if (ct.size() != 2 or ct.is_ntt_form() or list(ct.parms_id()) != self._pid_list
+        ct = _load_ct(self._ctx, bytes(data))
+        if (ct.size() != 2 or ct.is_ntt_form() != ntt or list(ct.parms_id()) != self._pid_list
                 or not seal.is_valid_for(ct, self._ctx)):
             raise ProtocolError("invalid BFV ciphertext: wrong size, form or parameters")
         return ct

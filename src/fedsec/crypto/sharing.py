@@ -59,15 +59,18 @@ def uniform_mod(q: int, shape: tuple[int, ...] | int,
     n = int(np.prod(shape))
     if q == RING64:
         out = src.uint64(n)
-    elif q <= 1 << 62:
-        out = src.integers(0, q, n).astype(np.uint64)
-    else:  # 2^62 < q < 2^63: rejection on 63-bit draws
-        mask = np.uint64((1 << 63) - 1)
-        got = np.empty(0, dtype=np.uint64)
-        while got.size < n:
-            cand = src.uint64(max(16, 2 * (n - got.size))) & mask
-            got = np.concatenate((got, cand[cand < np.uint64(q)]))
-        out = got[:n]
+    else:  # rejection on draws of q's bit length: acceptance > 1/2, no modulo bias
+        mask = np.uint64((1 << q.bit_length()) - 1)
+        accept = q / float(1 << q.bit_length())
+        got: list[U64] = []
+        have = 0
+        while have < n:
+            need = n - have
+            cand = src.uint64(int(need / accept * 1.1) + 16) & mask
+            cand = cand[cand < np.uint64(q)][:need]
+            got.append(cand)
+            have += cand.size
+        out = np.concatenate(got) if got else np.zeros(0, dtype=np.uint64)
     return out.reshape(shape)
 
 

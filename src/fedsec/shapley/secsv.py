@@ -288,8 +288,8 @@ class SecSVClient:
             bias = np.zeros(self.bfv.slots, dtype=np.uint64)
             bias[:lp.d_out * plan.width] = rd.bias_grid(sh.to_residues(bq, t), plan.width)
             with acc.timed("encryption"):
-                blobs.extend(self.bfv.serialize(self.bfv.encrypt(r)) for r in rows)
-                blobs.append(self.bfv.serialize(self.bfv.encrypt(bias)))
+                blobs.extend(self.bfv.serialize(self.bfv.encrypt(r), ntt=True) for r in rows)
+                blobs.append(self.bfv.serialize(self.bfv.encrypt(bias), ntt=True))
         return wire.encode("secsv/model", {"round": round_, "key": key, "owner": self.index,
                                            "bounds": bounds}, blobs)
 
@@ -452,9 +452,8 @@ class _Server:
                     isinstance(v, int) and 1 <= v < self.bfv.t for v in bd)):
                 raise ProtocolError("malformed model bounds")
             bl.append((bd[0], bd[1]))
-            cts = [self.bfv.to_ntt(self.bfv.deserialize(b))
-                   for b in msg.blobs[at:at + lp.n_cts()]]
-            bias = self.bfv.to_ntt(self.bfv.deserialize(msg.blobs[at + lp.n_cts()]))
+            cts = [self.bfv.deserialize(b, ntt=True) for b in msg.blobs[at:at + lp.n_cts()]]
+            bias = self.bfv.deserialize(msg.blobs[at + lp.n_cts()], ntt=True)
             at += lp.n_cts() + 1
             layers.append((cts, bias))
         self.models[(rnd, key)] = _Model(owner, bl, layers)
@@ -652,10 +651,9 @@ class _Run:
                         model_p = self.P.aggregated(t, keys, q, layer, mask)
                         model_a = self.A.aggregated(t, keys, q, layer, mask)
                         a_ct = self.A.product(model_a, layer, x_a, ck, False)
-                        a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct))
+                        a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct, ntt=True))
                         ct = self.P.product(model_p, layer, x_p, ck, True)
-                        self.P.bfv.add_inplace(ct, self.P.bfv.to_ntt(
-                            self.P.bfv.deserialize(a_bytes)))
+                        self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
                     ct = self.P.bfv.from_ntt(ct)
                     rmask = self._mask(lp, m, active)
                     if rmask is not None:
@@ -688,9 +686,9 @@ class _Run:
                 qi = q[keys.index(k)]
                 a_ct = self.A.product(self.A.models[(t, k)].layers[0], 0, x_a, (0, bi),
                                       False)
-                a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct))
+                a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct, ntt=True))
                 ct = self.P.product(self.P.models[(t, k)].layers[0], 0, x_p, (0, bi), True)
-                self.P.bfv.add_inplace(ct, self.P.bfv.to_ntt(self.P.bfv.deserialize(a_bytes)))
+                self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
                 if qi != 1:
                     ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
                 self.lin_cache[ck] = ct
