@@ -651,7 +651,8 @@ class _Run:
                         model_p = self.P.aggregated(t, keys, q, layer, mask)
                         model_a = self.A.aggregated(t, keys, q, layer, mask)
                         a_ct = self.A.product(model_a, layer, x_a, ck, False)
-                        a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct, ntt=True))
+                        a_bytes = self._msg("A", "P", "product",
+                                            self.A.bfv.serialize(a_ct, ntt=True))
                         ct = self.P.product(model_p, layer, x_p, ck, True)
                         self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
                     ct = self.P.bfv.from_ntt(ct)
