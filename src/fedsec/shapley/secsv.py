@@ -332,7 +332,7 @@ class SecSVClient:
         if active_bits.size < m:
             raise ProtocolError("malformed decryption request: active columns")
         active = active_bits[:m].astype(bool)
-        ct = self.bfv.deserialize(msg.blobs[0])
+        ct = self.bfv.deserialize(msg.blobs[0], low=True)
         t = self.bfv.t
         with acc.timed("decryption"):
             slots = self.bfv.decrypt(ct)
@@ -588,22 +588,26 @@ class _Run:
     def _mask(self, lp: LayerPlan, m: int, active: BoolArray) -> U64 | None:
         """Segments summing to 0 (uniform in inactive columns) or None if not needed."""
         t = self.P.bfv.t
-        if lp.fold == 1 and active.all():
+        hidden = not active.all()
+        if lp.fold == 1 and not hidden:
             return None
-        seg = lp.d_out * self.P.plan.width
-        r = sh.uniform_mod(t, (lp.fold, seg))
-        last = np.zeros(seg, dtype=np.uint64)
-        for s in range(lp.fold - 1):
-            last = sh.sub_mod(last, r[s], t)
-        if lp.fold == 1:
-            last = np.zeros(seg, dtype=np.uint64)
-        grid = np.zeros((lp.d_out, self.P.plan.width), dtype=bool)
-        grid[:, :m] = ~active[None, :]
-        noise = sh.uniform_mod(t, seg)
-        last = np.where(grid.ravel(), sh.add_mod(last, noise, t), last)
-        r[lp.fold - 1] = last
+        width = self.P.plan.width
+        seg = lp.d_out * width
         out = np.zeros(self.P.bfv.slots, dtype=np.uint64)
-        out[:lp.fold * seg] = r.ravel()
+        if lp.fold > 1:
+            r = sh.uniform_mod(t, ((lp.fold - 1), seg))
+            total = np.zeros(seg, dtype=np.uint64)
+            for k in range(0, lp.fold - 1, 256):  # < 2^8 residues < 2^55 fit in uint64
+                total = sh.add_mod(total, r[k:k + 256].sum(axis=0, dtype=np.uint64)
+                                   % np.uint64(t), t)
+            out[:(lp.fold - 1) * seg] = r.ravel()
+            out[(lp.fold - 1) * seg:lp.fold * seg] = sh.sub_mod(np.zeros(seg, np.uint64),
+                                                                total, t)
+        if hidden:
+            grid = np.zeros((lp.d_out, width), dtype=bool)
+            grid[:, :m] = ~active[None, :]
+            idx = (lp.fold - 1) * seg + np.flatnonzero(grid.ravel())
+            out[idx] = sh.add_mod(out[idx], sh.uniform_mod(t, idx.size), t)
         return out
 
     def evaluate(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> BoolArray:
@@ -659,7 +663,7 @@ class _Run:
                     rmask = self._mask(lp, m, active)
                     if rmask is not None:
                         ct = self.P.bfv.add_plain(ct, rmask)
-                    payload = self.P.bfv.serialize(ct)
+                    payload = self.P.bfv.serialize(self.P.bfv.mod_switch_down(ct))
                 dec = chain[layer]
                 req = wire.encode("secsv/decrypt", {
                     "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
