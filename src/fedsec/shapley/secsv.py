@@ -734,7 +734,13 @@ class _Run:
 
 # ====================================================================== set-up
 def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
-    """Authenticated key set-up among the clients (P relays); BFV keys from its seed."""
+    """Authenticated key set-up among the clients (P relays); BFV keys from its seed.
+
+    The set-up is the project's CKKS one (:mod:`fedsec.crypto.keysetup`, smallest secure
+    preset, no rotations); SecSV uses only its transcript-bound session and the 32-byte
+    seed it delivers to the clients, from which every client derives the same BFV keys
+    (the CKKS keys it also makes are unused). The relayed bytes are counted.
+    """
     from fedsec.auc.common import local_federation
     from fedsec.crypto.keysetup import KeySpec, run_key_setup
 
