@@ -34,8 +34,9 @@ Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime). P picks t
 point (``f_θ``, ``f_x``) from powers-of-two bounds every model and data owner publishes
 (``secsv/bounds``: ``‖W‖_∞``, ``‖b‖_∞``, ``‖X‖_∞``; a leak of a few bits of magnitude),
 leaving 3 bits of margin under ``t/2``; the exact fixed-point budget is
-``Σ_{i∈S} q_i·(‖W_i‖_∞·‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < t/2`` with integer aggregation weights ``q_i``, checked by P *before* computing, from powers-of-two bounds the
-model owners and data owners (or re-sharing clients) publish; a violation raises
+``Σ_{i∈S} q_i·(‖W_i‖_∞·‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < t/2`` with integer aggregation
+weights ``q_i``, checked by P *before* computing, from powers-of-two bounds the model
+owners and data owners (or re-sharing clients) publish; a violation raises
 :class:`~fedsec.crypto.sharing.FixedPointOverflow` instead of wrapping, and the decrypting
 client checks its centred values against the bound (``ProtocolError`` otherwise).
 
