@@ -75,6 +75,13 @@ def _arr(data: bytes, shape: tuple[int, ...], what: str) -> U64:
     return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
 
 
+def _one_blob(data: bytes, kind: str) -> bytes:
+    msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
+    if len(msg.blobs) != 1:
+        raise ProtocolError(f"malformed {kind} message")
+    return msg.blobs[0]
+
+
 def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
                                                            NDArray[np.float64]]]:
     out = []
@@ -243,8 +250,13 @@ class _Client:
         if not 0 <= layer < n_layers or d != self.spec.layers[layer].out_features \
                 or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or wsum < 1:
             raise ProtocolError("malformed output request")
-        check_decryptor(self.index, layer, n_layers, meta.get("batch_owners", []),
-                        meta.get("model_owners", []), int(meta.get("previous", -1)))
+        owners, mowners, previous = (meta.get("batch_owners"), meta.get("model_owners"),
+                                     meta.get("previous"))
+        if not (isinstance(owners, list) and isinstance(mowners, list)
+                and isinstance(previous, int) and len(a.blobs) == 1 and len(b.blobs) == 1
+                and all(isinstance(v, int) for v in owners + mowners)):
+            raise ProtocolError("malformed output request")
+        check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
         with acc.timed("decryption"):
             vals = sh.reconstruct(_arr(a.blobs[0], (d, m), "output share"),
                                   _arr(b.blobs[0], (d, m), "output share"), Q)
@@ -360,15 +372,17 @@ class _Run:
                 previous = dec
                 if layer < n_layers - 1:
                     mp = wire.decode(to_p, expect="secretsv/reshare", max_bytes=1 << 34)
-                    ma = wire.decode(to_a, expect="secretsv/reshare", max_bytes=1 << 34)
-                    x_p = _arr(mp.blobs[0], (ly.out_features, m), "re-share")
-                    x_a = _arr(ma.blobs[0], (ly.out_features, m), "re-share")
-                    xb = int(mp.meta.get("bound", _MAX))
+                    x_p = _arr(_one_blob(to_p, "secretsv/reshare"), (ly.out_features, m),
+                               "re-share")
+                    x_a = _arr(_one_blob(to_a, "secretsv/reshare"), (ly.out_features, m),
+                               "re-share")
+                    nb = mp.meta.get("bound")
+                    if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
+                        raise ProtocolError("malformed re-share bound")
+                    xb = nb
                 else:
-                    lp = _arr(wire.decode(to_p, expect="secretsv/labels").blobs[0], (m,),
-                              "labels")
-                    la = _arr(wire.decode(to_a, expect="secretsv/labels").blobs[0], (m,),
-                              "labels")
+                    lp = _arr(_one_blob(to_p, "secretsv/labels"), (m,), "labels")
+                    la = _arr(_one_blob(to_a, "secretsv/labels"), (m,), "labels")
                     diff_a = self.acc.message("A", "P", "label-diff", (la - self.A.y[brows])
                                               .tobytes())
                     with self.acc.timed("arithmetic"):
