@@ -1,0 +1,350 @@
+"""BFV over Microsoft SEAL (``tenseal.sealapi``): exact slot-wise arithmetic modulo ``t``.
+
+Why BFV here (and not CKKS): SecSV (seed 004, Sec. 5) multiplies encrypted models by
+*additively shared* test data. Additive shares are uniform residues modulo a sharing
+modulus; if that modulus is BFV's plaintext modulus ``t`` (a batching prime ``≡ 1 mod 2N``),
+the encrypted product of a model with each share is exact modulo ``t``, the two shares'
+products add up to the product with the data exactly, and the decrypting client only
+centres the residue. No float rounding, no wrap-around that reconstruction gets wrong (the
+authors' code shares over 2^128 in ``float128``, see :mod:`fedsec.crypto.sharing`). Models
+and data are fixed-point integers; the fixed-point budget is checked by the protocol.
+
+Keys: every client derives the *same* BFV keys from the 32-byte seed that the
+authenticated key set-up (:mod:`fedsec.crypto.keysetup`) distributes to the clients only
+(HKDF label ``fedsec/bfv/keygen``): SEAL's key generator runs on a Blake2xb generator seeded
+from it. Encryption uses a second SEAL context with SEAL's default (OS-seeded) generator,
+so ciphertexts are freshly randomised. Servers hold only the public parameters (they never
+encrypt: SecSV's servers multiply ciphertexts by their own plaintext shares and add).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tenseal.sealapi as seal
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from numpy.typing import ArrayLike, NDArray
+
+from fedsec.crypto.ckks import _TMPDIR, _load, _plain_seal_bytes, _save
+from fedsec.crypto.drbg import SEED_BYTES
+from fedsec.errors import ProtocolError
+
+__all__ = ["BFVParams", "BFVContext", "BFV_DEFAULT", "Ciphertext", "Plaintext"]
+
+Ciphertext = Any  # ``tenseal.sealapi.Ciphertext``
+Plaintext = Any  # ``tenseal.sealapi.Plaintext``
+U64 = NDArray[np.uint64]
+
+
+@dataclass(frozen=True)
+class BFVParams:
+    """A BFV parameter set: ring degree ``N`` (= slots) and plaintext-prime bits.
+
+    The coefficient modulus has the total size of SEAL's 128-bit-secure default for ``N``
+    (218 bits for ``N = 8192``, HomomorphicEncryption.org's table), split as three 60-bit
+    data primes plus a 38-bit special prime: with no key switching needed, fewer and larger
+    data primes make every operation ~25% cheaper than SEAL's five-prime default while
+    leaving ~50 bits of noise budget after a full-range plaintext product and a sum of
+    hundreds of terms. The plaintext modulus is the batching prime
+    ``PlainModulus.Batching(N, bits)`` picks.
+    """
+
+    poly_modulus_degree: int = 8192
+    plain_bits: int = 55
+
+    def check(self) -> BFVParams:
+        if self.poly_modulus_degree not in (8192, 16384, 32768):
+            raise ValueError("The BFV ring degree must be 8192, 16384 or 32768 (products "
+                             "of full-range plaintexts need the noise room). Got "
+                             f"{self.poly_modulus_degree} instead.")
+        if not 20 <= self.plain_bits <= 60:
+            raise ValueError(f"The BFV plaintext prime must have 20..60 bits. "
+                             f"Got {self.plain_bits} instead.")
+        return self
+
+    def to_dict(self) -> dict[str, int]:
+        return {"poly_modulus_degree": self.poly_modulus_degree, "plain_bits": self.plain_bits}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> BFVParams:
+        try:
+            n, b = d["poly_modulus_degree"], d["plain_bits"]
+        except (KeyError, TypeError):
+            raise ProtocolError("malformed BFV parameters") from None
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, b)):
+            raise ProtocolError("malformed BFV parameters")
+        try:
+            return cls(n, b).check()
+        except ValueError as exc:
+            raise ProtocolError(f"unacceptable BFV parameters: {exc}") from None
+
+
+BFV_DEFAULT = BFVParams()
+#: Coefficient-modulus primes (bits) per ring degree; totals equal SEAL's TC128 bounds.
+_COEFF_BITS = {8192: [60, 60, 60, 38], 16384: [60, 60, 60, 60, 60, 60, 60, 18],
+               32768: [60] * 14 + [41]}
+
+
+def _parms(params: BFVParams) -> Any:
+    p = seal.EncryptionParameters(seal.SCHEME_TYPE.BFV)
+    p.set_poly_modulus_degree(params.poly_modulus_degree)
+    p.set_coeff_modulus(seal.CoeffModulus.Create(params.poly_modulus_degree,
+                                                 _COEFF_BITS[params.poly_modulus_degree]))
+    p.set_plain_modulus(seal.PlainModulus.Batching(params.poly_modulus_degree,
+                                                   params.plain_bits))
+    return p
+
+
+@functools.lru_cache(maxsize=8)
+def _context(params: BFVParams) -> Any:
+    ctx = seal.SEALContext(_parms(params), True, seal.SEC_LEVEL_TYPE.TC128)
+    if ctx.parameters_error_message() != "valid":  # pragma: no cover - fixed parameters
+        raise ValueError(f"SEAL rejects the BFV parameters: {ctx.parameters_error_message()}")
+    return ctx
+
+
+@functools.cache
+def _scratch_dir() -> str:
+    """A private (0700) directory for SEAL's file-only (de)serialization, reused by every
+    ciphertext of this process instead of a fresh temporary file per call."""
+    path = tempfile.mkdtemp(prefix="fedsec-bfv-", dir=_TMPDIR)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _scratch() -> str:
+    return os.path.join(_scratch_dir(), f"{os.getpid()}-{threading.get_ident()}")
+
+
+def _save_ct(ct: Any) -> bytes:
+    path = _scratch()
+    ct.save(path)
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _load_ct(ctx: Any, data: bytes) -> Any:
+    header, body = _plain_seal_bytes(data, "BFV ciphertext")
+    path = _scratch()
+    with open(path, "wb") as fh:
+        fh.write(header)
+        fh.write(body)
+    ct = seal.Ciphertext()
+    try:
+        ct.load(ctx, path)
+    except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+        raise ProtocolError(f"invalid BFV ciphertext: {exc}") from None
+    return ct
+
+
+def _seed_words(seed: bytes, label: bytes) -> list[int]:
+    key = HKDF(algorithm=hashes.SHA256(), length=64, salt=None,
+               info=b"fedsec/bfv/keygen/" + label).derive(seed)
+    return [int.from_bytes(key[8 * i:8 * i + 8], "little") for i in range(8)]
+
+
+class BFVContext:
+    """BFV parameters plus the keys this role holds (none for servers)."""
+
+    def __init__(self, params: BFVParams = BFV_DEFAULT, *, secret_key: Any = None,
+                 public_key: Any = None) -> None:
+        self.params = params.check()
+        self._ctx = _context(self.params)
+        self._encoder = seal.BatchEncoder(self._ctx)
+        self._evaluator = seal.Evaluator(self._ctx)
+        self._pid = self._ctx.first_parms_id()
+        parms = self._ctx.first_context_data().parms()
+        self.t: int = int(parms.plain_modulus().value())
+        self._primes = np.array([m.value() for m in parms.coeff_modulus()], dtype=np.uint64)
+        self._pid_list = list(self._pid)
+        nxt = self._ctx.first_context_data().next_context_data()
+        self._pid_low = list(nxt.parms_id()) if nxt is not None else self._pid_list
+        self.slots: int = int(self._encoder.slot_count())
+        # Clients hold the secret key: symmetric encryption is ~1.5x faster than with the
+        # public key and as secure (RLWE samples under the same key).
+        self._enc = (seal.Encryptor(self._ctx, secret_key) if secret_key is not None else
+                     seal.Encryptor(self._ctx, public_key) if public_key is not None else None)
+        self._symmetric = secret_key is not None
+        self._dec = seal.Decryptor(self._ctx, secret_key) if secret_key is not None else None
+        self._pk_bytes = _save(public_key) if public_key is not None else None
+
+    # ------------------------------------------------------------------ keys
+    @classmethod
+    def from_seed(cls, seed: bytes, *, params: BFVParams = BFV_DEFAULT,
+                  label: bytes = b"") -> BFVContext:
+        """Derive the (secret and public) keys deterministically from a shared seed."""
+        if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+            raise ValueError(f"The 'seed' parameter must be {SEED_BYTES} bytes.")
+        parms = _parms(params.check())
+        parms.set_random_generator(seal.Blake2xbPRNGFactory(_seed_words(seed, label)))
+        kctx = seal.SEALContext(parms, True, seal.SEC_LEVEL_TYPE.TC128)
+        gen = seal.KeyGenerator(kctx)
+        pk = seal.PublicKey()
+        gen.create_public_key(pk)
+        ctx = _context(params)
+        # Move the keys into the context with OS-seeded randomness (fresh encryptions).
+        sk = _load(seal.SecretKey(), ctx, _save(gen.secret_key()), "BFV secret key")
+        pk2 = _load(seal.PublicKey(), ctx, _save(pk), "BFV public key")
+        return cls(params, secret_key=sk, public_key=pk2)
+
+    @property
+    def has_secret_key(self) -> bool:
+        return self._dec is not None
+
+    def public_fingerprint(self) -> bytes:
+        """SHA-256 of the public key: clients check they derived the same keys."""
+        if self._pk_bytes is None:
+            raise ValueError("this context holds no public key")
+        h = hashes.Hash(hashes.SHA256())
+        h.update(self._pk_bytes)
+        return h.finalize()
+
+    # ------------------------------------------------------------------ encode / encrypt
+    def _vec(self, values: ArrayLike) -> list[int]:
+        v = np.asarray(values, dtype=np.uint64).ravel()
+        if v.size > self.slots:
+            raise ValueError(f"at most {self.slots} slots; got {v.size}")
+        if v.size and int(v.max()) >= self.t:
+            raise ValueError("slot values must be residues in [0, t)")
+        out = np.zeros(self.slots, dtype=np.uint64)
+        out[:v.size] = v
+        return out.tolist()
+
+    def encode(self, values: ArrayLike) -> Plaintext:
+        pt = seal.Plaintext()
+        self._encoder.encode(self._vec(values), pt)
+        return pt
+
+    def encode_ntt(self, values: ArrayLike) -> Plaintext:
+        """Encode residues for :meth:`multiply_plain` on NTT-form ciphertexts."""
+        pt = self.encode(values)
+        self._evaluator.transform_to_ntt_inplace(pt, self._pid)
+        return pt
+
+    def encrypt(self, values: ArrayLike) -> Ciphertext:
+        if self._enc is None:
+            raise ValueError("this context holds no key to encrypt with")
+        ct = seal.Ciphertext()
+        if self._symmetric:
+            self._enc.encrypt_symmetric(self.encode(values), ct)
+        else:
+            self._enc.encrypt(self.encode(values), ct)
+        return ct
+
+    def decrypt(self, ct: Ciphertext) -> U64:
+        """Residues in ``[0, t)`` of every slot. (The noise budget is not checked here --
+        that costs another decryption; protocols bound the noise by their parameters and
+        check decrypted values against known bounds.)"""
+        if self._dec is None:
+            raise ValueError("this context holds no secret key")
+        if ct.is_ntt_form():
+            ct = self.from_ntt(ct)
+        pt = seal.Plaintext()
+        self._dec.decrypt(ct, pt)
+        return np.asarray(self._encoder.decode_uint64(pt), dtype=np.uint64)
+
+    def noise_budget(self, ct: Ciphertext) -> int:
+        if self._dec is None:
+            raise ValueError("this context holds no secret key")
+        return int(self._dec.invariant_noise_budget(self.from_ntt(ct) if ct.is_ntt_form()
+                                                     else ct))
+
+    # ------------------------------------------------------------------ bytes
+    def serialize(self, ct: Ciphertext, *, ntt: bool = False) -> bytes:
+        """SEAL's serialization, in coefficient form (or NTT form with ``ntt=True``: what a
+        receiver multiplies by NTT plaintexts without transforming it)."""
+        if ct.is_ntt_form() and not ntt:
+            ct = self.from_ntt(ct)
+        elif ntt and not ct.is_ntt_form():
+            ct = self.to_ntt(ct)
+        return _save_ct(ct)
+
+    def mod_switch_down(self, ct: Ciphertext) -> Ciphertext:
+        """Drop the last data prime (coefficient form): 2/3 the bytes and decryption work
+        for a ciphertext that only needs decrypting; the noise budget is unchanged at
+        these parameters (one 60-bit prime less, tested)."""
+        out = seal.Ciphertext()
+        self._evaluator.mod_switch_to_next(ct, out)
+        return out
+
+    def deserialize(self, data: bytes, *, ntt: bool = False, low: bool = False
+                    ) -> Ciphertext:
+        """A data-level, 2-polynomial ciphertext of these parameters in the expected form
+        (coefficient, or NTT with ``ntt=True``), or ``ProtocolError`` (SEAL's framing is
+        checked before SEAL parses anything)."""
+        if not isinstance(data, bytes | bytearray):
+            raise ProtocolError("a BFV ciphertext must be bytes")
+        limit = 2 * 8 * len(self._primes) * self.slots + (1 << 12)
+        if len(data) > limit:
+            raise ProtocolError("BFV ciphertext exceeds the size limit")
+        ct = _load_ct(self._ctx, bytes(data))
+        want = self._pid_low if low else self._pid_list
+        if (ct.size() != 2 or ct.is_ntt_form() != ntt or list(ct.parms_id()) != want
+                or not seal.is_valid_for(ct, self._ctx)):
+            raise ProtocolError("invalid BFV ciphertext: wrong size, form or parameters")
+        return ct
+
+    # ------------------------------------------------------------------ arithmetic
+    def to_ntt(self, ct: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.transform_to_ntt(ct, out)
+        return out
+
+    def from_ntt(self, ct: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.transform_from_ntt(ct, out)
+        return out
+
+    def multiply_plain(self, ct: Ciphertext, pt: Plaintext) -> Ciphertext:
+        """Slot-wise product modulo ``t`` (NTT-form ciphertext and plaintext)."""
+        out = seal.Ciphertext()
+        self._evaluator.multiply_plain(ct, pt, out)
+        return out
+
+    def dot_plain(self, cts: list[Ciphertext], pts: list[Plaintext]) -> Ciphertext:
+        """``Σ_o ct_o ⊙ pt_o`` (NTT forms in, NTT form out)."""
+        if not cts or len(cts) != len(pts):
+            raise ValueError("dot_plain needs as many plaintexts as ciphertexts (>= 1)")
+        acc = self.multiply_plain(cts[0], pts[0])
+        tmp = seal.Ciphertext()
+        for ct, pt in zip(cts[1:], pts[1:], strict=True):
+            self._evaluator.multiply_plain(ct, pt, tmp)
+            self._evaluator.add_inplace(acc, tmp)
+        return acc
+
+    def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        out = seal.Ciphertext()
+        self._evaluator.add(a, b, out)
+        return out
+
+    def add_many(self, cts: list[Ciphertext]) -> Ciphertext:
+        if len(cts) == 1:
+            return cts[0]
+        out = seal.Ciphertext()
+        self._evaluator.add_many(cts, out)
+        return out
+
+    def add_inplace(self, a: Ciphertext, b: Ciphertext) -> None:
+        self._evaluator.add_inplace(a, b)
+
+    def add_plain(self, ct: Ciphertext, values: ArrayLike) -> Ciphertext:
+        """Add residues slot-wise (non-NTT ciphertext)."""
+        out = seal.Ciphertext()
+        self._evaluator.add_plain(ct, self.encode(values), out)
+        return out
+
+    def scalar_ntt(self, value: int) -> Plaintext:
+        """The constant ``value mod t`` as an NTT plaintext (for weighted sums)."""
+        pt = seal.Plaintext()
+        self._encoder.encode([int(value) % self.t] * self.slots, pt)
+        self._evaluator.transform_to_ntt_inplace(pt, self._pid)
+        return pt

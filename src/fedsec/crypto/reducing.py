@@ -1,0 +1,128 @@
+"""Matrix Reducing (seed 004, Sec. 5.2, Alg. 5): ``A·B`` with slot-wise products only.
+
+``A`` is ``d_out × d_in`` (a layer's weights), ``B`` is ``d_in × m`` (a batch of ``m``
+samples as columns). The product is laid out as a ``d_out × W`` grid in the slots (row
+``i`` of ``A·B`` at slots ``i·W … i·W + m − 1``; ``W = ⌊N / d_out⌋`` is the batch capacity),
+and for each ``o ∈ [d_in]``
+
+    Ã⁽ᵒ⁾[i, j] = A[i, (i + j + o) mod d_in],    B̃⁽ᵒ⁾[i, j] = B[(i + j + o) mod d_in, j],
+
+so ``Σ_o Ã⁽ᵒ⁾ ⊙ B̃⁽ᵒ⁾ = A·B`` entrywise (as ``o`` runs over ``[d_in]``, ``(i + j + o) mod d_in``
+runs over every inner index once). This is the paper's ``δ(Ā, B)``: ``ξ^o(σ(Ā))`` and
+``ψ^o(τ(B))`` cut to ``d_out × m``, with ``Ā`` the horizontal copies of ``A`` (its column
+index taken mod ``d_in``). ``d_in`` products and no rotation.
+
+Padding: the paper pads ``A`` and ``B`` with zeros so that ``d_in`` divides the packed width
+and ``d_out <= d_in``; written with indices modulo ``d_in`` as above the identity holds for
+every shape, so the only padding left is the slot grid itself (columns ``m … W − 1`` and
+slots past ``d_out·W`` are zero or ignored) — :func:`grid_width`.
+
+Variants:
+
+* **Half** (what SecSV uses): ``A`` encrypted, ``B`` in plaintext -- the ``B̃⁽ᵒ⁾`` are
+  plaintexts. In BFV (:func:`reduce_half_bfv`) the product is exact modulo ``t``.
+* **Full** (HESV-style, for seed 004's Table 4): both encrypted, in CKKS
+  (:func:`reduce_full_ckks`); also :func:`reduce_half_ckks` for a like-for-like Half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["grid_width", "model_diagonals", "data_diagonals", "bias_grid", "read_grid",
+           "reduce_plain", "reduce_half_bfv", "reduce_half_ckks", "reduce_full_ckks"]
+
+
+def grid_width(d_out: int, slots: int) -> int:
+    """Batch capacity ``W = ⌊slots / d_out⌋`` (the paper's ``m <= ⌊N/d_out⌋``)."""
+    if d_out < 1 or d_out > slots:
+        raise ValueError(f"d_out must lie in 1..{slots}. Got {d_out} instead.")
+    return slots // d_out
+
+
+def _index(d_out: int, d_in: int, width: int) -> NDArray[np.int64]:
+    """``(d_in, d_out, width)`` array of ``(i + j + o) mod d_in``."""
+    i = np.arange(d_out)[None, :, None]
+    j = np.arange(width)[None, None, :]
+    o = np.arange(d_in)[:, None, None]
+    out: NDArray[np.int64] = (i + j + o) % d_in
+    return out
+
+
+def model_diagonals(a: NDArray[Any], width: int) -> NDArray[Any]:
+    """``Ã⁽ᵒ⁾`` for ``o = 0..d_in−1``: array ``(d_in, d_out·width)`` (row-major grids)."""
+    a = np.asarray(a)
+    d_out, d_in = a.shape
+    idx = _index(d_out, d_in, width)
+    rows = np.broadcast_to(np.arange(d_out)[None, :, None], idx.shape)
+    return a[rows, idx].reshape(d_in, d_out * width)
+
+
+def data_diagonals(b: NDArray[Any], d_out: int, width: int) -> NDArray[Any]:
+    """``B̃⁽ᵒ⁾`` for ``o = 0..d_in−1``: array ``(d_in, d_out·width)``; ``B`` is
+    ``d_in × m`` with ``m <= width`` (columns past ``m`` are zero)."""
+    b = np.asarray(b)
+    d_in, m = b.shape
+    if m > width:
+        raise ValueError(f"a batch of {m} samples exceeds the grid width {width}")
+    padded = np.zeros((d_in, width), dtype=b.dtype)
+    padded[:, :m] = b
+    idx = _index(d_out, d_in, width)
+    cols = np.broadcast_to(np.arange(width)[None, None, :], idx.shape)
+    return padded[idx, cols].reshape(d_in, d_out * width)
+
+
+def bias_grid(bias: NDArray[Any], width: int) -> NDArray[Any]:
+    """The bias ``b`` (``d_out``) repeated along each grid row."""
+    return np.repeat(np.asarray(bias), width)
+
+
+def read_grid(slots: NDArray[Any], d_out: int, width: int, m: int) -> NDArray[Any]:
+    """The ``d_out × m`` product from a decrypted slot vector."""
+    return np.asarray(slots)[:d_out * width].reshape(d_out, width)[:, :m]
+
+
+def reduce_plain(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
+    """Matrix Reducing in the clear (reference and test oracle): ``Σ_o Ã⁽ᵒ⁾ ⊙ B̃⁽ᵒ⁾``."""
+    d_out = np.asarray(a).shape[0]
+    m = np.asarray(b).shape[1]
+    width = max(m, 1)
+    prod = (model_diagonals(a, width) * data_diagonals(b, d_out, width)).sum(axis=0)
+    return read_grid(prod, d_out, width, m)
+
+
+def reduce_half_bfv(ctx: Any, enc_diagonals: list[Any], plain_diagonals: list[Any]) -> Any:
+    """``[[A·B]]`` from encrypted ``Ã⁽ᵒ⁾`` (NTT form) and NTT-encoded ``B̃⁽ᵒ⁾`` residues
+    (:class:`fedsec.crypto.bfv.BFVContext`): ``d_in`` plaintext products, exact mod ``t``."""
+    return ctx.dot_plain(enc_diagonals, plain_diagonals)
+
+
+def reduce_half_ckks(ctx: Any, enc_diagonals: list[Any], b_diagonals: NDArray[Any]) -> Any:
+    """CKKS Half: ``Σ_o [[Ã⁽ᵒ⁾]] ⊙ B̃⁽ᵒ⁾`` with ``B̃`` plaintext (one rescale at the end)."""
+    acc = None
+    for ct, row in zip(enc_diagonals, b_diagonals, strict=True):
+        term = ctx.multiply_plain(ct, row, rescale=False)
+        acc = term if acc is None else ctx.add(acc, term)
+    return ctx.rescale(acc)
+
+
+def reduce_full_ckks(ctx: Any, enc_a: list[Any], enc_b: list[Any]) -> Any:
+    """CKKS Full: ``Σ_o [[Ã⁽ᵒ⁾]] ⊙ [[B̃⁽ᵒ⁾]]`` — ``d_in`` ciphertext products; one
+    relinearization and one rescale for the sum (lazy)."""
+    import tenseal.sealapi as seal
+
+    ev = ctx._evaluator
+    acc = seal.Ciphertext()
+    tmp = seal.Ciphertext()
+    for k, (ca, cb) in enumerate(zip(enc_a, enc_b, strict=True)):
+        if k == 0:
+            ev.multiply(ca, cb, acc)
+        else:
+            ev.multiply(ca, cb, tmp)
+            ev.add_inplace(acc, tmp)
+    ev.relinearize_inplace(acc, ctx._need_relin())
+    ev.rescale_to_next_inplace(acc)
+    return acc

@@ -1,0 +1,471 @@
+"""SecretSV: seed 004's two-server baseline -- models *and* test data additively shared.
+
+Everything is shared modulo ``2^64`` (numpy ``uint64`` arithmetic is exactly that ring):
+clients split their fixed-point models and test data between the **principal server P**
+and the **auxiliary server A**; aggregation ``Σ q_i θ_i`` is local on each share; every
+linear layer ``W·X + b`` of two shared matrices uses a Beaver *matrix* multiplication triple
+``(U, V, U·V)`` from a **dealer** (a third party that only produces correlated randomness):
+the servers open ``E = W − U`` and ``F = X − V`` to each other and compute their shares of
+``E·F + E·V + U·F + U·V``. As in SecSV (:mod:`fedsec.shapley.secsv`), the layer output is
+reconstructed by a client chosen under Prop. 6.8's rules, who applies the activation and
+re-shares (or shares the predicted labels, compared at P as in Alg. 4, steps 12-14), so
+no truncation protocol is needed and reconstruction is exact: the a-priori bound
+``Σ_{i∈S} q_i (‖W_i‖_∞‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < 2^63`` is checked before computing
+(:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The paper's SecretSV
+truncates inside the servers and reports its error; ours has none beyond fixed point.
+
+Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude
+(the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
+client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares and the opened
+``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
+output on a batch of other clients' samples, as in SecSV. Shares and triples come from the
+operating system's CSPRNG. A fresh triple serves every product (never reused).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+from threadpoolctl import threadpool_limits
+
+from fedsec.crypto import sharing as sh
+from fedsec.crypto import wire
+from fedsec.crypto.drbg import SystemRandomSource
+from fedsec.errors import PrivacyWarning, ProtocolError
+from fedsec.learning.model import ModelSpec, Params, activate
+from fedsec.learning.record import TrainingRecord
+from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
+from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
+from fedsec.shapley.secure_game import (
+    check_decryptor,
+    decryptor_chain,
+    integer_weights,
+    plan_groups,
+    run_rounds,
+    shuffle,
+)
+
+__all__ = ["secretsv_shapley", "Dealer"]
+
+U64 = NDArray[np.uint64]
+BoolArray = NDArray[np.bool_]
+Q = sh.RING64
+_FRAC_MODEL = 20
+_FRAC_DATA = 20
+_FRAC_HIDDEN = 16
+_MAX = 1 << 63
+
+
+def _pow2_ceil(v: int) -> int:
+    return 1 if v <= 1 else 1 << math.ceil(math.log2(v))
+
+
+def _arr(data: bytes, shape: tuple[int, ...], what: str) -> U64:
+    n = int(np.prod(shape))
+    if len(data) != 8 * n:
+        raise ProtocolError(f"malformed {what}: expected {8 * n} bytes, got {len(data)}")
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
+
+
+def _one_blob(data: bytes, kind: str) -> bytes:
+    msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
+    if len(msg.blobs) != 1:
+        raise ProtocolError(f"malformed {kind} message")
+    return msg.blobs[0]
+
+
+def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
+                                                           NDArray[np.float64]]]:
+    out = []
+    for layer in spec.layers_of(params):
+        if layer.spec.kind == "gru":
+            raise ValueError("SecretSV evaluates dense and conv2d layers, not gru.")
+        w, b = layer.matrix()
+        out.append((np.asarray(w, np.float64), np.asarray(b, np.float64)))
+    return out
+
+
+class Dealer:
+    """Produces Beaver matrix triples ``(U, V, U·V)`` and sends one share to each server."""
+
+    def __init__(self) -> None:
+        self._rng = SystemRandomSource()
+
+    def triple(self, d_out: int, d_in: int, m: int, acc: Accounting) -> tuple[bytes, bytes]:
+        with acc.timed("share_generation"):
+            u = sh.uniform_mod(Q, (d_out, d_in), self._rng)
+            v = sh.uniform_mod(Q, (d_in, m), self._rng)
+            c = u @ v
+            parts = [sh.share(a, Q, self._rng) for a in (u, v, c)]
+        meta = {"shape": [d_out, d_in, m]}
+        return (wire.encode("secretsv/triple", meta, [p[0].tobytes() for p in parts]),
+                wire.encode("secretsv/triple", meta, [p[1].tobytes() for p in parts]))
+
+
+@dataclass
+class _Server:
+    """P or A: model and data shares; Beaver products on them."""
+
+    name: str
+    spec: ModelSpec
+    x: U64 = field(default_factory=lambda: np.zeros((0, 0), np.uint64))
+    y: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    owner: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    xbound: dict[int, int] = field(default_factory=dict)
+    models: dict[tuple[int, str], list[tuple[U64, U64]]] = field(default_factory=dict)
+    bounds: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
+
+    def receive_data(self, blobs: Sequence[bytes]) -> None:
+        xs, ys, ow = [], [], []
+        d = self.spec.in_features
+        for data in blobs:
+            msg = wire.decode(data, expect="secretsv/data", max_bytes=1 << 34)
+            c, rows, bound = (msg.meta.get(k) for k in ("client", "rows", "bound"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                       for v in (c, rows, bound)) or len(msg.blobs) != 2:
+                raise ProtocolError("malformed data share")
+            assert isinstance(c, int) and isinstance(rows, int) and isinstance(bound, int)
+            self.xbound[c] = bound
+            xs.append(_arr(msg.blobs[0], (rows, d), "data share"))
+            ys.append(_arr(msg.blobs[1], (rows,), "label share"))
+            ow.append(np.full(rows, c, dtype=np.int64))
+        self.x, self.y, self.owner = np.concatenate(xs), np.concatenate(ys), np.concatenate(ow)
+
+    def receive_model(self, data: bytes) -> None:
+        msg = wire.decode(data, expect="secretsv/model", max_bytes=1 << 34)
+        rnd, key, bounds = msg.meta.get("round"), msg.meta.get("key"), msg.meta.get("bounds")
+        shapes = [s for ly in self.spec.layers for s in
+                  ((ly.out_features, ly.in_features), (ly.out_features,))]
+        if not isinstance(rnd, int) or not isinstance(key, str) or not isinstance(
+                bounds, list) or len(bounds) != len(self.spec.layers) or len(
+                msg.blobs) != len(shapes):
+            raise ProtocolError("malformed model share")
+        arrs = [_arr(b, s, "model share") for b, s in zip(msg.blobs, shapes, strict=True)]
+        self.models[(rnd, key)] = [(arrs[2 * k], arrs[2 * k + 1])
+                                   for k in range(len(self.spec.layers))]
+        try:
+            self.bounds[(rnd, key)] = [(int(b[0]), int(b[1])) for b in bounds]
+        except (TypeError, ValueError, IndexError):
+            raise ProtocolError("malformed model bounds") from None
+
+    def aggregated(self, rnd: int, keys: Sequence[str], q: Sequence[int], layer: int
+                   ) -> tuple[U64, U64]:
+        w = np.zeros_like(self.models[(rnd, keys[0])][layer][0])
+        b = np.zeros_like(self.models[(rnd, keys[0])][layer][1])
+        for k, qi in zip(keys, q, strict=True):
+            wk, bk = self.models[(rnd, k)][layer]
+            w = w + np.uint64(qi) * wk
+            b = b + np.uint64(qi) * bk
+        return w, b
+
+    def open_share(self, w: U64, x: U64, triple: bytes) -> tuple[bytes, tuple[U64, U64, U64]]:
+        """Beaver step 1: this server's shares of ``E = W − U`` and ``F = X − V``."""
+        msg = wire.decode(triple, expect="secretsv/triple", max_bytes=1 << 34)
+        d_out, d_in, m = msg.meta.get("shape", [0, 0, 0])
+        if (d_out, d_in) != w.shape or (d_in, m) != x.shape or len(msg.blobs) != 3:
+            raise ProtocolError("triple does not fit the product")
+        u = _arr(msg.blobs[0], (d_out, d_in), "triple")
+        v = _arr(msg.blobs[1], (d_in, m), "triple")
+        c = _arr(msg.blobs[2], (d_out, m), "triple")
+        out = wire.encode("secretsv/open", {}, [(w - u).tobytes(), (x - v).tobytes()])
+        return out, (u, v, c)
+
+    def beaver(self, mine: bytes, theirs: bytes, uvc: tuple[U64, U64, U64], bias: U64,
+               principal: bool) -> U64:
+        """Beaver step 2: this server's share of ``W·X + b``."""
+        u, v, c = uvc
+        a = wire.decode(mine, expect="secretsv/open", max_bytes=1 << 34)
+        b = wire.decode(theirs, expect="secretsv/open", max_bytes=1 << 34)
+        e = _arr(a.blobs[0], u.shape, "opening") + _arr(b.blobs[0], u.shape, "opening")
+        f = _arr(a.blobs[1], v.shape, "opening") + _arr(b.blobs[1], v.shape, "opening")
+        z: U64 = e @ v + u @ f + c + bias[:, None]
+        if principal:
+            z = z + e @ f
+        return z
+
+
+@dataclass
+class _Client:
+    index: int
+    n: int
+    spec: ModelSpec
+    x: NDArray[np.float64]
+    y: NDArray[np.int64]
+    rng: SystemRandomSource = field(default_factory=SystemRandomSource)
+
+    def share_model(self, rnd: int, key: str, params: Params, acc: Accounting
+                    ) -> tuple[bytes, bytes]:
+        p_blobs: list[bytes] = []
+        a_blobs: list[bytes] = []
+        bounds = []
+        for k, (w, b) in enumerate(_layers(self.spec, params)):
+            fx = _FRAC_DATA if k == 0 else _FRAC_HIDDEN
+            wq = np.rint(np.ldexp(w, _FRAC_MODEL)).astype(np.int64)
+            bq = np.rint(np.ldexp(b, _FRAC_MODEL + fx)).astype(np.int64)
+            bounds.append([_pow2_ceil(int(np.abs(wq).sum(axis=1).max())),
+                           _pow2_ceil(int(np.abs(bq).max()) if bq.size else 0)])
+            with acc.timed("share_generation"):
+                for arr in (wq, bq):
+                    s1, s2 = sh.share(sh.to_residues(arr, Q), Q, self.rng)
+                    p_blobs.append(s1.tobytes())
+                    a_blobs.append(s2.tobytes())
+        meta = {"round": rnd, "key": key, "bounds": bounds}
+        return (wire.encode("secretsv/model", meta, p_blobs),
+                wire.encode("secretsv/model", meta, a_blobs))
+
+    def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
+        xq = sh.encode_fixed(self.x, _FRAC_DATA, Q)
+        bound = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
+        with acc.timed("share_generation"):
+            x1, x2 = sh.share(xq, Q, self.rng)
+            y1, y2 = sh.share(self.y.astype(np.uint64), Q, self.rng)
+        meta = {"client": self.index, "rows": len(self.y), "bound": bound}
+        return (wire.encode("secretsv/data", meta, [x1.tobytes(), y1.tobytes()]),
+                wire.encode("secretsv/data", meta, [x2.tobytes(), y2.tobytes()]))
+
+    def reconstruct(self, from_p: bytes, from_a: bytes, acc: Accounting
+                    ) -> tuple[bytes, bytes]:
+        """Reconstruct a layer's output, check, activate and re-share (or share labels)."""
+        a = wire.decode(from_p, expect="secretsv/output", max_bytes=1 << 34)
+        b = wire.decode(from_a, expect="secretsv/output", max_bytes=1 << 34)
+        if a.meta != b.meta:
+            raise ProtocolError("the servers sent different requests")
+        meta = a.meta
+        layer, d, m, bound = (meta.get(k) for k in ("layer", "d", "m", "bound"))
+        scale, wsum = meta.get("scale_bits"), meta.get("weight_sum")
+        n_layers = len(self.spec.layers)
+        if not all(isinstance(v, int) and not isinstance(v, bool)
+                   for v in (layer, d, m, bound, scale, wsum)):
+            raise ProtocolError("malformed output request")
+        assert isinstance(layer, int) and isinstance(d, int) and isinstance(m, int)
+        assert isinstance(bound, int) and isinstance(scale, int) and isinstance(wsum, int)
+        if not 0 <= layer < n_layers or d != self.spec.layers[layer].out_features \
+                or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or wsum < 1:
+            raise ProtocolError("malformed output request")
+        owners, mowners, previous = (meta.get("batch_owners"), meta.get("model_owners"),
+                                     meta.get("previous"))
+        if not (isinstance(owners, list) and isinstance(mowners, list)
+                and isinstance(previous, int) and len(a.blobs) == 1 and len(b.blobs) == 1
+                and all(isinstance(v, int) for v in owners + mowners)):
+            raise ProtocolError("malformed output request")
+        check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        with acc.timed("decryption"):
+            vals = sh.reconstruct(_arr(a.blobs[0], (d, m), "output share"),
+                                  _arr(b.blobs[0], (d, m), "output share"), Q)
+        if vals.size and int(np.abs(vals).max()) > bound:
+            raise ProtocolError("reconstructed values exceed the announced bound")
+        real = vals.astype(np.float64) / (float(wsum) * 2.0 ** scale)
+        out = activate(self.spec.layers[layer].activation, real)
+        if layer < n_layers - 1:
+            xq = sh.encode_fixed(out, _FRAC_HIDDEN, Q)
+            xb = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
+            with acc.timed("share_generation"):
+                s1, s2 = sh.share(xq, Q, self.rng)
+            m2 = {"bound": xb}
+            return (wire.encode("secretsv/reshare", m2, [s1.tobytes()]),
+                    wire.encode("secretsv/reshare", m2, [s2.tobytes()]))
+        labels = np.argmax(out, axis=0).astype(np.uint64)
+        with acc.timed("share_generation"):
+            l1, l2 = sh.share(labels, Q, self.rng)
+        return (wire.encode("secretsv/labels", {}, [l1.tobytes()]),
+                wire.encode("secretsv/labels", {}, [l2.tobytes()]))
+
+
+@dataclass
+class _Run:
+    record: TrainingRecord
+    acc: Accounting
+    clients: list[_Client]
+    P: _Server
+    A: _Server
+    dealer: Dealer
+    groups: list[list[int]]
+    strong: bool
+    order: list[NDArray[np.int64]]  # per group, the shuffled sample order
+    leader: int
+    turn: int = 0
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.P.y)
+
+    def upload_round(self, t: int) -> None:
+        rnd = self.record.rounds[t]
+        jobs = [(self.leader, "global", rnd.global_params)]
+        jobs += [(c, f"c{c}", p) for c, p in zip(rnd.participants, rnd.local_params,
+                                                   strict=True)]
+        for owner, key, params in jobs:
+            bp, ba = self.clients[owner].share_model(t, key, params, self.acc)
+            self.P.receive_model(self.acc.message(f"client:{owner}", "P", "model", bp))
+            self.A.receive_model(self.acc.message(f"client:{owner}", "A", "model", ba))
+
+    def end_round(self, t: int) -> None:
+        for srv in (self.P, self.A):
+            for key in [k for k in srv.models if k[0] == t]:
+                del srv.models[key]
+
+    def evaluate(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> BoolArray:
+        rnd = self.record.rounds[t]
+        if mask == 0:
+            keys, q, mowners = ["global"], [1], []
+        else:
+            qa = integer_weights(rnd.weights)
+            sel = [j for j in range(len(rnd.participants)) if mask >> j & 1]
+            keys = [f"c{rnd.participants[j]}" for j in sel]
+            q = [int(qa[j]) for j in sel]
+            mowners = [rnd.participants[sel[0]]] if len(sel) == 1 else []
+        todo = np.zeros(self.n_samples, dtype=bool)
+        todo[np.arange(self.n_samples) if rows is None else rows] = True
+        correct = np.zeros(self.n_samples, dtype=bool)
+        n_layers = len(self.record.spec.layers)
+        for g, members in enumerate(self.groups):
+            brows = self.order[g][todo[self.order[g]]]
+            if brows.size == 0:
+                continue
+            chain = decryptor_chain(len(self.clients), n_layers, members, mowners,
+                                    self.strong, self.turn)
+            self.turn += 1
+            x_p, x_a = self.P.x[brows].T.copy(), self.A.x[brows].T.copy()
+            xb = max(self.P.xbound.get(c, 1) for c in members)
+            previous, m = -1, len(brows)
+            for layer, ly in enumerate(self.record.spec.layers):
+                fx = _FRAC_DATA if layer == 0 else _FRAC_HIDDEN
+                bound = sum(qi * (self.P.bounds[(t, k)][layer][0] * xb
+                                  + self.P.bounds[(t, k)][layer][1])
+                            for k, qi in zip(keys, q, strict=True))
+                if bound >= _MAX:
+                    raise sh.FixedPointOverflow("a linear output may exceed 2^63 in fixed "
+                                                "point; SecretSV refuses rather than wrap")
+                tp, ta = self.dealer.triple(ly.out_features, ly.in_features, m, self.acc)
+                tp = self.acc.message("dealer", "P", "triple", tp)
+                ta = self.acc.message("dealer", "A", "triple", ta)
+                with self.acc.timed("arithmetic"):
+                    wp, bp = self.P.aggregated(t, keys, q, layer)
+                    wa, ba = self.A.aggregated(t, keys, q, layer)
+                    op, uvc_p = self.P.open_share(wp, x_p, tp)
+                    oa, uvc_a = self.A.open_share(wa, x_a, ta)
+                op = self.acc.message("P", "A", "open", op)
+                oa = self.acc.message("A", "P", "open", oa)
+                with self.acc.timed("arithmetic"):
+                    zp = self.P.beaver(op, oa, uvc_p, bp, True)
+                    za = self.A.beaver(oa, op, uvc_a, ba, False)
+                meta = {"layer": layer, "d": ly.out_features, "m": m, "bound": int(bound),
+                        "scale_bits": _FRAC_MODEL + fx, "weight_sum": int(sum(q)),
+                        "batch_owners": members, "model_owners": mowners,
+                        "previous": previous}
+                dec = chain[layer]
+                fp = self.acc.message("P", f"client:{dec}", "output",
+                                      wire.encode("secretsv/output", meta, [zp.tobytes()]))
+                fa = self.acc.message("A", f"client:{dec}", "output",
+                                      wire.encode("secretsv/output", meta, [za.tobytes()]))
+                to_p, to_a = self.clients[dec].reconstruct(fp, fa, self.acc)
+                to_p = self.acc.message(f"client:{dec}", "P", "share", to_p)
+                to_a = self.acc.message(f"client:{dec}", "A", "share", to_a)
+                previous = dec
+                if layer < n_layers - 1:
+                    mp = wire.decode(to_p, expect="secretsv/reshare", max_bytes=1 << 34)
+                    x_p = _arr(_one_blob(to_p, "secretsv/reshare"), (ly.out_features, m),
+                               "re-share")
+                    x_a = _arr(_one_blob(to_a, "secretsv/reshare"), (ly.out_features, m),
+                               "re-share")
+                    nb = mp.meta.get("bound")
+                    if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
+                        raise ProtocolError("malformed re-share bound")
+                    xb = nb
+                else:
+                    lp = _arr(_one_blob(to_p, "secretsv/labels"), (m,), "labels")
+                    la = _arr(_one_blob(to_a, "secretsv/labels"), (m,), "labels")
+                    diff_a = self.acc.message("A", "P", "label-diff", (la - self.A.y[brows])
+                                              .tobytes())
+                    with self.acc.timed("arithmetic"):
+                        diff = (lp - self.P.y[brows]) + _arr(diff_a, (m,), "label diff")
+                        correct[brows] = diff == 0
+        return correct[todo] if rows is not None else correct
+
+
+def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
+                     budget: int | None = None, sample_skip: bool = False, seed: int = 0,
+                     progress: Callable[[str], None] | None = None) -> SecureShapleyResult:
+    """Federated Shapley values with SecretSV (seed 004's pure secret-sharing baseline).
+
+    Parameters
+    ----------
+    record : TrainingRecord
+        The federated training run.
+    test_sets : sequence of (X_i, y_i)
+        Each client's private test set, in client order.
+    estimator : {"exact", "ps", "gt", "ks", "gtg"}, default="exact"
+    budget : int, optional
+        Per-round budget of the estimator.
+    sample_skip : bool, default=False
+        SampleSkip (Alg. 6-7) at P.
+    seed : int, default=0
+        Seed of the estimators' sampling.
+    progress : callable, optional
+        Called with a short message after every round.
+
+    Returns
+    -------
+    SecureShapleyResult
+    """
+    where = "secretsv_shapley"
+    if not isinstance(record, TrainingRecord):
+        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
+                        f"Got {type(record).__name__} instead.")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
+                         f"Got {estimator!r} instead.")
+    if estimator != "exact":
+        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
+                             f"Got {budget!r} instead.")
+    else:
+        budget = None
+    if not isinstance(sample_skip, bool):
+        raise TypeError(f"The 'sample_skip' parameter of {where} must be a bool. "
+                        f"Got {type(sample_skip).__name__} instead.")
+    sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
+    for t, rnd in enumerate(record.rounds):
+        if estimator == "exact" and len(rnd.participants) > MAX_EXACT_PLAYERS:
+            raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
+                             f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} participants.")
+    for layer in record.spec.layers:
+        if layer.kind == "gru":
+            raise ValueError("SecretSV evaluates dense and conv2d layers, not gru.")
+    n, n_layers = record.n_clients, len(record.spec.layers)
+    groups, strong = plan_groups(n, n_layers)
+    if not strong:
+        warnings.warn(f"SecretSV with {n} clients and a {n_layers}-layer model cannot keep "
+                      f"all {n_layers + 2} parties of a reconstruction chain distinct (seed "
+                      "004, Prop. 6.8): two clients alternate.", PrivacyWarning, stacklevel=2)
+    acc = Accounting()
+    t0 = time.perf_counter()
+    with threadpool_limits(limits=1, user_api="blas"):
+        clients = [_Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]
+        P, A = _Server("P", record.spec), _Server("A", record.spec)
+        to_p, to_a = [], []
+        for c in clients:
+            bp, ba = c.share_data(acc)
+            to_p.append(acc.message(f"client:{c.index}", "P", "data", bp))
+            to_a.append(acc.message(f"client:{c.index}", "A", "data", ba))
+        P.receive_data(to_p)
+        A.receive_data(to_a)
+        order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
+        acc.message("P", "A", "batches", wire.encode(
+            "secretsv/batches", {"order": [o.tolist() for o in order]}))
+        run = _Run(record, acc, clients, P, A, Dealer(), groups, strong, order,
+                   leader=secrets.randbelow(n))
+        result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress,
+                            "secretsv")
+    result.seconds = time.perf_counter() - t0
+    result.accounting = acc
+    return result

@@ -1,0 +1,966 @@
+"""SecSV (seed 004, Sec. 5, Alg. 3-4, 6-7): two servers, BFV-encrypted models, shared data.
+
+Roles and messages (everything between roles is bytes, counted by
+:class:`~fedsec.shapley.accounting.Accounting`):
+
+* **clients** ``0..n-1`` run the authenticated key set-up (:mod:`fedsec.crypto.keysetup`,
+  the principal server relays it) and derive the *same* BFV keys from its shared seed
+  (:meth:`fedsec.crypto.bfv.BFVContext.from_seed`); the servers never get a secret key.
+  Each client encrypts its local models (the leader also the global models) in Matrix
+  Reducing layout and sends them to both servers, and splits its test data and labels into
+  additive shares modulo the BFV plaintext prime ``t`` — one share to the **principal
+  server P**, the other to the **auxiliary server A** (Alg. 3, step 3).
+* **P and A** evaluate every layer's linear map on their own share with c2p products
+  (Matrix Reducing "Half", Alg. 5); A sends its encrypted share product to P, who adds them
+  (Alg. 4, steps 4-6), masks what the decryptor must not see, and sends the sum to the
+  decrypting client ``i_{l+1}``. That client decrypts, centres, rescales, activates and
+  re-shares the next layer's input to P and A (steps 7-9); after the last layer it shares
+  the predicted labels (step 11). A sends ``Ŷ'' − Y''``; P reconstructs ``Ŷ − Y`` (exact in
+  ``Z_t``) and records the IDs ``Φ`` of correctly predicted samples (steps 12-14).
+* Batches mix the samples of a *group* of clients (P shuffles each group with
+  cryptographic randomness). Who decrypts follows Prop. 6.8: ``i_{l+1} ≠ i_l`` (``i_1``
+  are the batch's owners), no owner of the model under test in the chain, and
+  ``i_{L+1}`` not a batch owner; with enough clients the chain is all distinct (the
+  multi-layer level, ``n >= L + 2`` with one batch owner); with fewer it alternates two
+  clients and a :class:`~fedsec.errors.PrivacyWarning` says so; with too few, SecSV
+  refuses. A client refuses to decrypt a request that breaks these rules. The owner of a
+  local model ``θ_i`` is client ``i``; aggregated models have no single owner (the global
+  models ``θ^t`` and ``θ_{I^t} = θ^{t+1}`` are known to every client in FedAvg anyway).
+* **SampleSkip** (Alg. 6-7) runs at P exactly as :class:`~fedsec.shapley.utility.RoundGame`
+  does in the clear; skipped samples are left out of the batches (or, with the linearity
+  shortcut, masked with uniform noise before decryption).
+
+Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime). P picks the fixed
+point (``f_θ``, ``f_x``) from powers-of-two bounds every model and data owner publishes
+(``secsv/bounds``: ``‖W‖_∞``, ``‖b‖_∞``, ``‖X‖_∞``; a leak of a few bits of magnitude),
+leaving 3 bits of margin under ``t/2``; the exact fixed-point budget is
+``Σ_{i∈S} q_i·(‖W_i‖_∞·‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < t/2`` with integer aggregation
+weights ``q_i``, checked by P *before* computing, from powers-of-two bounds the model
+owners and data owners (or re-sharing clients) publish; a violation raises
+:class:`~fedsec.crypto.sharing.FixedPointOverflow` instead of wrapping, and the decrypting
+client checks its centred values against the bound (``ProtocolError`` otherwise).
+
+Beyond the paper (``linear_shortcut=True``, default): the first layer is linear in the
+model and ``θ_S = Σ ω_{i|S} θ_i``, so ``lin(θ_S, X) = Σ ω_{i|S} lin(θ_i, X)``: P and A compute
+``n + 1`` local products per round once, and every subset's first-layer output is a
+plaintext-weighted sum of ciphertexts. For one-layer (logistic) models this removes the
+``2^n`` factor from the HE work. The decrypting client sees exactly what the paper's
+protocol shows it (the first-layer output of ``θ_S`` on the batch, up to a public scale).
+
+Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
+share one ciphertext (in separate slot segments), cutting model encryptions and products
+by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
+columns), so the decryptor learns only the segment sum — the product — as in the paper.
+
+Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
+either with a client); the clients share the BFV secret key (as the paper's leader
+broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A learns
+nothing but ciphertexts and uniform shares. A decrypting client learns one layer's output on
+a batch of other clients' samples (and, at the last layer, predicted labels), as in the
+paper; BFV ciphertexts are not circuit-private (noise is not flooded), which the paper's
+CKKS protocol does not provide either. Sizes and parameters in messages are checked by
+their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from threadpoolctl import threadpool_limits
+
+from fedsec.crypto import reducing as rd
+from fedsec.crypto import sharing as sh
+from fedsec.crypto import wire
+from fedsec.crypto.bfv import BFV_DEFAULT, BFVContext, BFVParams
+from fedsec.crypto.drbg import SystemRandomSource
+from fedsec.errors import PrivacyWarning, ProtocolError
+from fedsec.learning.model import ModelSpec, Params, activate
+from fedsec.learning.record import TrainingRecord
+from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
+from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
+from fedsec.shapley.secure_game import (
+    check_decryptor,
+    decryptor_chain,
+    integer_weights,
+    plan_groups,
+    run_rounds,
+    shuffle,
+)
+
+__all__ = ["SecSVConfig", "secsv_shapley", "SecSVClient", "PrincipalServer",
+           "AuxiliaryServer"]
+
+U64 = NDArray[np.uint64]
+BoolArray = NDArray[np.bool_]
+Progress = Callable[[str], None]
+_MAX_SAMPLES = 1 << 22
+
+
+# ====================================================================== configuration
+@dataclass(frozen=True)
+class SecSVConfig:
+    """Fixed-point and BFV parameters of SecSV.
+
+    Parameters
+    ----------
+    frac_bits_model : int, optional
+        Fractional bits of model weights (``f_θ``); biases use ``f_θ + f_x``. Default: P
+        picks the largest ``f_θ + f_x`` that the clients' published coarse bounds (powers
+        of two of ``‖W‖_∞``, ``‖b‖_∞`` and ``‖X‖_∞``) allow, split evenly.
+    frac_bits_data : int, optional
+        Fractional bits of the test data (the first layer's input ``f_x``); default as
+        above.
+    frac_bits_hidden : int, default=16
+        Fractional bits of hidden layers' inputs (activations re-shared by clients).
+    weight_bits : int, default=12
+        Bits of the integer aggregation weights when FedAvg's weights are not integers.
+    bfv : BFVParams
+        Ring degree and plaintext-prime size (sharing modulus).
+    """
+
+    frac_bits_model: int | None = None
+    frac_bits_data: int | None = None
+    frac_bits_hidden: int = 16
+    weight_bits: int = 12
+    bfv: BFVParams = BFV_DEFAULT
+
+    def check(self) -> SecSVConfig:
+        for name in ("frac_bits_model", "frac_bits_data", "frac_bits_hidden", "weight_bits"):
+            v = getattr(self, name)
+            if v is None and name in ("frac_bits_model", "frac_bits_data"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 30:
+                raise ValueError(f"The '{name}' parameter of SecSVConfig must be an int in "
+                                 f"1..30. Got {v!r} instead.")
+        self.bfv.check()
+        return self
+
+
+def _pow2_ceil(v: float) -> int:
+    return 1 if v <= 1 else 1 << math.ceil(math.log2(v))
+
+
+# ====================================================================== layout
+@dataclass(frozen=True)
+class LayerPlan:
+    d_out: int
+    d_in: int
+    fold: int
+
+    def n_cts(self) -> int:
+        return -(-self.d_in // self.fold)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What P announces: batch width, per-layer folds (public)."""
+
+    width: int
+    layers: tuple[LayerPlan, ...]
+    frac_model: int
+    frac_inputs: tuple[int, ...]  # f_x of each layer's input
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"width": self.width, "frac_model": self.frac_model,
+                "frac_inputs": list(self.frac_inputs),
+                "layers": [[lp.d_out, lp.d_in, lp.fold] for lp in self.layers]}
+
+
+def _fold(diags: NDArray[Any], fold: int, slots: int) -> NDArray[Any]:
+    """Stack ``fold`` consecutive diagonals into one slot vector (zero padding)."""
+    d_in, seg = diags.shape
+    n_ct = -(-d_in // fold)
+    out = np.zeros((n_ct, slots), dtype=diags.dtype)
+    padded = np.zeros((n_ct * fold, seg), dtype=diags.dtype)
+    padded[:d_in] = diags
+    out[:, :fold * seg] = padded.reshape(n_ct, fold * seg)
+    return out
+
+
+def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
+                                                           NDArray[np.float64], str]]:
+    out = []
+    for layer in spec.layers_of(params):
+        if layer.spec.kind == "gru":
+            raise ValueError("SecSV evaluates dense and conv2d layers; a gru layer needs "
+                             "per-step decryption and is not supported.")
+        w, b = layer.matrix()
+        out.append((np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                    layer.activation))
+    return out
+
+
+def _u64(data: bytes, shape: tuple[int, ...], what: str) -> U64:
+    n = int(np.prod(shape))
+    if len(data) != 8 * n:
+        raise ProtocolError(f"malformed {what}: expected {8 * n} bytes, got {len(data)}")
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
+
+
+def _int_meta(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    v = meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ProtocolError(f"malformed message: field {key!r}")
+    return v
+
+
+# ====================================================================== client
+class SecSVClient:
+    """Client ``index``: holds BFV keys, its test set and (simulated) its local models."""
+
+    def __init__(self, index: int, n: int, bfv: BFVContext, x: NDArray[np.float64],
+                 y: NDArray[np.int64], spec: ModelSpec, config: SecSVConfig) -> None:
+        self.index, self.n = index, n
+        self.bfv = bfv
+        self.x, self.y = x, y
+        self.spec = spec
+        self.cfg = config
+        self.plan: Plan | None = None
+        self._rng = SystemRandomSource()
+
+    def receive_plan(self, data: bytes) -> None:
+        msg = wire.decode(data, expect="secsv/plan", max_bytes=1 << 16)
+        width = _int_meta(msg.meta, "width", 1, self.bfv.slots)
+        layers = msg.meta.get("layers")
+        if not isinstance(layers, list) or len(layers) != len(self.spec.layers):
+            raise ProtocolError("malformed plan: layers")
+        lps = []
+        for lp, ls in zip(layers, self.spec.layers, strict=True):
+            if (not isinstance(lp, list) or len(lp) != 3
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in lp)):
+                raise ProtocolError("malformed plan: layer")
+            d_out, d_in, fold = lp
+            exp_in = ls.in_features if ls.kind != "gru" else -1
+            if d_out != ls.out_features or d_in != exp_in or not 1 <= fold <= d_in \
+                    or fold * d_out * width > self.bfv.slots:
+                raise ProtocolError("plan does not fit the model or the ring")
+            lps.append(LayerPlan(d_out, d_in, fold))
+        fm = _int_meta(msg.meta, "frac_model", 1, 30)
+        fxs = msg.meta.get("frac_inputs")
+        if not isinstance(fxs, list) or len(fxs) != len(lps) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 30 for v in fxs):
+            raise ProtocolError("malformed plan: fractional bits")
+        self.plan = Plan(width, tuple(lps), fm, tuple(fxs))
+
+    def _need_plan(self) -> Plan:
+        if self.plan is None:
+            raise ProtocolError("no plan received")
+        return self.plan
+
+    def coarse_bounds(self, models: Sequence[tuple[int, str, Params]]) -> bytes:
+        """Powers of two bounding ``|X_i|``, and each model's ``‖W‖_∞`` (max row ℓ1) and
+        ``‖b‖_∞`` per layer (exponents only), from which P picks the fixed point."""
+        def exp2(v: float) -> int:
+            return -64 if v <= 0 else math.ceil(math.log2(v))
+
+        entries = []
+        for rnd, key, params in models:
+            entries.append([rnd, key, [[exp2(float(np.abs(w).sum(axis=1).max())),
+                                        exp2(float(np.abs(b).max()) if b.size else 0.0)]
+                                       for w, b, _a in _layers(self.spec, params)]])
+        xe = exp2(float(np.abs(self.x).max())) if self.x.size else -64
+        return wire.encode("secsv/bounds", {"client": self.index, "x": xe, "models": entries})
+
+    # ------------------------------------------------------------- Alg. 3, step 3
+    def encrypt_model(self, round_: int, key: str, params: Params, acc: Accounting) -> bytes:
+        """Encrypt one model (every layer: folded diagonals and bias) with its bounds."""
+        plan = self._need_plan()
+        t, fm = self.bfv.t, plan.frac_model
+        blobs: list[bytes] = []
+        bounds = []
+        for (w, b, _act), lp, fx in zip(_layers(self.spec, params), plan.layers,
+                                        plan.frac_inputs, strict=True):
+            wq = np.rint(np.ldexp(w, fm)).astype(np.int64)
+            bq = np.rint(np.ldexp(b, fm + fx)).astype(np.int64)
+            beta = int(np.abs(wq).sum(axis=1).max())
+            gamma = int(np.abs(bq).max()) if bq.size else 0
+            if max(beta, gamma) >= t // 2:
+                raise sh.FixedPointOverflow("model weights exceed the fixed-point budget")
+            bounds.append([_pow2_ceil(beta), _pow2_ceil(gamma)])
+            diags = rd.model_diagonals(sh.to_residues(wq, t), plan.width)
+            rows = _fold(diags, lp.fold, self.bfv.slots)
+            bias = np.zeros(self.bfv.slots, dtype=np.uint64)
+            bias[:lp.d_out * plan.width] = rd.bias_grid(sh.to_residues(bq, t), plan.width)
+            with acc.timed("encryption"):
+                blobs.extend(self.bfv.serialize(self.bfv.encrypt(r), ntt=True) for r in rows)
+                blobs.append(self.bfv.serialize(self.bfv.encrypt(bias), ntt=True))
+        return wire.encode("secsv/model", {"round": round_, "key": key, "owner": self.index,
+                                           "bounds": bounds}, blobs)
+
+    def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
+        """Shares of ``(X_i, y_i)`` for P and A, with a power-of-two bound on ``|X_i|``."""
+        t, fx = self.bfv.t, self._need_plan().frac_inputs[0]
+        xq = sh.encode_fixed(self.x, fx, t)
+        bound = _pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if self.x.size else 1
+        with acc.timed("share_generation"):
+            x1, x2 = sh.share(xq, t, self._rng)
+            y1, y2 = sh.share(self.y.astype(np.uint64), t, self._rng)
+        meta = {"client": self.index, "rows": int(self.x.shape[0]),
+                "cols": int(self.x.shape[1]), "bound": bound}
+        return (wire.encode("secsv/data", meta, [x1.tobytes(), y1.tobytes()]),
+                wire.encode("secsv/data", meta, [x2.tobytes(), y2.tobytes()]))
+
+    # ------------------------------------------------------------- Alg. 4, steps 7-11
+    def decrypt_layer(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
+        """Decrypt a layer's output, check, activate and re-share (or share labels)."""
+        plan = self._need_plan()
+        msg = wire.decode(data, expect="secsv/decrypt", max_bytes=1 << 24)
+        meta = msg.meta
+        n_layers = len(plan.layers)
+        layer = _int_meta(meta, "layer", 0, n_layers - 1)
+        lp = plan.layers[layer]
+        m = _int_meta(meta, "m", 1, plan.width)
+        owners = meta.get("batch_owners")
+        mowners = meta.get("model_owners")
+        if not (isinstance(owners, list) and isinstance(mowners, list)
+                and all(isinstance(v, int) for v in owners + mowners)):
+            raise ProtocolError("malformed decryption request: owners")
+        previous = _int_meta(meta, "previous", -1, self.n - 1)
+        check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        divisor_log2 = _int_meta(meta, "scale_bits", 0, 62)
+        weight_sum = _int_meta(meta, "weight_sum", 1, 1 << 40)
+        bound = _int_meta(meta, "bound", 1, (self.bfv.t - 1) // 2)
+        if len(msg.blobs) != 2:
+            raise ProtocolError("malformed decryption request: blobs")
+        active_bits = np.unpackbits(np.frombuffer(msg.blobs[1], dtype=np.uint8))
+        if active_bits.size < m:
+            raise ProtocolError("malformed decryption request: active columns")
+        active = active_bits[:m].astype(bool)
+        ct = self.bfv.deserialize(msg.blobs[0], low=True)
+        t = self.bfv.t
+        with acc.timed("decryption"):
+            slots = self.bfv.decrypt(ct)
+        with acc.timed("other"):
+            seg = lp.d_out * plan.width
+            parts = slots[:lp.fold * seg].reshape(lp.fold, seg)
+            total = parts[0].copy()
+            for p in parts[1:]:
+                total = sh.add_mod(total, p, t)
+            vals = sh.centre(rd.read_grid(total, lp.d_out, plan.width, m), t)[:, active]
+            if vals.size and int(np.abs(vals).max()) > bound:
+                raise ProtocolError("decrypted values exceed the announced bound")
+            real = vals.astype(np.float64) / (float(weight_sum) * 2.0 ** divisor_log2)
+            act = self.spec.layers[layer].activation
+            out = activate(act, real)
+        if layer < n_layers - 1:
+            full = np.zeros((lp.d_out, m))
+            full[:, active] = out
+            xq = sh.encode_fixed(full, plan.frac_inputs[layer + 1], t)
+            xb = _pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if xq.size else 1
+            with acc.timed("share_generation"):
+                s1, s2 = sh.share(xq, t, self._rng)
+            meta2 = {"layer": layer + 1, "m": m, "bound": xb, "from": self.index}
+            return (wire.encode("secsv/reshare", meta2, [s1.tobytes()]),
+                    wire.encode("secsv/reshare", meta2, [s2.tobytes()]))
+        labels = np.zeros(m, dtype=np.uint64)
+        labels[active] = np.argmax(out, axis=0).astype(np.uint64)
+        with acc.timed("share_generation"):
+            l1, l2 = sh.share(labels, t, self._rng)
+        meta3 = {"m": m, "from": self.index}
+        return (wire.encode("secsv/labels", meta3, [l1.tobytes()]),
+                wire.encode("secsv/labels", meta3, [l2.tobytes()]))
+
+
+# ====================================================================== servers
+@dataclass
+class _Model:
+    owner: int
+    bounds: list[tuple[int, int]]
+    layers: list[tuple[list[Any], Any]]  # per layer: NTT diagonal cts, NTT bias ct
+
+
+class _Server:
+    """What P and A share: data shares, encrypted models, products on their share."""
+
+    name = "server"
+
+    def __init__(self, bfv: BFVContext, spec: ModelSpec, n: int, plan: Plan,
+                 config: SecSVConfig) -> None:
+        self.bfv, self.spec, self.n, self.plan, self.cfg = bfv, spec, n, plan, config
+        self.x: U64 = np.zeros((0, spec.in_features), dtype=np.uint64)
+        self.y: U64 = np.zeros(0, dtype=np.uint64)
+        self.owner: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.xbound: dict[int, int] = {}
+        self.models: dict[tuple[int, str], _Model] = {}
+        self._plain_cache: dict[tuple[int, ...], list[Any]] = {}
+        self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any]] = {}
+        self._scaled: dict[tuple[int, str, int], tuple[list[Any], Any]] = {}
+        self._scalars: dict[int, Any] = {}
+
+    def scalar(self, q: int) -> Any:
+        if q not in self._scalars:
+            self._scalars[q] = self.bfv.scalar_ntt(q)
+        return self._scalars[q]
+
+    def scaled(self, round_: int, key: str, q: int, layer: int) -> tuple[list[Any], Any]:
+        """``q·[[θ^{(l)}]]`` (``q`` is fixed per client and round: cached)."""
+        ck = (round_, key, layer)
+        if ck not in self._scaled:
+            cts, bias = self.models[(round_, key)].layers[layer]
+            if q != 1:
+                s = self.scalar(q)
+                cts = [self.bfv.multiply_plain(c, s) for c in cts]
+                bias = self.bfv.multiply_plain(bias, s)
+            self._scaled[ck] = (cts, bias)
+        return self._scaled[ck]
+
+    def new_round(self) -> None:
+        self._agg_cache.clear()
+        self._scaled.clear()
+
+    def receive_data(self, blobs: Sequence[bytes]) -> None:
+        xs, ys, owners = [], [], []
+        for data in blobs:
+            msg = wire.decode(data, expect="secsv/data", max_bytes=8 * _MAX_SAMPLES * 4096)
+            c = _int_meta(msg.meta, "client", 0, self.n - 1)
+            rows = _int_meta(msg.meta, "rows", 0, _MAX_SAMPLES)
+            cols = _int_meta(msg.meta, "cols", 1, 1 << 16)
+            if cols != self.spec.in_features or len(msg.blobs) != 2 or c in self.xbound:
+                raise ProtocolError("malformed data share")
+            self.xbound[c] = _int_meta(msg.meta, "bound", 1, self.bfv.t // 2)
+            x = _u64(msg.blobs[0], (rows, cols), "data share")
+            y = _u64(msg.blobs[1], (rows,), "label share")
+            if rows and (int(x.max()) >= self.bfv.t or int(y.max()) >= self.bfv.t):
+                raise ProtocolError("share out of range")
+            xs.append(x)
+            ys.append(y)
+            owners.append(np.full(rows, c, dtype=np.int64))
+        self.x, self.y = np.concatenate(xs), np.concatenate(ys)
+        self.owner = np.concatenate(owners)
+
+    def receive_model(self, data: bytes) -> tuple[int, str]:
+        msg = wire.decode(data, expect="secsv/model", max_bytes=1 << 31)
+        rnd = _int_meta(msg.meta, "round", 0, 1 << 20)
+        key = msg.meta.get("key")
+        owner = _int_meta(msg.meta, "owner", 0, self.n - 1)
+        bounds = msg.meta.get("bounds")
+        if not isinstance(key, str) or not isinstance(bounds, list) or len(bounds) != len(
+                self.plan.layers):
+            raise ProtocolError("malformed model message")
+        need = sum(lp.n_cts() + 1 for lp in self.plan.layers)
+        if len(msg.blobs) != need:
+            raise ProtocolError("model message has the wrong number of ciphertexts")
+        layers, at, bl = [], 0, []
+        for lp, bd in zip(self.plan.layers, bounds, strict=True):
+            if not (isinstance(bd, list) and len(bd) == 2 and all(
+                    isinstance(v, int) and 1 <= v < self.bfv.t for v in bd)):
+                raise ProtocolError("malformed model bounds")
+            bl.append((bd[0], bd[1]))
+            cts = [self.bfv.deserialize(b, ntt=True) for b in msg.blobs[at:at + lp.n_cts()]]
+            bias = self.bfv.deserialize(msg.blobs[at + lp.n_cts()], ntt=True)
+            at += lp.n_cts() + 1
+            layers.append((cts, bias))
+        self.models[(rnd, key)] = _Model(owner, bl, layers)
+        return rnd, key
+
+    # ------------------------------------------------------------- products
+    def _plains(self, layer: int, x: U64, key: tuple[int, ...] | None) -> list[Any]:
+        """NTT plaintexts of the folded data diagonals of a share ``x`` (d_in × m)."""
+        if key is not None and key in self._plain_cache:
+            return self._plain_cache[key]
+        lp = self.plan.layers[layer]
+        rows = _fold(rd.data_diagonals(x, lp.d_out, self.plan.width), lp.fold,
+                     self.bfv.slots)
+        pts = [self.bfv.encode_ntt(r) for r in rows]
+        if key is not None:
+            self._plain_cache[key] = pts
+        return pts
+
+    def product(self, model: tuple[list[Any], Any], layer: int, x: U64,
+                cache_key: tuple[int, ...] | None, with_bias: bool) -> Any:
+        pts = self._plains(layer, x, cache_key)
+        out = rd.reduce_half_bfv(self.bfv, model[0], pts)
+        if with_bias:
+            self.bfv.add_inplace(out, model[1])
+        return out
+
+    def aggregated(self, round_: int, keys: Sequence[str], q: Sequence[int], layer: int,
+                   mask: int) -> tuple[list[Any], Any]:
+        """``Σ q_i [[θ_i^{(l)}]]`` (cached per round, subset and layer)."""
+        ck = (round_, mask, layer)
+        if ck in self._agg_cache:
+            return self._agg_cache[ck]
+        parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
+        if len(parts) == 1:
+            out = parts[0]
+        else:
+            cts = [self.bfv.add_many([p[0][u] for p in parts]) for u in range(len(parts[0][0]))]
+            out = (cts, self.bfv.add_many([p[1] for p in parts]))
+        self._agg_cache[ck] = out
+        return out
+
+
+class AuxiliaryServer(_Server):
+    """Server A: computes its share's products and label differences for P."""
+
+    name = "A"
+
+
+class PrincipalServer(_Server):
+    """Server P: plans, combines, masks, routes decryptions, keeps Φ (see module)."""
+
+    name = "P"
+
+
+# ====================================================================== the run
+@dataclass
+class _Batch:
+    rows: NDArray[np.int64]  # pooled sample indices, in column order
+    group: int
+
+
+@dataclass
+class _Run:
+    record: TrainingRecord
+    cfg: SecSVConfig
+    acc: Accounting
+    clients: list[SecSVClient]
+    P: PrincipalServer
+    A: AuxiliaryServer
+    groups: list[list[int]]
+    strong: bool
+    batches: list[_Batch]
+    linear_shortcut: bool
+    leader: int
+    turn: int = 0
+    lin_cache: dict[tuple[int, str, int], Any] = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.P.plan.layers)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.P.y)
+
+    def end_round(self, t: int) -> None:
+        self.lin_cache.clear()
+        for srv in (self.P, self.A):
+            srv.new_round()
+            for key in [k for k in srv.models if k[0] == t]:
+                del srv.models[key]  # the round's encrypted models (memory)
+
+    def _msg(self, snd: str, rcv: str, kind: str, payload: bytes) -> bytes:
+        return self.acc.message(snd, rcv, kind, payload)
+
+    # ------------------------------------------------------------- model upload
+    def upload_round(self, t: int) -> None:
+        rnd = self.record.rounds[t]
+        jobs: list[tuple[int, str, Params]] = [(self.leader, "global", rnd.global_params)]
+        jobs += [(c, f"c{c}", p) for c, p in zip(rnd.participants, rnd.local_params,
+                                                   strict=True)]
+        for owner, key, params in jobs:
+            blob = self.clients[owner].encrypt_model(t, key, params, self.acc)
+            with self.acc.timed("other"):
+                self.P.receive_model(self._msg(f"client:{owner}", "P", "model", blob))
+                self.A.receive_model(self._msg(f"client:{owner}", "A", "model", blob))
+
+    # ------------------------------------------------------------- one evaluation
+    def _keys_weights(self, t: int, mask: int) -> tuple[list[str], list[int], list[int]]:
+        rnd = self.record.rounds[t]
+        if mask == 0:
+            return ["global"], [1], []
+        q = integer_weights(rnd.weights, self.cfg.weight_bits)
+        sel = [j for j in range(len(rnd.participants)) if mask >> j & 1]
+        keys = [f"c{rnd.participants[j]}" for j in sel]
+        owners = [rnd.participants[sel[0]]] if len(sel) == 1 else []
+        return keys, [int(q[j]) for j in sel], owners
+
+    def _bound(self, t: int, keys: Sequence[str], q: Sequence[int], layer: int,
+               xbound: int) -> int:
+        total = 0
+        for k, qi in zip(keys, q, strict=True):
+            beta, gamma = self.P.models[(t, k)].bounds[layer]
+            total += qi * (beta * xbound + gamma)
+        if total >= self.P.bfv.t // 2:
+            raise sh.FixedPointOverflow(
+                f"layer {layer + 1}: the linear output may reach {total:.3g} in fixed point, "
+                f"beyond t/2 = {self.P.bfv.t // 2:.3g}; lower frac_bits_model/"
+                f"frac_bits_hidden (SecSV refuses rather than wrap)")
+        return total
+
+    def _mask(self, lp: LayerPlan, m: int, active: BoolArray) -> U64 | None:
+        """Segments summing to 0 (uniform in inactive columns) or None if not needed."""
+        t = self.P.bfv.t
+        hidden = not active.all()
+        if lp.fold == 1 and not hidden:
+            return None
+        width = self.P.plan.width
+        seg = lp.d_out * width
+        out = np.zeros(self.P.bfv.slots, dtype=np.uint64)
+        if lp.fold > 1:
+            r = sh.uniform_mod(t, ((lp.fold - 1), seg))
+            total = np.zeros(seg, dtype=np.uint64)
+            for k in range(0, lp.fold - 1, 256):  # < 2^8 residues < 2^55 fit in uint64
+                total = sh.add_mod(total, r[k:k + 256].sum(axis=0, dtype=np.uint64)
+                                   % np.uint64(t), t)
+            out[:(lp.fold - 1) * seg] = r.ravel()
+            out[(lp.fold - 1) * seg:lp.fold * seg] = sh.sub_mod(np.zeros(seg, np.uint64),
+                                                                total, t)
+        if hidden:
+            grid = np.zeros((lp.d_out, width), dtype=bool)
+            grid[:, :m] = ~active[None, :]
+            idx = (lp.fold - 1) * seg + np.flatnonzero(grid.ravel())
+            out[idx] = sh.add_mod(out[idx], sh.uniform_mod(t, idx.size), t)
+        return out
+
+    def evaluate(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> BoolArray:
+        """Test ``θ_S^t`` on the pooled samples ``rows`` (all if None); True = correct."""
+        keys, q, mowners = self._keys_weights(t, mask)
+        m_total = len(self.P.y)
+        todo = np.zeros(m_total, dtype=bool)
+        todo[np.arange(m_total) if rows is None else rows] = True
+        correct = np.zeros(m_total, dtype=bool)
+        shortcut = self.linear_shortcut
+        work: list[tuple[int, NDArray[np.int64], BoolArray]]
+        if shortcut or rows is None:  # the round's fixed batches (cacheable products)
+            work = [(bi, b.rows, todo[b.rows]) for bi, b in enumerate(self.batches)
+                    if todo[b.rows].any()]
+        else:  # SampleSkip without the shortcut: repack the samples left to test
+            work = []
+            width = self.P.plan.width
+            for g in range(len(self.groups)):
+                sel = np.concatenate([b.rows for b in self.batches if b.group == g]
+                                     or [np.zeros(0, dtype=np.int64)])
+                sel = sel[todo[sel]]
+                for k in range(0, len(sel), width):
+                    chunk = sel[k:k + width]
+                    work.append((-1, chunk, np.ones(len(chunk), dtype=bool)))
+        fm = self.P.plan.frac_model
+        for bi, brows, active in work:
+            group = int(self.P.owner[brows[0]])
+            gidx = next(g for g, members in enumerate(self.groups) if group in members)
+            gowners = self.groups[gidx]
+            chain = decryptor_chain(len(self.clients), self.n_layers, gowners, mowners,
+                                    self.strong, self.turn)
+            self.turn += 1
+            m = len(brows)
+            xb = max(self.P.xbound.get(c, 1) for c in gowners)
+            previous = -1
+            x_p, x_a = self.P.x[brows].T.copy(), self.A.x[brows].T.copy()
+            for layer in range(self.n_layers):
+                lp = self.P.plan.layers[layer]
+                bound = self._bound(t, keys, q, layer, xb)
+                with self.acc.timed("arithmetic"):
+                    if layer == 0 and shortcut:
+                        ct = self._shortcut_sum(t, keys, q, bi, x_p, x_a)
+                    else:
+                        ck = (0, bi) if layer == 0 and bi >= 0 else None
+                        model_p = self.P.aggregated(t, keys, q, layer, mask)
+                        model_a = self.A.aggregated(t, keys, q, layer, mask)
+                        a_ct = self.A.product(model_a, layer, x_a, ck, False)
+                        a_bytes = self._msg("A", "P", "product",
+                                            self.A.bfv.serialize(a_ct, ntt=True))
+                        ct = self.P.product(model_p, layer, x_p, ck, True)
+                        self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
+                    ct = self.P.bfv.from_ntt(ct)
+                    rmask = self._mask(lp, m, active)
+                    if rmask is not None:
+                        ct = self.P.bfv.add_plain(ct, rmask)
+                    payload = self.P.bfv.serialize(self.P.bfv.mod_switch_down(ct))
+                dec = chain[layer]
+                req = wire.encode("secsv/decrypt", {
+                    "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
+                    "previous": previous, "scale_bits": fm + self.P.plan.frac_inputs[layer],
+                    "weight_sum": int(sum(q)),
+                    "bound": bound}, [payload, np.packbits(active).tobytes()])
+                to_p, to_a = self.clients[dec].decrypt_layer(
+                    self._msg("P", f"client:{dec}", "decrypt", req), self.acc)
+                to_p = self._msg(f"client:{dec}", "P", "share", to_p)
+                to_a = self._msg(f"client:{dec}", "A", "share", to_a)
+                previous = dec
+                if layer < self.n_layers - 1:
+                    x_p, xb = self._reshare(to_p, lp.d_out, m)
+                    x_a, _ = self._reshare(to_a, lp.d_out, m)
+                else:
+                    correct[brows[active]] = self._compare(to_p, to_a, brows, m)[active]
+        return correct[todo] if rows is not None else correct
+
+    def _shortcut_sum(self, t: int, keys: Sequence[str], q: Sequence[int], bi: int,
+                      x_p: U64, x_a: U64) -> Any:
+        terms = []
+        for k in keys:
+            ck = (t, k, bi)
+            if ck not in self.lin_cache:  # q_i · lin(θ_i, X) once per round and batch
+                qi = q[keys.index(k)]
+                a_ct = self.A.product(self.A.models[(t, k)].layers[0], 0, x_a, (0, bi),
+                                      False)
+                a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct, ntt=True))
+                ct = self.P.product(self.P.models[(t, k)].layers[0], 0, x_p, (0, bi), True)
+                self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
+                if qi != 1:
+                    ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
+                self.lin_cache[ck] = ct
+            terms.append(self.lin_cache[ck])
+        return self.P.bfv.add_many(terms)
+
+    def _reshare(self, data: bytes, d: int, m: int) -> tuple[U64, int]:
+        msg = wire.decode(data, expect="secsv/reshare", max_bytes=1 << 28)
+        if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, m) != m:
+            raise ProtocolError("malformed re-share")
+        b = _int_meta(msg.meta, "bound", 1, self.P.bfv.t // 2)
+        x = _u64(msg.blobs[0], (d, m), "re-share")
+        if x.size and int(x.max()) >= self.P.bfv.t:
+            raise ProtocolError("share out of range")
+        return x, b
+
+    def _compare(self, to_p: bytes, to_a: bytes, brows: NDArray[np.int64], m: int
+                 ) -> BoolArray:
+        """Alg. 4, steps 12-14: A sends Ŷ'' − Y''; P reconstructs Ŷ − Y exactly."""
+        t = self.P.bfv.t
+        la = _u64(wire.decode(to_a, expect="secsv/labels", max_bytes=1 << 26).blobs[0],
+                  (m,), "label share")
+        with self.acc.timed("arithmetic"):
+            diff_a = sh.sub_mod(la, self.A.y[brows], t)
+        payload = self._msg("A", "P", "label-diff", wire.encode(
+            "secsv/label-diff", {"m": m}, [diff_a.tobytes()]))
+        msg = wire.decode(payload, expect="secsv/label-diff", max_bytes=1 << 26)
+        lp_ = _u64(wire.decode(to_p, expect="secsv/labels", max_bytes=1 << 26).blobs[0],
+                   (m,), "label share")
+        with self.acc.timed("arithmetic"):
+            diff = sh.add_mod(sh.sub_mod(lp_, self.P.y[brows], t),
+                              _u64(msg.blobs[0], (m,), "label difference"), t)
+            ok: BoolArray = sh.centre(diff, t) == 0
+        return ok
+
+
+# ====================================================================== set-up
+def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
+    """Authenticated key set-up among the clients (P relays); BFV keys from its seed.
+
+    The set-up is the project's CKKS one (:mod:`fedsec.crypto.keysetup`, smallest secure
+    preset, no rotations); SecSV uses only its transcript-bound session and the 32-byte
+    seed it delivers to the clients, from which every client derives the same BFV keys
+    (the CKKS keys it also makes are unused). The relayed bytes are counted.
+    """
+    from fedsec.auc.common import local_federation
+    from fedsec.crypto.keysetup import KeySpec, run_key_setup
+
+    names = [f"client-{i}" for i in range(n)]
+    identities, roster = local_federation(names)
+    spec = KeySpec.create("CKKS_128_N8192_DEPTH1", (), False)
+
+    def count(step: str, value: Any) -> Any:
+        items = value if isinstance(value, list) else [value]
+        for b in items:
+            if isinstance(b, bytes | bytearray):
+                acc.message("client" if step == "keys/hellos" else "P",
+                            "P" if step == "keys/hellos" else "client", step, bytes(b))
+        return value
+
+    with acc.timed("other"):
+        _agg, keys = run_key_setup(identities, roster, spec, tamper=count)
+    ctxs = []
+    with acc.timed("encryption"):
+        for k in keys:
+            ctxs.append(BFVContext.from_seed(k.seed, params=cfg.bfv,
+                                             label=k.session.encode()))
+    fps = {c.public_fingerprint() for c in ctxs}
+    if len(fps) != 1:  # pragma: no cover - deterministic derivation
+        raise ProtocolError("clients derived different BFV keys")
+    return ctxs
+
+
+def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray[np.int64]]],
+           cfg: SecSVConfig, acc: Accounting, linear_shortcut: bool) -> _Run:
+    n = record.n_clients
+    n_layers = len(record.spec.layers)
+    groups, strong = plan_groups(n, n_layers)
+    if not strong:
+        warnings.warn(f"SecSV with {n} clients and a {n_layers}-layer model cannot keep "
+                      f"all {n_layers + 2} parties of a decryption chain distinct (seed 004, "
+                      "Prop. 6.8): two clients alternate, which leaves multi-layer "
+                      "equation-solving attacks possible.", PrivacyWarning, stacklevel=3)
+    ctxs = _key_setup(n, acc, cfg)
+    public = BFVContext(cfg.bfv)
+    sizes = [len(y) for _, y in sets]
+    per_group = [sum(sizes[c] for c in g) for g in groups]
+    cap = min(public.slots // layer.out_features for layer in record.spec.layers)
+    width = _pick_width(record, per_group, cap, public.slots)
+    lps = [LayerPlan(ly.out_features, ly.in_features, _fold_of(ly.out_features, ly.in_features,
+                                                               width, public.slots))
+           for ly in record.spec.layers]
+    leader = secrets.randbelow(n)
+    clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg)
+               for i in range(n)]
+    # Coarse bounds (exponents) from every model and data owner -> P's fixed point
+    owned: list[list[tuple[int, str, Params]]] = [[] for _ in range(n)]
+    for t, rnd in enumerate(record.rounds):
+        owned[leader].append((t, "global", rnd.global_params))
+        for cid, params in zip(rnd.participants, rnd.local_params, strict=True):
+            owned[cid].append((t, f"c{cid}", params))
+    fm, fx = _pick_fixed_point(
+        [acc.message(f"client:{c.index}", "P", "bounds", c.coarse_bounds(owned[c.index]))
+         for c in clients], record, cfg, public.t)
+    plan = Plan(width, tuple(lps), fm, (fx,) + (cfg.frac_bits_hidden,) * (len(lps) - 1))
+    plan_bytes = wire.encode("secsv/plan", plan.to_meta())
+    for c in clients:
+        c.receive_plan(acc.message("P", f"client:{c.index}", "plan", plan_bytes))
+    P = PrincipalServer(public, record.spec, n, plan, cfg)
+    A = AuxiliaryServer(BFVContext(cfg.bfv), record.spec, n, plan, cfg)
+    to_p, to_a = [], []
+    for c in clients:
+        bp, ba = c.share_data(acc)
+        to_p.append(acc.message(f"client:{c.index}", "P", "data", bp))
+        to_a.append(acc.message(f"client:{c.index}", "A", "data", ba))
+    with acc.timed("other"):
+        P.receive_data(to_p)
+        A.receive_data(to_a)
+    batches = []
+    for g, members in enumerate(groups):
+        rows = shuffle(np.flatnonzero(np.isin(P.owner, members)))
+        for k in range(0, len(rows), width):
+            batches.append(_Batch(rows[k:k + width], g))
+    # P tells A the batch composition (sample IDs per batch)
+    spec_bytes = wire.encode("secsv/batches", {"batches": [b.rows.tolist() for b in batches]})
+    acc.message("P", "A", "batches", spec_bytes)
+    return _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
+                leader=leader)
+
+
+def _fold_of(d_out: int, d_in: int, width: int, slots: int) -> int:
+    return max(1, min(d_in, slots // (d_out * width)))
+
+
+def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slots: int) -> int:
+    """Batch width trading model ciphertexts (fewer with a narrow, more folded grid)
+    against decryptions (more batches). Costs in units of one ciphertext's round trip
+    (encrypt + two uploads) vs one decryption chain step, both measured ~10 ms : 8 ms."""
+    top = max(1, min(max(per_group), cap))
+    models = sum(len(r.participants) + 1 for r in record.rounds)
+    evals = sum(2 ** len(r.participants) for r in record.rounds)
+    best, best_cost = top, math.inf
+    for j in range(1, 17):
+        w = max(1, -(-top // j))
+        cts = sum(-(-ly.in_features // _fold_of(ly.out_features, ly.in_features, w, slots)) + 1
+                  for ly in record.spec.layers)
+        batches = sum(-(-g // w) for g in per_group if g)
+        cost = 10.0 * models * cts + 8.0 * evals * batches * len(record.spec.layers)
+        if cost < best_cost:
+            best, best_cost = w, cost
+    return best
+
+
+def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: SecSVConfig,
+                      t: int) -> tuple[int, int]:
+    """P's choice of ``(f_θ, f_x)``: the largest total with
+    ``max_t Σ_i q_i (2^{e_β,i} 2^{e_x} + 2^{e_γ,i}) · 2^{f_θ + f_x} < t/8`` (first layer;
+    3 bits of margin for rounding), split evenly; configured values are kept."""
+    ex = -64
+    bounds: dict[tuple[int, str], tuple[int, int]] = {}
+    for data in messages:
+        msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
+        x = msg.meta.get("x")
+        models = msg.meta.get("models")
+        if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 1024:
+            raise ProtocolError("malformed bounds message")
+        ex = max(ex, x)
+        for entry in models:
+            try:
+                rnd, key, layers = entry
+                eb, eg = layers[0]
+                ok = all(isinstance(v, int) and -64 <= v <= 1024 for v in (rnd, eb, eg))
+            except (TypeError, ValueError, IndexError):
+                ok = False
+            if not ok or not isinstance(key, str):
+                raise ProtocolError("malformed bounds message")
+            bounds[(rnd, key)] = (eb, eg)
+    worst = 0.0
+    for ti, rnd in enumerate(record.rounds):
+        q = integer_weights(rnd.weights, cfg.weight_bits)
+        keys = [("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(rnd.participants, q,
+                                                                       strict=True)]
+        terms = []
+        for key, qi in keys:
+            if (ti, key) not in bounds:
+                raise ProtocolError(f"no bounds for model {key} of round {ti}")
+            eb, eg = bounds[(ti, key)]
+            terms.append(qi * (2.0 ** (eb + ex) + 2.0 ** eg))
+        worst = max(worst, terms[0], sum(terms[1:]))  # θ^t alone; any θ_S <= the sum
+    room = math.floor(math.log2(t / 8) - math.log2(max(worst, 2.0 ** -60)))
+    fm = cfg.frac_bits_model if cfg.frac_bits_model is not None else \
+        min(30, room - room // 2 if cfg.frac_bits_data is None else room - cfg.frac_bits_data)
+    fx = cfg.frac_bits_data if cfg.frac_bits_data is not None else min(30, room - fm)
+    if fm < 1 or fx < 1:
+        raise sh.FixedPointOverflow(
+            f"the models' and data's magnitudes leave {room} fractional bits in a "
+            f"{t.bit_length()}-bit plaintext modulus; SecSV refuses rather than wrap")
+    return fm, fx
+
+
+# ====================================================================== entry point
+def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
+                  budget: int | None = None, sample_skip: bool = False, seed: int = 0,
+                  linear_shortcut: bool = True, config: SecSVConfig | None = None,
+                  progress: Progress | None = None) -> SecureShapleyResult:
+    """Federated Shapley values with SecSV (seed 004, Alg. 3-4; SampleSkip Alg. 6-7).
+
+    Parameters
+    ----------
+    record : TrainingRecord
+        The federated training run (local models, weights, global models per round).
+    test_sets : sequence of (X_i, y_i)
+        Each client's private test set, in client order.
+    estimator : {"exact", "ps", "gt", "ks", "gtg"}, default="exact"
+        Exact SSVs or one of the estimators of :mod:`fedsec.shapley.estimators` run over
+        the secure utility oracle (seed 004, Table 3).
+    budget : int, optional
+        Per-round budget of the estimator.
+    sample_skip : bool, default=False
+        SampleSkip (seed 004, Alg. 6-7) at the principal server.
+    seed : int, default=0
+        Seed of the estimators' sampling (public randomness).
+    linear_shortcut : bool, default=True
+        First layer by plaintext-weighted sums of the ``n + 1`` local products per round.
+    config : SecSVConfig, optional
+        Fixed-point and BFV parameters.
+    progress : callable, optional
+        Called with a short message after every round.
+
+    Returns
+    -------
+    SecureShapleyResult
+    """
+    where = "secsv_shapley"
+    if not isinstance(record, TrainingRecord):
+        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
+                        f"Got {type(record).__name__} instead.")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
+                         f"Got {estimator!r} instead.")
+    if estimator != "exact":
+        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
+                             f"Got {budget!r} instead.")
+    else:
+        budget = None
+    for name, v in (("sample_skip", sample_skip), ("linear_shortcut", linear_shortcut)):
+        if not isinstance(v, bool):
+            raise TypeError(f"The '{name}' parameter of {where} must be a bool. "
+                            f"Got {type(v).__name__} instead.")
+    cfg = (config or SecSVConfig()).check()
+    sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
+    for t, rnd in enumerate(record.rounds):
+        if estimator == "exact" and len(rnd.participants) > MAX_EXACT_PLAYERS:
+            raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
+                             f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} participants.")
+    acc = Accounting()
+    t0 = time.perf_counter()
+    with threadpool_limits(limits=1, user_api="blas"):
+        run = _setup(record, sets, cfg, acc, linear_shortcut)
+        result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress, "secsv")
+    result.seconds = time.perf_counter() - t0
+    result.accounting = acc
+    return result
+
+

@@ -1,0 +1,96 @@
+"""Matrix Reducing (seed 004, Alg. 5): the identity in the clear, exact BFV Half (c2p) with
+shared data, CKKS Full and Half, and the BFV layer's byte checks."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from fedsec.crypto import reducing as rd
+from fedsec.crypto import sharing as sh
+from fedsec.crypto.bfv import BFVContext, BFVParams
+from fedsec.errors import ProtocolError
+
+
+@pytest.fixture(scope="module")
+def bfv() -> BFVContext:
+    return BFVContext.from_seed(os.urandom(32))
+
+
+@pytest.mark.parametrize("shape", [(2, 48, 30), (4, 3, 10), (5, 5, 1), (1, 1, 1),
+                                   (10, 64, 7), (7, 2, 9), (3, 300, 4)])
+def test_reducing_identity(shape: tuple[int, int, int]) -> None:
+    d_out, d_in, m = shape
+    rng = np.random.default_rng(d_in)
+    a = rng.integers(-50, 50, (d_out, d_in))
+    b = rng.integers(-50, 50, (d_in, m))
+    np.testing.assert_array_equal(rd.reduce_plain(a, b), a @ b)
+
+
+def test_same_keys_from_the_same_seed_fresh_encryptions(bfv: BFVContext) -> None:
+    seed = os.urandom(32)
+    c1, c2 = BFVContext.from_seed(seed), BFVContext.from_seed(seed)
+    assert c1.public_fingerprint() == c2.public_fingerprint()
+    assert BFVContext.from_seed(os.urandom(32)).public_fingerprint() != c1.public_fingerprint()
+    ct = c1.encrypt([1, 2, 3])
+    assert c1.serialize(ct) != c1.serialize(c1.encrypt([1, 2, 3]))  # randomised
+    np.testing.assert_array_equal(c2.decrypt(ct)[:4], [1, 2, 3, 0])
+
+
+def test_half_bfv_exact_on_shared_data(bfv: BFVContext) -> None:
+    """[[A]]·X' + [[A]]·X'' decrypts to A·X exactly (mod t, centred) — with shares that
+    wrap modulo t in almost every entry, and large fixed-point magnitudes."""
+    t = bfv.t
+    rng = np.random.default_rng(1)
+    d_out, d_in, m = 4, 37, 300
+    width = rd.grid_width(d_out, bfv.slots)
+    a = rng.integers(-2**20, 2**20, (d_out, d_in))
+    x = rng.integers(-2**20, 2**20, (d_in, m))
+    enc = [bfv.to_ntt(bfv.encrypt(r)) for r in rd.model_diagonals(sh.to_residues(a, t), width)]
+    s1, s2 = sh.share(sh.to_residues(x, t), t)
+    p1 = [bfv.encode_ntt(r) for r in rd.data_diagonals(s1, d_out, width)]
+    p2 = [bfv.encode_ntt(r) for r in rd.data_diagonals(s2, d_out, width)]
+    y = bfv.add(rd.reduce_half_bfv(bfv, enc, p1), rd.reduce_half_bfv(bfv, enc, p2))
+    y = bfv.deserialize(bfv.serialize(y))
+    out = sh.centre(rd.read_grid(bfv.decrypt(y), d_out, width, m), t)
+    np.testing.assert_array_equal(out, a @ x)
+    assert bfv.noise_budget(y) > 20
+
+
+def test_bfv_deserialize_rejects_garbage(bfv: BFVContext) -> None:
+    good = bfv.serialize(bfv.encrypt([5]))
+    for bad in (b"", good[:100], good[:-8], b"\x00" * len(good), good + b"\x00" * 8):
+        with pytest.raises(ProtocolError):
+            bfv.deserialize(bad)
+    with pytest.raises(ProtocolError):
+        bfv.deserialize(b"x" * (10 << 20))
+
+
+def test_bfv_params_checked() -> None:
+    with pytest.raises(ValueError, match="ring degree"):
+        BFVParams(4096).check()
+    with pytest.raises(ProtocolError):
+        BFVParams.from_dict({"poly_modulus_degree": 8192, "plain_bits": 99})
+    with pytest.raises(ProtocolError):
+        BFVParams.from_dict({"poly_modulus_degree": "x"})
+
+
+def test_ckks_full_and_half() -> None:
+    from fedsec.crypto.ckks import CKKSContext
+
+    ctx = CKKSContext.generate("INSECURE_TEST_N4096_DEPTH2", allow_insecure=True)
+    rng = np.random.default_rng(2)
+    d_out, d_in, m = 3, 8, 50
+    width = rd.grid_width(d_out, ctx.slots)
+    a = rng.normal(size=(d_out, d_in))
+    b = rng.normal(size=(d_in, m))
+    ad = rd.model_diagonals(a, width)
+    bd = rd.data_diagonals(b, d_out, width)
+    enc_a = [ctx.encrypt(r) for r in ad]
+    full = rd.reduce_full_ckks(ctx, enc_a, [ctx.encrypt(r) for r in bd])
+    half = rd.reduce_half_ckks(ctx, enc_a, bd)
+    for ct in (full, half):
+        got = rd.read_grid(ctx.decrypt(ct).real, d_out, width, m)
+        np.testing.assert_allclose(got, a @ b, atol=1e-4)
