@@ -464,7 +464,9 @@ def sh_permute(agg: FHAUCAggregator, obs: Observed) -> bytes:
 def sh_reencrypt(agg: FHAUCAggregator, obs: Observed) -> bytes:
     ctx = agg.context
     ref = _sh_result_ct(agg, obs)
-    enc = ctx.encrypt(np.full(ctx.slots, 1000.0 + 900.0j), scale=ref.scale)
+    # the answer's shape: class 0 denom + i*num, class 1 denom + i*B, classes 2, 3 alike
+    cls = np.array([1000.0 + 900.0j, 1000.0 + 50.0j, 900.0 + 1000.0j, 50.0 + 1000.0j])
+    enc = ctx.encrypt(np.tile(cls, ctx.slots // 4), scale=ref.scale)
     return _sh_answer(agg, _at(ctx, enc, ref), dict(_sh_meta(obs), ratio=0.0))
 
 

@@ -66,12 +66,13 @@ def finish_masked(ctx: CKKSContext, ct: Any) -> Any:
     return out
 
 
-def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], Any]) -> Any:
+def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], Any],
+                     count: int = 2) -> Any:
     """Add :data:`RESULT_NOISE_SD` Gaussian noise (from ``secrets``) to a masked result.
 
-    ``pattern(e)`` maps two fresh noise values to the slot vector to add (the same noise
-    wherever a value is repeated, so slots stay consistent)."""
-    return ctx.add_plain(ct, pattern(gaussian_noise(2, sigma=RESULT_NOISE_SD)))
+    ``pattern(e)`` maps ``count`` fresh noise values to the slot vector to add (the same
+    noise wherever a value is repeated, so slots stay consistent)."""
+    return ctx.add_plain(ct, pattern(gaussian_noise(count, sigma=RESULT_NOISE_SD)))
 
 
 def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:

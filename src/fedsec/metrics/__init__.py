@@ -2,6 +2,12 @@
 
 from fedsec.metrics.roc import (
     as_decision_points,
+    bin_pair_counts,
+    exact_auc,
+    single_value_bins,
+    transform_scores,
+    trapezoid_error_bound,
+    trapezoid_error_bound_from_counts,
     class_totals_from_terms,
     confusion_counts,
     trapezoid_auc,
@@ -12,6 +18,12 @@ from fedsec.metrics.roc import (
 
 __all__ = [
     "as_decision_points",
+    "bin_pair_counts",
+    "exact_auc",
+    "single_value_bins",
+    "transform_scores",
+    "trapezoid_error_bound",
+    "trapezoid_error_bound_from_counts",
     "class_totals_from_terms",
     "confusion_counts",
     "trapezoid_auc",
