@@ -488,14 +488,15 @@ ORACLE_DENOMINATOR = 4096.0
 
 
 def sh_oracle_slotsum(agg: FHAUCAggregator, obs: Observed) -> bytes:
-    """A uniform answer ``R + i*Neg_j`` built from party ``j``'s submission (the last):
-    ``Im(T + iF)`` summed over all slots is ``sum(F) = Neg_j`` (the terms telescope). The
-    party accepts it and computes ``Neg_j / R``: a decryption oracle for any linear
+    """An answer ``R + i*Neg_j`` in classes 0 and 1, built from party ``j``'s submission
+    (the last): ``Im(T + iF)`` summed over the slots of class 0 (or 1) is ``sum(F) =
+    Neg_j`` (the terms telescope); only the answer's own class-sum rotations are needed.
+    The party accepts it and computes ``Neg_j / R``: a decryption oracle for any linear
     function of any ciphertext under the shared key."""
     ctx = agg.context
     z = ctx.deserialize(wire.decode(obs.present()[-1]).blobs[0])
     im = ctx.sub(z, ctx.conjugate(z))                                  # 2i * F per slot
-    im = ctx.multiply_const(ctx.sum_slots(im), 0.5, scale=2.0)         # i * Neg_j
+    im = ctx.multiply_const(ctx.sum_slots(im, stride=4), 0.5, scale=2.0)  # i * Neg_j
     out = ctx.add_plain(im, np.full(ctx.slots, ORACLE_DENOMINATOR))
     return _sh_answer(agg, out, _sh_meta(obs))
 

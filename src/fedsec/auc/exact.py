@@ -297,7 +297,7 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     points = initial_grid(INITIAL_POINTS)
     rounds = 0
     stats: list[dict[str, Any]] = []
-    capped = False
+    capped = max_rounds == 0
     if max_rounds > 0:
         identities, roster = local_federation(party_names)
         say(f"exact mode: key set-up for refinement ({len(data)} parties)")

@@ -32,7 +32,7 @@ __all__ = ["RESULT_NOISE_SD", "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "mask
 # noise, about the denominator channel's own CKKS noise for the smallest federations, spreads
 # each value over ~S * 2^-32 = 8 grid steps (default chain). Larger noise hides more and
 # costs precision (absolute AUC error ~ noise / denom).
-RESULT_NOISE_SD = 2.0 ** -32
+RESULT_NOISE_SD = 2.0 ** -29
 # The masked result is computed at 4x its value (the slot sums carry a factor 4) and the
 # factor is removed exactly by declaring the ciphertext's scale 4x larger.
 OUTPUT_SCALE_FACTOR = 4.0

@@ -357,13 +357,13 @@ def transform_scores(values: Any, scores: str = "probability") -> FloatArray:
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"scores must be finite numbers; score {i} is {arr[i]!r}")
+        raise ValueError(f"scores must be finite numbers; score {i} is {float(arr[i])!r}")
     if kind == "probability":
         out_lo, out_hi = arr < -PROBABILITY_SLACK, arr > 1.0 + PROBABILITY_SLACK
         if out_lo.any() or out_hi.any():
             i = int(np.flatnonzero(out_lo | out_hi)[0])
             raise ValueError(
-                f"scores='probability' needs scores in [0, 1]; score {i} is {arr[i]!r} "
+                f"scores='probability' needs scores in [0, 1]; score {i} is {float(arr[i])!r} "
                 f"({int(out_lo.sum() + out_hi.sum())} outside). Use scores='logit' for "
                 "logits or decision_function values, or 'range:LO:HI' for a known range.")
         return np.clip(arr, 0.0, 1.0)
@@ -385,5 +385,5 @@ def transform_scores(values: Any, scores: str = "probability") -> FloatArray:
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         raise ValueError(f"scores='{scores}' declares the range [{lo:g}, {hi:g}]; score {i} "
-                         f"is {arr[i]!r} ({int(outside.sum())} outside)")
+                         f"is {float(arr[i])!r} ({int(outside.sum())} outside)")
     return np.clip((arr - lo) / span, 0.0, 1.0)
