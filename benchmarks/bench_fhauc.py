@@ -42,7 +42,8 @@ import numpy as np
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
+from fedsec.auc.common import local_federation
+from fedsec.crypto.keysetup import KeySetupAggregator, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.synthetic import CRITEO_LIKE
 from fedsec.errors import ProtocolError
@@ -88,16 +89,14 @@ class OurSetup:
 
 
 def our_key_setup(n_parties: int) -> OurSetup:
-    """The real key set-up roles, counting every byte the aggregator receives."""
+    """The real, signed key set-up (:func:`fedsec.crypto.keysetup.run_key_setup` among
+    fresh local identities). ``setup_bytes_to_aggregator`` is the public key material the
+    aggregator holds afterwards (the signed hellos and relayed boxes add to it)."""
     names = [f"party-{i}" for i in range(n_parties)]
-    rot = FHAUCConfig.create(2, preset=OURS_PRESET).rotations()
-    parties = [KeySetupParty(n) for n in names]
-    agg = KeySetupAggregator(preset=OURS_PRESET, rotations=rot, conjugate=True)
-    hellos = [p.hello() for p in parties]
-    holder, request = agg.request(hellos)
-    offer = parties[holder].offer(request)
-    keys = [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
-    return OurSetup(agg, keys, sum(map(len, hellos)) + len(offer), agg.public_bytes_size)
+    identities, roster = local_federation(names)
+    agg, keys = run_key_setup(identities, roster,
+                              FHAUCConfig.create(2, preset=OURS_PRESET).key_spec())
+    return OurSetup(agg, keys, agg.public_bytes_size, agg.public_bytes_size)
 
 
 class Ours:
@@ -129,7 +128,7 @@ class Ours:
 
     def figures(self) -> dict[str, Any]:
         return {"upload_bytes_per_party": max(map(len, self.subs)),
-                "ciphertexts_per_party": 1,
+                "ciphertexts_per_party": self.cfg.n_chunks,
                 "setup_bytes_to_aggregator": self.setup.setup_bytes_to_aggregator,
                 "public_material_bytes": self.setup.public_material_bytes,
                 "party_submit_s": self.party_submit_s}
@@ -354,16 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true", help="skip the papers' config")
     ap.add_argument("--quick", action="store_true", help="smoke run: small sweeps, 1 rep")
     ap.add_argument("--json-out", help="also write all rows and the machine to this file")
+    ap.add_argument("--parties", help="comma-separated party counts of the parties sweep "
+                    "(default 5,10,15,50,100)")
+    ap.add_argument("--points", help="comma-separated N of the points sweep at 15 parties "
+                    "(default 25,50,100,1000,4096; 'none' skips it)")
     args = ap.parse_args(argv)
     parties = (5, 15) if args.quick else PARTY_SWEEP
     points = (25, 100, 4096) if args.quick else POINT_SWEEP
+    if args.parties:
+        parties = tuple(int(x) for x in args.parties.split(","))
+    if args.points:
+        points = () if args.points == "none" else tuple(int(x) for x in args.points.split(","))
     reps = 1 if args.quick else args.reps
     info = machine()
     print(json.dumps({"machine": info, "reps": reps}), flush=True)
     t_start = time.perf_counter()
     setups: dict[int, OurSetup] = {}
     rows: list[dict[str, Any]] = []
-    for p in sorted(set(parties) | {15}):
+    for p in sorted(set(parties) | ({15} if points else set())):
         log(f"key set-up for {p} parties")
         setups[p] = our_key_setup(p)
     for p in parties:
