@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from fedsec.auc.common import local_federation
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.auc.common import local_federation
 from fedsec.crypto.keysetup import KeySetupAggregator, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.synthetic import CRITEO_LIKE

@@ -22,7 +22,8 @@ from fedsec.crypto.identity import Identity, Roster
 from fedsec.errors import ProtocolError, UndefinedMetricError
 
 __all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
-           "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation", "DEFAULT_MAX_TOTAL_SAMPLES",
+           "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
+           "DEFAULT_MAX_TOTAL_SAMPLES",
            "MAX_DECISION_POINTS"]
 
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20

@@ -59,20 +59,19 @@ mode therefore raises a :class:`~fedsec.errors.PrivacyWarning` in malicious mode
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_real
-from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.common import SecureAUCResult, local_federation, prepare_federation
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import RESULT_NOISE_SD, finish_masked, masked_product
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
@@ -147,10 +146,6 @@ def refine_grid(points: np.ndarray, marked: np.ndarray, k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ refinement round
-def _bins_per_chunk(ctx_slots: int) -> int:
-    return ctx_slots
-
-
 @dataclass(frozen=True)
 class _RoundConfig:
     points: tuple[float, ...]
@@ -206,13 +201,12 @@ class BinPairsParty:
             raise ProtocolError("refinement result belongs to another round or session")
         if len(msg.blobs) != self.n_chunks:
             raise ProtocolError(f"refinement result must hold {self.n_chunks} ciphertext(s)")
-        ctx, per = self.keys.context, self.keys.context.slots
+        ctx = self.keys.context
         vals = np.concatenate([ctx.decrypt(ctx.deserialize(b)) for b in msg.blobs])
         vals = vals[:self.points.size]
         if np.abs(vals.real).max(initial=0.0) > 1e-3 + 1e-6 * np.abs(vals).max(initial=0.0):
             raise ProtocolError("the refinement result is not a masked pair count (check: "
                                 "real-part)")
-        del per
         return np.asarray(np.abs(vals.imag) > _THRESHOLD)
 
 
@@ -292,7 +286,7 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                       "are verified, the refinement rounds are not (an aggregator can use "
                       "one as a decryption oracle whose answer shows in the next grid); "
                       "see fedsec.auc.exact", PrivacyWarning, stacklevel=3)
-    params = get_preset(preset, allow_insecure=allow_insecure)
+    get_preset(preset, allow_insecure=allow_insecure)
     data, party_names = prepare_federation(parties, names, 1 << 20)
     points = initial_grid(INITIAL_POINTS)
     rounds = 0
@@ -336,7 +330,6 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
             points = refine_grid(points, todo, k)
         else:
             capped = True
-    del params
     if points.size > max_points:
         capped = True
     say(f"final evaluation on {points.size} decision points")
@@ -361,5 +354,3 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     return replace(res, decision_mode="exact", target=float(target), target_reached=reached,
                    rounds=rounds + 1, extra=extra)
 
-
-_ = (math, field)

@@ -90,6 +90,7 @@ from fedsec.auc.common import (
     local_federation,
     prepare_federation,
 )
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
     add_result_noise,
     check_masking_capacity,
@@ -97,7 +98,6 @@ from fedsec.auc.masking import (
     masked_product,
     real_mask,
 )
-from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
     DEFAULT_MAX_TOLERANCE,
@@ -490,12 +490,12 @@ class MaliciousParty:
         df = r8 * (neg + rr.fr[row, n + 1])
         return tv, fv, complex(dt, df)
 
-    def _positions(self, rr: _RunRandomness, row: int, bound: bool = False
+    def _positions(self, rr: _RunRandomness, row: int, bound_channel: bool = False
                    ) -> tuple[np.ndarray, complex]:
         """Steps 6-7 for one run: split every entry into shares and permute the positions."""
         cfg = self.config
         s_count = cfg.splits
-        tv, fv, dpair = self._entries(rr, row, bound)
+        tv, fv, dpair = self._entries(rr, row, bound_channel)
         bound = SHARE_SUM_BOUND / (len(self._participants) * s_count)
         rnd = (2.0 * self._local.uniform((cfg.n_points + 1) * (s_count - 1)) - 1.0) * bound
         rnd = rnd.reshape(cfg.n_points + 1, s_count - 1)
@@ -517,7 +517,7 @@ class MaliciousParty:
         cfg = self.config
         row = self._participants.index(self.keys.index)
         runs = [self._positions(rr, row) for rr in self._runs]
-        bruns = [self._positions(rb, row, bound=True)[0] for rb in self._bound_runs]
+        bruns = [self._positions(rb, row, bound_channel=True)[0] for rb in self._bound_runs]
         per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
         ctx = self.keys.context
         blobs = []
