@@ -345,6 +345,35 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def load_floor(reps: int = 40) -> dict[str, Any]:
+    """Median time to deserialize one party's submission, ours (one seeded ciphertext,
+    default preset) and the baseline's (four public-key ciphertexts, ring 2^14), and the
+    best aggregator-time ratio at 100 parties if our computation took no time at all."""
+    ours_ctx = CKKSContext.generate(OURS_PRESET, relin=True)
+    ours_blob = ours_ctx.encrypt_to_bytes(np.arange(ours_ctx.slots) * 1.0)
+    base_ctx = CKKSContext.from_public_bytes(
+        CKKSContext.generate(PAPER_PRESET, relin=True).public_bytes())
+    base_blobs = [base_ctx.serialize(base_ctx.encrypt(np.arange(100) * 1.0)),
+                  base_ctx.serialize(base_ctx.encrypt(np.arange(100) * 1.0)),
+                  base_ctx.serialize(base_ctx.encrypt([1.0])),
+                  base_ctx.serialize(base_ctx.encrypt([1.0]))]
+    t_ours, t_base = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ours_ctx.deserialize(ours_blob, at_top=True, scale=ours_ctx.scale)
+        t1 = time.perf_counter()
+        for b in base_blobs:
+            base_ctx.deserialize(b, at_top=True)
+        t2 = time.perf_counter()
+        t_ours.append(t1 - t0)
+        t_base.append(t2 - t1)
+    o, b = median(t_ours), median(t_base)
+    row = {"sweep": "load-floor", "ours_load_per_party_s": o, "baseline_load_per_party_s": b,
+           "max_ratio_at_zero_compute": b / o, "reps": reps}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5, help="repetitions per point (median)")
@@ -357,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(default 5,10,15,50,100)")
     ap.add_argument("--points", help="comma-separated N of the points sweep at 15 parties "
                     "(default 25,50,100,1000,4096; 'none' skips it)")
+    ap.add_argument("--load-floor", action="store_true",
+                    help="also measure per-party deserialization, ours vs baseline")
     args = ap.parse_args(argv)
     parties = (5, 15) if args.quick else PARTY_SWEEP
     points = (25, 100, 4096) if args.quick else POINT_SWEEP
@@ -379,11 +410,19 @@ def main(argv: list[str] | None = None) -> int:
     for n in points:
         log(f"points sweep: 15 parties, N = {n}")
         rows += measure("points", 15, n, setups[15], reps, args.samples, not args.no_baseline)
+    if args.load_floor:
+        floor = load_floor()
+        rows.append(floor)
     elapsed = time.perf_counter() - t_start
     print()
-    print(table(rows))
+    print(table([r for r in rows if r.get("sweep") != "load-floor"]))
     print()
-    print(summary(rows))
+    print(summary([r for r in rows if r.get("sweep") != "load-floor"]))
+    if args.load_floor:
+        print("Deserializing one party's submission: ours "
+              f"{floor['ours_load_per_party_s'] * 1e3:.1f} ms, baseline "
+              f"{floor['baseline_load_per_party_s'] * 1e3:.1f} ms: at most "
+              f"{floor['max_ratio_at_zero_compute']:.1f}x even if our computation were free.")
     print(f"\n(total benchmark time {elapsed:.0f} s; medians of {reps} repetitions)")
     if args.json_out:
         with open(args.json_out, "w") as fh:

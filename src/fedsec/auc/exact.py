@@ -25,7 +25,7 @@ Protocol (``decision_points="exact"``)
    bin); the aggregator adds the parties' ciphertexts, squares, keeps ``4i*pos_b*neg_b``
    (``z**2 - conj(z**2)``: no rotation), multiplies slot ``b`` by a fresh mask
    ``r_b`` log-uniform in ``[2^-10, 1]`` (from ``secrets``, encoded at the prime the result
-   is then rescaled by), adds 2^-32 noise and returns it. Each party decrypts and marks the
+   is then rescaled by), adds 2^-29 noise and returns it. Each party decrypts and marks the
    bins whose value exceeds ``2^-11`` (a bin with one pair reads at least ``2^-10``).
 3. Every marked bin that can still be split (it holds more than one float) is split into
    ``k`` sub-bins, uniform in the bit pattern of the float - so any bin reaches

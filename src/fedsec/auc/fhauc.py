@@ -14,23 +14,41 @@ party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters
 Packing (what makes it cheap)
 -----------------------------
 The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext
-whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms of
-:func:`fedsec.metrics.trapezoid_terms`, ``n = 0..N-1``). The aggregator
+per ``slots/4`` decision points (one up to 1024 points on the default ring). Point ``n``
+takes four slots: slot ``4n`` holds ``T[n] + i*F[n]`` (the trapezoid terms of
+:func:`fedsec.metrics.trapezoid_terms`), slot ``4n + 1`` holds ``dTP[n] + i*F[n]``
+(``dTP[n] = TP[n] - TP[n-1]``: the positives whose scores fall in bin ``n``, the same bin
+as the ``F[n]`` negatives), and slots 2 and 3 hold the party's ``Pos +- 2i*Neg``. The
+aggregator
 
-1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (slot-wise ``T + iF`` of the federation);
-2. squares ``Z``: ``Im(Z[n]**2) = 2*T[n]*F[n]``; ``Z**2 - conj(Z**2)`` keeps ``4i*T*F`` and
-   a full slot sum gives ``4i*num`` in every slot;
-3. recovers the class totals from the same ciphertext, without extra uploads: the even and
-   odd slot sums ``E, O`` of ``Z`` give ``Neg = Im(E + O)`` and ``Pos = ±Re(E - O)`` (the
-   terms telescope, see :func:`fedsec.metrics.class_totals_from_terms`), and one product
-   gives ``±4i*Pos*Neg`` with a sign alternating between even and odd slots;
-4. masks (below) and returns one ciphertext whose every slot holds
-   ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
+1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (per ciphertext);
+2. squares ``Z`` (and adds the squares of all ciphertexts): ``Im(Z**2)`` is ``2*T*F`` in
+   class 0 (slots ``4n``), ``2*dTP*F`` in class 1 and ``+-2*denom`` in classes 2, 3
+   (``denom = 2*Pos*Neg``); ``Z**2 - conj(Z**2)`` keeps ``2i`` times that;
+3. sums each slot class (rotations by 4, 8, ..., slots/2 only - 10 on the default ring;
+   every slot of a class then holds the class's full sum, no partial sums remain) and
+   rotates the result by 2, which brings the denominator onto classes 0 and 1;
+4. masks (below) and returns one ciphertext whose class-0 slots hold
+   ``d*denom + i*(d*num + c*denom)`` and class-1 slots ``d*denom + i*(d*B - c*denom)``
+   with ``B = sum_n dTP[n]*F[n]`` (``c = 0`` with the single mask of seed 000).
 
-With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while
-odd slots hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the
-same information as the paper's triple. Thousands of decision points cost the same as a
-hundred (one ciphertext up to ``N = slots``).
+Key switches: one relinearization, one conjugation, 10 + 1 rotations (the earlier layout
+used 25; the papers' configuration rotates log2(N) times at ring 2^14).
+
+**Certified error bound.** ``B`` counts the (positive, negative) pairs whose scores share
+a bin: the trapezoid counts each as 1/2 where the exact AUC counts 0, 1/2 or 1, so
+``|exact AUC - AUC| <= B/denom`` (:func:`fedsec.metrics.trapezoid_error_bound`; bins that
+hold one float value only - e.g. ``[1, inf)`` - are exact ties and left out by setting
+their ``dTP`` to 0). Parties read ``B/denom`` with the AUC, from the same masks: it tells
+them the share of pairs the decision points do not separate, nothing per party. It is
+at most ``min(AUC, 1 - AUC)``; a party refuses a result that breaks this (check
+``error-bound``). :mod:`fedsec.auc.exact` refines the points until it is below a target.
+
+With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``; given
+``c/d`` (which the paper also reveals) this is the same information as the paper's triple.
+Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B - d*denom)``:
+functions of classes 0 and 1, noised so that they stay exactly such functions (see
+:meth:`FHAUCAggregator.mask`).
 
 Masks
 -----
@@ -41,8 +59,12 @@ the rescale *rounds*: the decrypted polynomial is not an exact multiple of the m
 earlier masks - 14 random bits, dyadic, multiplied exactly with no rescale after them - fell
 to a brute force over 8,192 values and to the gcd of the decrypted coefficients.) The mask
 a party faces is ``K/S`` for an integer ``K = round(d*S)``; both channels carry the same
-``K``, and ``c`` is a second integer ``round(2*c*S)``. Gaussian noise of standard deviation
-:data:`RESULT_NOISE_SD` = 2^-32 is added to both values. The numbers below are from
+``K``, and ``c`` is a second integer ``round(c*S)``. Gaussian noise of standard deviation
+:data:`RESULT_NOISE_SD` = 2^-29 is added to each value (2^-32 with the earlier layout,
+whose own CKKS noise was larger; the new layout is more precise, so the result noise was
+raised to keep the mask grid's survivors at the earlier level - measured in
+``tests/auc/test_mask_leakage.py``). Some numbers below were measured with the earlier
+layout and noise; the tests' printed figures are the current ones. The numbers below are from
 ``tests/auc/test_mask_leakage.py`` and ``benchmarks/bench_precision.py``.
 
 What a party learns
@@ -62,7 +84,7 @@ What a party learns
 * **The magnitude of denom within a factor of 2**: ``Y = d*denom`` with ``d`` in [1/2, 1).
 * **Whatever the mask's grid adds.** A candidate ``denom'`` is consistent only if
   ``S*Y/denom'`` (and ``S*X/num'``) is an integer up to the noise. With ``S ~ 2^35`` and
-  2^-32 noise that leaves about ``12 * S * 2^-32 * ln 2 ~ 60`` candidates per factor-2 window
+  2^-29 noise that leaves about ``12 * S * 2^-29 * ln 2 ~ 500`` candidates per factor-2 window
   to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
   federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
   the AUC itself rules nothing out), over ten runs: all of 1, all of 3-6, 35-90 of 52-100

@@ -43,6 +43,18 @@ Gaussian result noise: :mod:`fedsec.auc.fhauc` explains both). Parties recover
 tolerance, each lies in [0, 1], the runs' ``Y/r2`` agree (one mask), unused slot classes
 are empty and every slot of each class is consistent.
 
+Error-bound channel (issue 13): run ``k`` also has class ``2R + 2k`` (stride ``L =
+2^ceil(log2 4R)``, 32 for 8 runs), which carries the same construction with ``dTP`` (the
+positives within bin ``n``) in place of ``T`` and its own randomness (multipliers, zero-sum
+masks, bits, permutation; derived with the label ``bound``): it sums to ``rb0*B +
+rb1*denom`` with ``B = sum_n dTP[n]*F[n]``, the pairs within a bin. Parties recover
+``B/denom`` per run exactly like the AUC and verify it like the AUC: in ``[0, min(AUC,
+1 - AUC)]`` (check ``range``) and the runs agree within the tolerance (check
+``double-execution``); the blind-shift, permutation and multiplier terms of the cheating
+bound apply to it unchanged (same distributions). It costs a second set of share
+positions: twice the slots per run (2 ciphertexts per party at N = 100 on the default
+ring instead of 1).
+
 What parties see: per run ``X = c*(r0*num + r1*denom)`` and ``Y = c*r2*denom`` (times ``i``,
 in every slot of the run's classes). They know ``r0, r1, r2``, so this is ``c*num`` and
 ``c*denom`` - the semi-honest single mask's information, with one ``c`` for all runs: the
@@ -92,6 +104,7 @@ from fedsec.auc.common import (
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
+    MALICIOUS_RESULT_NOISE_SD,
     add_result_noise,
     check_masking_capacity,
     finish_masked,
@@ -741,7 +754,7 @@ class MaliciousAggregator:
              noise: bool = True) -> Any:
         """Step 11: multiply every slot by one real mask ``c`` (:func:`real_mask`), the same
         for every run, encoded at the scale of the prime the result is then rescaled by,
-        then add :data:`~fedsec.auc.masking.RESULT_NOISE_SD` noise to the numerator and
+        then add :data:`~fedsec.auc.masking.MALICIOUS_RESULT_NOISE_SD` noise to the numerator and
         the denominator channels. ``masks`` (numerator, denominator channel) lets
         :mod:`fedsec.auc.adversary` scale one channel."""
         ctx = self.context
@@ -751,7 +764,8 @@ class MaliciousAggregator:
         else:
             out = finish_masked(ctx, masked_product(ctx, q, np.where(even, *masks)))
         if noise:
-            out = add_result_noise(ctx, out, lambda e: np.where(even, 1j * e[0], 1j * e[1]))
+            out = add_result_noise(ctx, out, lambda e: np.where(even, 1j * e[0], 1j * e[1]),
+                                   sigma=MALICIOUS_RESULT_NOISE_SD)
         return out
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
