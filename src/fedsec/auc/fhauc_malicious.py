@@ -216,7 +216,7 @@ class MaliciousConfig(BoundConfig):
     a cheating aggregator passes verification, every term included.
     """
 
-    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v2|"
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v3|"  # v3: bound channel
 
     decision_points: tuple[float, ...]
     splits: int
