@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from fedsec.auc.common import local_federation
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, PartyKeys
+from fedsec.crypto.keysetup import KeySetupAggregator, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.synthetic import CRITEO_LIKE
 from fedsec.errors import ProtocolError
@@ -88,16 +89,14 @@ class OurSetup:
 
 
 def our_key_setup(n_parties: int) -> OurSetup:
-    """The real key set-up roles, counting every byte the aggregator receives."""
+    """The real, signed key set-up (:func:`fedsec.crypto.keysetup.run_key_setup` among
+    fresh local identities). ``setup_bytes_to_aggregator`` is the public key material the
+    aggregator holds afterwards (the signed hellos and relayed boxes add to it)."""
     names = [f"party-{i}" for i in range(n_parties)]
-    rot = FHAUCConfig.create(2, preset=OURS_PRESET).rotations()
-    parties = [KeySetupParty(n) for n in names]
-    agg = KeySetupAggregator(preset=OURS_PRESET, rotations=rot, conjugate=True)
-    hellos = [p.hello() for p in parties]
-    holder, request = agg.request(hellos)
-    offer = parties[holder].offer(request)
-    keys = [p.receive(d) for p, d in zip(parties, agg.accept(offer), strict=True)]
-    return OurSetup(agg, keys, sum(map(len, hellos)) + len(offer), agg.public_bytes_size)
+    identities, roster = local_federation(names)
+    agg, keys = run_key_setup(identities, roster,
+                              FHAUCConfig.create(2, preset=OURS_PRESET).key_spec())
+    return OurSetup(agg, keys, agg.public_bytes_size, agg.public_bytes_size)
 
 
 class Ours:
@@ -129,7 +128,7 @@ class Ours:
 
     def figures(self) -> dict[str, Any]:
         return {"upload_bytes_per_party": max(map(len, self.subs)),
-                "ciphertexts_per_party": 1,
+                "ciphertexts_per_party": self.cfg.n_chunks,
                 "setup_bytes_to_aggregator": self.setup.setup_bytes_to_aggregator,
                 "public_material_bytes": self.setup.public_material_bytes,
                 "party_submit_s": self.party_submit_s}
@@ -346,6 +345,35 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def load_floor(reps: int = 40) -> dict[str, Any]:
+    """Median time to deserialize one party's submission, ours (one seeded ciphertext,
+    default preset) and the baseline's (four public-key ciphertexts, ring 2^14), and the
+    best aggregator-time ratio at 100 parties if our computation took no time at all."""
+    ours_ctx = CKKSContext.generate(OURS_PRESET, relin=True)
+    ours_blob = ours_ctx.encrypt_to_bytes(np.arange(ours_ctx.slots) * 1.0)
+    base_ctx = CKKSContext.from_public_bytes(
+        CKKSContext.generate(PAPER_PRESET, relin=True).public_bytes())
+    base_blobs = [base_ctx.serialize(base_ctx.encrypt(np.arange(100) * 1.0)),
+                  base_ctx.serialize(base_ctx.encrypt(np.arange(100) * 1.0)),
+                  base_ctx.serialize(base_ctx.encrypt([1.0])),
+                  base_ctx.serialize(base_ctx.encrypt([1.0]))]
+    t_ours, t_base = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ours_ctx.deserialize(ours_blob, at_top=True, scale=ours_ctx.scale)
+        t1 = time.perf_counter()
+        for b in base_blobs:
+            base_ctx.deserialize(b, at_top=True)
+        t2 = time.perf_counter()
+        t_ours.append(t1 - t0)
+        t_base.append(t2 - t1)
+    o, b = median(t_ours), median(t_base)
+    row = {"sweep": "load-floor", "ours_load_per_party_s": o, "baseline_load_per_party_s": b,
+           "max_ratio_at_zero_compute": b / o, "reps": reps}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5, help="repetitions per point (median)")
@@ -354,16 +382,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true", help="skip the papers' config")
     ap.add_argument("--quick", action="store_true", help="smoke run: small sweeps, 1 rep")
     ap.add_argument("--json-out", help="also write all rows and the machine to this file")
+    ap.add_argument("--parties", help="comma-separated party counts of the parties sweep "
+                    "(default 5,10,15,50,100)")
+    ap.add_argument("--points", help="comma-separated N of the points sweep at 15 parties "
+                    "(default 25,50,100,1000,4096; 'none' skips it)")
+    ap.add_argument("--load-floor", action="store_true",
+                    help="also measure per-party deserialization, ours vs baseline")
     args = ap.parse_args(argv)
     parties = (5, 15) if args.quick else PARTY_SWEEP
     points = (25, 100, 4096) if args.quick else POINT_SWEEP
+    if args.parties:
+        parties = tuple(int(x) for x in args.parties.split(","))
+    if args.points:
+        points = () if args.points == "none" else tuple(int(x) for x in args.points.split(","))
     reps = 1 if args.quick else args.reps
     info = machine()
     print(json.dumps({"machine": info, "reps": reps}), flush=True)
     t_start = time.perf_counter()
     setups: dict[int, OurSetup] = {}
     rows: list[dict[str, Any]] = []
-    for p in sorted(set(parties) | {15}):
+    for p in sorted(set(parties) | ({15} if points else set())):
         log(f"key set-up for {p} parties")
         setups[p] = our_key_setup(p)
     for p in parties:
@@ -372,11 +410,19 @@ def main(argv: list[str] | None = None) -> int:
     for n in points:
         log(f"points sweep: 15 parties, N = {n}")
         rows += measure("points", 15, n, setups[15], reps, args.samples, not args.no_baseline)
+    if args.load_floor:
+        floor = load_floor()
+        rows.append(floor)
     elapsed = time.perf_counter() - t_start
     print()
-    print(table(rows))
+    print(table([r for r in rows if r.get("sweep") != "load-floor"]))
     print()
-    print(summary(rows))
+    print(summary([r for r in rows if r.get("sweep") != "load-floor"]))
+    if args.load_floor:
+        print("Deserializing one party's submission: ours "
+              f"{floor['ours_load_per_party_s'] * 1e3:.1f} ms, baseline "
+              f"{floor['baseline_load_per_party_s'] * 1e3:.1f} ms: at most "
+              f"{floor['max_ratio_at_zero_compute']:.1f}x even if our computation were free.")
     print(f"\n(total benchmark time {elapsed:.0f} s; medians of {reps} repetitions)")
     if args.json_out:
         with open(args.json_out, "w") as fh:

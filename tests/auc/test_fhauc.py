@@ -213,9 +213,9 @@ def test_secure_auc_default_preset(n_parties, n_points, masking):
     res = secure_auc(data, decision_points=n_points, masking=masking)
     assert res.preset == DEFAULT_PRESET == "CKKS_128_N8192_DEPTH2_S49"
     assert res.auc == approx(trapezoid_auc(*pooled(data), n_points))
-    # one seeded ciphertext of 8192 coefficients over 176 bits of data primes per party:
-    # about 220 kB whatever N is (the mask's level costs 18 bits over the earlier chain)
-    assert res.bytes_up_per_party < 240_000
+    # one seeded ciphertext of 8192 coefficients over 176 bits of data primes per 1024
+    # points (4 slots per point): about 220 kB each
+    assert res.bytes_up_per_party < 240_000 * -(-n_points // 1024)
 
 
 def test_default_preset_random_federations():
@@ -233,8 +233,9 @@ def test_default_preset_random_federations():
 
 
 def test_too_many_points_for_the_slots():
+    FHAUCConfig.create(512 * 64, preset=TEST_PRESET, allow_insecure=True)  # 64 chunks
     with pytest.raises(ValueError, match="2048 slots"):
-        FHAUCConfig.create(2049, preset=TEST_PRESET, allow_insecure=True)
+        FHAUCConfig.create(512 * 64 + 1, preset=TEST_PRESET, allow_insecure=True)
     with pytest.raises(ValueError, match="masking"):
         FHAUCConfig.create(10, preset=TEST_PRESET, masking="double", allow_insecure=True)
     with pytest.raises(ValueError):

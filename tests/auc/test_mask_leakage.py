@@ -179,14 +179,13 @@ class SemiHonestRun:
     def old_style(self, k: int):
         """The earlier mask step: d = k/2^14 multiplied exactly at scale 2^16, no rescale."""
         ctx = self.agg.context
-        num, den = self.premask()
-        sigma = 1.0 if (N_POINTS - 1) % 2 == 0 else -1.0
+        q, rot = self.premask()
         d = k / float(1 << OLD_BITS)
+        # the earlier step on today's layout: class 0 gets d*denom + i*d*num, exactly
+        out = ctx.multiply_const(q, d / 4.0, scale=OLD_SCALE)
         alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
-        out = ctx.multiply_const(num, d / 4.0, scale=OLD_SCALE)
-        pat = ctx.encode(alt * 1j * (-d / (2.0 * sigma)), scale=OLD_SCALE,
-                         parms_id=den.parms_id())
-        return ctx.add(out, ctx.multiply_plaintext(den, pat))
+        pat = ctx.encode(alt * (-1j * d / 4.0), scale=OLD_SCALE, parms_id=rot.parms_id())
+        return ctx.add(out, ctx.multiply_plaintext(rot, pat))
 
     def decode(self, ct) -> tuple[float, float]:
         """``(Y, X)``: what a party reads in slot 0."""

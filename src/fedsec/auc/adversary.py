@@ -464,7 +464,9 @@ def sh_permute(agg: FHAUCAggregator, obs: Observed) -> bytes:
 def sh_reencrypt(agg: FHAUCAggregator, obs: Observed) -> bytes:
     ctx = agg.context
     ref = _sh_result_ct(agg, obs)
-    enc = ctx.encrypt(np.full(ctx.slots, 1000.0 + 900.0j), scale=ref.scale)
+    # the answer's shape: class 0 denom + i*num, class 1 denom + i*B, classes 2, 3 alike
+    cls = np.array([1000.0 + 900.0j, 1000.0 + 50.0j, 900.0 + 1000.0j, 50.0 + 1000.0j])
+    enc = ctx.encrypt(np.tile(cls, ctx.slots // 4), scale=ref.scale)
     return _sh_answer(agg, _at(ctx, enc, ref), dict(_sh_meta(obs), ratio=0.0))
 
 
@@ -486,14 +488,15 @@ ORACLE_DENOMINATOR = 4096.0
 
 
 def sh_oracle_slotsum(agg: FHAUCAggregator, obs: Observed) -> bytes:
-    """A uniform answer ``R + i*Neg_j`` built from party ``j``'s submission (the last):
-    ``Im(T + iF)`` summed over all slots is ``sum(F) = Neg_j`` (the terms telescope). The
-    party accepts it and computes ``Neg_j / R``: a decryption oracle for any linear
+    """An answer ``R + i*Neg_j`` in classes 0 and 1, built from party ``j``'s submission
+    (the last): ``Im(T + iF)`` summed over the slots of class 0 (or 1) is ``sum(F) =
+    Neg_j`` (the terms telescope); only the answer's own class-sum rotations are needed.
+    The party accepts it and computes ``Neg_j / R``: a decryption oracle for any linear
     function of any ciphertext under the shared key."""
     ctx = agg.context
     z = ctx.deserialize(wire.decode(obs.present()[-1]).blobs[0])
     im = ctx.sub(z, ctx.conjugate(z))                                  # 2i * F per slot
-    im = ctx.multiply_const(ctx.sum_slots(im), 0.5, scale=2.0)         # i * Neg_j
+    im = ctx.multiply_const(ctx.sum_slots(im, stride=4), 0.5, scale=2.0)  # i * Neg_j
     out = ctx.add_plain(im, np.full(ctx.slots, ORACLE_DENOMINATOR))
     return _sh_answer(agg, out, _sh_meta(obs))
 

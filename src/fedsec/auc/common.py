@@ -22,7 +22,8 @@ from fedsec.crypto.identity import Identity, Roster
 from fedsec.errors import ProtocolError, UndefinedMetricError
 
 __all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
-           "finish_auc", "local_federation", "DEFAULT_MAX_TOTAL_SAMPLES",
+           "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
+           "DEFAULT_MAX_TOTAL_SAMPLES",
            "MAX_DECISION_POINTS"]
 
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
@@ -34,7 +35,9 @@ class BoundConfig:
     """What every FHAUC configuration shares: its decision points and a digest that binds
     each protocol message to the exact configuration. Subclasses are frozen dataclasses."""
 
-    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v1|"
+    # v2: the 4-slot layout with the error-bound channel (issue 13); v1 parties and
+    # aggregators cannot be mixed with v2 ones, and the digest binding says so
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v2|"
     decision_points: tuple[float, ...]
 
     @property
@@ -66,7 +69,33 @@ def check_party_inputs(y_true: ArrayLike, y_score: ArrayLike,
 
 @dataclass
 class SecureAUCResult:
-    """The AUC and what it cost."""
+    """The AUC, how far it may be from the exact AUC, and what it cost.
+
+    Attributes
+    ----------
+    auc : float
+        The trapezoid AUC over the decision points (the papers' quantity).
+    error_bound : float
+        Certified bound on ``|exact AUC - auc|``, where the exact AUC is what
+        ``sklearn.metrics.roc_auc_score`` prints on the pooled data: the share of
+        (positive, negative) pairs whose scores fall between the same two decision points,
+        halved (:func:`fedsec.metrics.trapezoid_error_bound`). Computed under encryption
+        with the AUC; parties learn it and nothing per party.
+    verified : bool
+        True when malicious-mode verification passed (semi-honest mode: False).
+    cheat_bound_bits : float or None
+        Malicious mode: ``-log2`` of the probability that a cheating aggregator passes.
+    decision_mode : str
+        ``"fixed"`` (the points given) or ``"exact"`` (refined until ``error_bound`` is
+        at most ``target``).
+    target : float or None
+        Exact mode's target for ``error_bound``.
+    target_reached : bool
+        False when exact mode stopped at its cap with ``error_bound > target`` (a
+        ``UserWarning`` says so too). Always True in fixed mode.
+    rounds : int
+        Secure evaluations run (exact mode refines over several).
+    """
 
     auc: float
     parties: int
@@ -81,23 +110,24 @@ class SecureAUCResult:
     setup_seconds: float
     included: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    error_bound: float = float("nan")
+    verified: bool = False
+    cheat_bound_bits: float | None = None
+    decision_mode: str = "fixed"
+    target: float | None = None
+    target_reached: bool = True
+    rounds: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    # --- typed views of the malicious-mode fields (cli helper; additive) ---
-    @property
-    def verified(self) -> bool:
-        """``True`` when every party verified the result (malicious mode); ``False`` in
-        semi-honest mode, which does not verify."""
-        return bool(self.extra.get("verified", False))
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as plain JSON-ready Python values."""
+        return asdict(self)
 
-    @property
-    def cheat_bound_bits(self) -> float | None:
-        """Malicious mode: ``-log2`` of the probability that a cheating aggregator passes
-        verification; ``None`` in semi-honest mode."""
-        bits = self.extra.get("cheat_bound_bits")
-        return None if bits is None else float(bits)
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (``kwargs`` go to :func:`json.dumps`)."""
+        return json.dumps(self.to_dict(), default=float, **kwargs)
 
 
 def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
@@ -121,6 +151,22 @@ def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
     return data, party_names
 
 
+def apply_score_transform(parties: Sequence[tuple[ArrayLike, ArrayLike]], scores: str
+                          ) -> list[tuple[ArrayLike, np.ndarray]]:
+    """Each party maps its own scores into [0, 1] with the declared public transform
+    (:func:`fedsec.metrics.transform_scores`); errors name the party."""
+    from fedsec.metrics.roc import _parse_scores, transform_scores
+
+    _parse_scores(scores)
+    out = []
+    for i, (y, s) in enumerate(parties):
+        try:
+            out.append((y, transform_scores(s, scores)))
+        except ValueError as exc:
+            raise ValueError(f"party {i}: {exc}") from None
+    return out
+
+
 def local_federation(names: Sequence[str], *, quorum: int | None = None
                      ) -> tuple[list[Identity], Roster]:
     """Fresh identities for parties simulated in one process, and their roster.
@@ -130,6 +176,20 @@ def local_federation(names: Sequence[str], *, quorum: int | None = None
     """
     identities = [Identity(n) for n in names]
     return identities, Roster.of(identities, quorum=quorum)
+
+
+def finish_error_bound(num_b: float, denom: float, ratio: float, auc: float,
+                       slack: float = 1e-6) -> float:
+    """``B/denom`` from the masked bound channel ``num_b/denom - ratio``.
+
+    ``B/denom = sum(dTP*F) / (2*Pos*Neg)`` bounds ``|exact - trapezoid|`` and can never
+    exceed ``min(auc, 1 - auc)`` (the trapezoid counts those pairs as 1/2): anything else
+    is not a result. Error messages carry no decrypted values."""
+    bound = num_b / denom - ratio
+    if not -slack <= bound <= min(auc, 1.0 - auc) + slack:
+        raise ProtocolError("the response is not a masked FHAUC result (check: "
+                            "error-bound)")
+    return min(max(0.0, bound), max(0.0, min(auc, 1.0 - auc)))
 
 
 def finish_auc(num: float, denom: float, ratio: float) -> float:

@@ -14,23 +14,41 @@ party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters
 Packing (what makes it cheap)
 -----------------------------
 The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext
-whose slot ``n`` holds the complex number ``T[n] + i*F[n]`` (the trapezoid terms of
-:func:`fedsec.metrics.trapezoid_terms`, ``n = 0..N-1``). The aggregator
+per ``slots/4`` decision points (one up to 1024 points on the default ring). Point ``n``
+takes four slots: slot ``4n`` holds ``T[n] + i*F[n]`` (the trapezoid terms of
+:func:`fedsec.metrics.trapezoid_terms`), slot ``4n + 1`` holds ``dTP[n] + i*F[n]``
+(``dTP[n] = TP[n] - TP[n-1]``: the positives whose scores fall in bin ``n``, the same bin
+as the ``F[n]`` negatives), and slots 2 and 3 hold the party's ``Pos +- 2i*Neg``. The
+aggregator
 
-1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (slot-wise ``T + iF`` of the federation);
-2. squares ``Z``: ``Im(Z[n]**2) = 2*T[n]*F[n]``; ``Z**2 - conj(Z**2)`` keeps ``4i*T*F`` and
-   a full slot sum gives ``4i*num`` in every slot;
-3. recovers the class totals from the same ciphertext, without extra uploads: the even and
-   odd slot sums ``E, O`` of ``Z`` give ``Neg = Im(E + O)`` and ``Pos = ±Re(E - O)`` (the
-   terms telescope, see :func:`fedsec.metrics.class_totals_from_terms`), and one product
-   gives ``±4i*Pos*Neg`` with a sign alternating between even and odd slots;
-4. masks (below) and returns one ciphertext whose every slot holds
-   ``d*denom + i*(d*num + c*denom)`` (``c = 0`` with the single mask of seed 000).
+1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (per ciphertext);
+2. squares ``Z`` (and adds the squares of all ciphertexts): ``Im(Z**2)`` is ``2*T*F`` in
+   class 0 (slots ``4n``), ``2*dTP*F`` in class 1 and ``+-2*denom`` in classes 2, 3
+   (``denom = 2*Pos*Neg``); ``Z**2 - conj(Z**2)`` keeps ``2i`` times that;
+3. sums each slot class (rotations by 4, 8, ..., slots/2 only - 10 on the default ring;
+   every slot of a class then holds the class's full sum, no partial sums remain) and
+   rotates the result by 2, which brings the denominator onto classes 0 and 1;
+4. masks (below) and returns one ciphertext whose class-0 slots hold
+   ``d*denom + i*(d*num + c*denom)`` and class-1 slots ``d*denom + i*(d*B - c*denom)``
+   with ``B = sum_n dTP[n]*F[n]`` (``c = 0`` with the single mask of seed 000).
 
-With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``, while
-odd slots hold ``d*num - c*denom``; given ``c/d`` (which the paper also reveals) this is the
-same information as the paper's triple. Thousands of decision points cost the same as a
-hundred (one ciphertext up to ``N = slots``).
+Key switches: one relinearization, one conjugation, 10 + 1 rotations (the earlier layout
+used 25; the papers' configuration rotates log2(N) times at ring 2^14).
+
+**Certified error bound.** ``B`` counts the (positive, negative) pairs whose scores share
+a bin: the trapezoid counts each as 1/2 where the exact AUC counts 0, 1/2 or 1, so
+``|exact AUC - AUC| <= B/denom`` (:func:`fedsec.metrics.trapezoid_error_bound`; bins that
+hold one float value only - e.g. ``[1, inf)`` - are exact ties and left out by setting
+their ``dTP`` to 0). Parties read ``B/denom`` with the AUC, from the same masks: it tells
+them the share of pairs the decision points do not separate, nothing per party. It is
+at most ``min(AUC, 1 - AUC)``; a party refuses a result that breaks this (check
+``error-bound``). :mod:`fedsec.auc.exact` refines the points until it is below a target.
+
+With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``; given
+``c/d`` (which the paper also reveals) this is the same information as the paper's triple.
+Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B - d*denom)``:
+functions of classes 0 and 1, noised so that they stay exactly such functions (see
+:meth:`FHAUCAggregator.mask`).
 
 Masks
 -----
@@ -41,8 +59,12 @@ the rescale *rounds*: the decrypted polynomial is not an exact multiple of the m
 earlier masks - 14 random bits, dyadic, multiplied exactly with no rescale after them - fell
 to a brute force over 8,192 values and to the gcd of the decrypted coefficients.) The mask
 a party faces is ``K/S`` for an integer ``K = round(d*S)``; both channels carry the same
-``K``, and ``c`` is a second integer ``round(2*c*S)``. Gaussian noise of standard deviation
-:data:`RESULT_NOISE_SD` = 2^-32 is added to both values. The numbers below are from
+``K``, and ``c`` is a second integer ``round(c*S)``. Gaussian noise of standard deviation
+:data:`RESULT_NOISE_SD` = 2^-29 is added to each value (2^-32 with the earlier layout,
+whose own CKKS noise was larger; the new layout is more precise, so the result noise was
+raised to keep the mask grid's survivors at the earlier level - measured in
+``tests/auc/test_mask_leakage.py``). Some numbers below were measured with the earlier
+layout and noise; the tests' printed figures are the current ones. The numbers below are from
 ``tests/auc/test_mask_leakage.py`` and ``benchmarks/bench_precision.py``.
 
 What a party learns
@@ -62,7 +84,7 @@ What a party learns
 * **The magnitude of denom within a factor of 2**: ``Y = d*denom`` with ``d`` in [1/2, 1).
 * **Whatever the mask's grid adds.** A candidate ``denom'`` is consistent only if
   ``S*Y/denom'`` (and ``S*X/num'``) is an integer up to the noise. With ``S ~ 2^35`` and
-  2^-32 noise that leaves about ``12 * S * 2^-32 * ln 2 ~ 60`` candidates per factor-2 window
+  2^-29 noise that leaves about ``12 * S * 2^-29 * ln 2 ~ 500`` candidates per factor-2 window
   to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
   federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
   the AUC itself rules nothing out), over ten runs: all of 1, all of 3-6, 35-90 of 52-100
@@ -99,11 +121,14 @@ from fedsec.auc.common import (
     MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
+    apply_score_transform,
     check_party_inputs,
     finish_auc,
+    finish_error_bound,
     local_federation,
     prepare_federation,
 )
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
     Masks,
     add_result_noise,
@@ -111,14 +136,19 @@ from fedsec.auc.masking import (
     finish_masked,
     masked_product,
 )
-from fedsec.auc.policy import PartyPolicy
+from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS, PartyPolicy
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import ProtocolError
-from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
+from fedsec.metrics import (
+    as_decision_points,
+    confusion_counts,
+    single_value_bins,
+    trapezoid_terms,
+)
 
 __all__ = [
     "FHAUCConfig",
@@ -131,6 +161,11 @@ __all__ = [
 
 Masking = Literal["single", "pair"]
 
+#: Slots per decision point: class 0 holds ``T + iF``, class 1 ``dTP + iF`` (the bound's
+#: terms); slots 2 and 3 of the first ciphertext hold the party's ``Pos +- 2i*Neg``.
+POINT_STRIDE = 4
+#: Most ciphertexts per party (exact mode's dense grids).
+MAX_CHUNKS = 64
 
 
 
@@ -167,9 +202,11 @@ class FHAUCConfig(BoundConfig):
         """Validate and build a configuration."""
         points = as_decision_points(decision_points, max_points=MAX_DECISION_POINTS)
         params = get_preset(preset, allow_insecure=allow_insecure)
-        if points.size > params.slots:
+        cap = MAX_CHUNKS * (params.slots // POINT_STRIDE)
+        if points.size > cap:
             raise ValueError(f"{points.size} decision points exceed the {params.slots} slots "
-                             f"of {preset}; use at most {params.slots} points")
+                             f"of {preset} times {MAX_CHUNKS} ciphertexts; use at most "
+                             f"{cap} points (or a preset with more slots)")
         if masking not in ("single", "pair"):
             raise ValueError(f"The 'masking' parameter must be 'single' or 'pair'. "
                              f"Got {masking!r} instead.")
@@ -179,10 +216,25 @@ class FHAUCConfig(BoundConfig):
         return cls(tuple(float(x) for x in points), preset, masking,  # type: ignore[arg-type]
                    int(max_total_samples), allow_insecure)
 
+    @property
+    def slots(self) -> int:
+        return get_preset(self.preset, allow_insecure=self.allow_insecure).slots
+
+    @property
+    def points_per_chunk(self) -> int:
+        """Decision points per ciphertext (each takes :data:`POINT_STRIDE` slots)."""
+        return self.slots // POINT_STRIDE
+
+    @property
+    def n_chunks(self) -> int:
+        """Ciphertexts per party: one up to ``slots/4`` decision points."""
+        return -(-self.n_points // self.points_per_chunk)
+
     def rotations(self) -> list[int]:
-        """The Galois keys the aggregator needs: powers of two below the slot count."""
-        return CKKSContext.sum_rotations(get_preset(self.preset,
-                                                    allow_insecure=self.allow_insecure).slots)
+        """The Galois keys the aggregator needs: the class sums (multiples of
+        :data:`POINT_STRIDE`) and one rotation by 2 (the denominator's class onto the
+        numerator's)."""
+        return sorted({2, *CKKSContext.sum_rotations(self.slots, POINT_STRIDE)})
 
     def key_spec(self) -> KeySpec:
         """The CKKS keys this configuration needs (each party derives them itself)."""
@@ -231,19 +283,47 @@ class FHAUCParty:
         self.roster = roster
         self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
         self.included: tuple[str, ...] = ()
+        #: The certified bound ``|exact AUC - trapezoid AUC|`` learnt with the AUC
+        #: (:func:`fedsec.metrics.trapezoid_error_bound`), set by :meth:`finalize`.
+        self.error_bound: float = float("nan")
 
     def terms(self) -> tuple[np.ndarray, np.ndarray]:
         """Steps 2-3: this party's trapezoid terms ``T, F`` over the decision points."""
         tp, fp = confusion_counts(self._y, self._s, self.config.points)
         return trapezoid_terms(tp, fp)
 
+    def slot_vectors(self) -> list[np.ndarray]:
+        """What this party encrypts, one vector per ciphertext: slot ``4k`` holds
+        ``T[n] + i*F[n]``, slot ``4k + 1`` holds ``dTP[n] + i*F[n]`` (``dTP[n] = TP[n] -
+        TP[n-1]``, the positives first counted at point ``n``) for point ``n`` = chunk
+        offset + ``k``; slots 2 and 3 of the first ciphertext hold ``Pos + 2i*Neg`` and its
+        conjugate."""
+        cfg = self.config
+        tp, fp = confusion_counts(self._y, self._s, cfg.points)
+        t, f = trapezoid_terms(tp, fp)
+        dtp = np.diff(tp, prepend=0)
+        dtp[single_value_bins(cfg.points)] = 0   # exact ties: no error, no count
+        per = cfg.points_per_chunk
+        out = []
+        for c in range(cfg.n_chunks):
+            vec = np.zeros(cfg.slots, dtype=np.complex128)
+            sl = slice(c * per, min((c + 1) * per, cfg.n_points))
+            k = sl.stop - sl.start
+            vec[0:POINT_STRIDE * k:POINT_STRIDE] = t[sl] + 1j * f[sl]
+            vec[1:POINT_STRIDE * k:POINT_STRIDE] = dtp[sl] + 1j * f[sl]
+            if c == 0:
+                vec[2] = float(tp[-1]) + 2j * float(fp[-1])
+                vec[3] = float(tp[-1]) - 2j * float(fp[-1])
+            out.append(vec)
+        return out
+
     def submit(self) -> bytes:
-        """Step 4: encrypt ``T + iF`` into one ciphertext."""
-        t, f = self.terms()
-        blob = self.keys.context.encrypt_to_bytes(t.astype(np.float64) + 1j * f)
+        """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
+        ctx = self.keys.context
+        blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
         meta = {"config": self.config.digest(), "session": self.keys.session,
-                "party": self.keys.index}
-        return wire.encode("fhauc/submit", meta, [blob])
+                "party": self.keys.index, "chunks": len(blobs)}
+        return wire.encode("fhauc/submit", meta, blobs)
 
     def finalize(self, response: bytes) -> float:
         """Step 9: decrypt the masked pair and return the global AUC."""
@@ -271,26 +351,25 @@ class FHAUCParty:
         ratio = float(ratio)
         ctx = self.keys.context
         z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
-        _check_uniform_slots(z, single=self.config.masking == "single")
-        denom, num = float(z[0].real), float(z[0].imag)
+        _check_uniform_slots(z)
+        denom, num, num_b = float(z[0].real), float(z[0].imag), float(z[1].imag)
         if abs(denom) < 0.25 and self._y.any() and not self._y.all():
             # this party holds both classes, so the federation does: not a real result
             raise ProtocolError("the response is not a masked FHAUC result (check: "
                                 "denominator)")
-        return finish_auc(num, denom, ratio)
+        auc = finish_auc(num, denom, ratio)
+        self.error_bound = finish_error_bound(num_b, denom, -ratio, auc)
+        return auc
 
 
-def _check_uniform_slots(z: np.ndarray, *, single: bool) -> None:
-    """A genuine result holds one value in every even and one in every odd slot (and the
-    same in both with single masking); anything else is not a result. Raises
+def _check_uniform_slots(z: np.ndarray) -> None:
+    """A genuine result holds one value in every slot of each class ``j mod 4``, and the
+    same denominator in classes 0 and 1; anything else is not a result. Raises
     ``ProtocolError`` naming the check, never the values."""
-    even, odd = z[0::2], z[1::2]
-    ref = max(1.0, float(np.abs(z[:2]).max()))
+    ref = max(1.0, float(np.abs(z[:POINT_STRIDE]).max()))
     tol = 1e-6 * ref
-    ok = (np.abs(even - even[0]).max() <= tol and np.abs(odd - odd[0]).max() <= tol
-          and abs(even[0].real - odd[0].real) <= tol)
-    if single:
-        ok = ok and abs(even[0] - odd[0]) <= tol
+    ok = all(np.abs(z[j::POINT_STRIDE] - z[j]).max() <= tol for j in range(POINT_STRIDE))
+    ok = ok and abs(z[0].real - z[1].real) <= tol
     if not ok:
         raise ProtocolError("the response is not a masked FHAUC result (check: "
                             "slot-consistency)")
@@ -329,7 +408,10 @@ class FHAUCAggregator:
         self.timing: dict[str, float] = {}
 
     def _load(self, submissions: Sequence[bytes]) -> tuple[list[Any], list[int]]:
-        cts, seen = [], []
+        """Per chunk, the sum of the submissions; and the parties that submitted."""
+        chunks = self.config.n_chunks
+        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
+        seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc/submit")
             if msg.meta.get("config") != self.config.digest() or \
@@ -338,70 +420,85 @@ class FHAUCAggregator:
             idx = msg.meta.get("party")
             if not isinstance(idx, int) or not 0 <= idx < len(self.names) or idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
-            if len(msg.blobs) != 1:
-                raise ProtocolError("a submission must hold one ciphertext")
-            cts.append(self.context.deserialize(msg.blobs[0], at_top=True,
-                                                scale=self.context.scale))
+            if len(msg.blobs) != chunks:
+                raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
+            for c in range(chunks):
+                per_chunk[c].append(self.context.deserialize(
+                    msg.blobs[c], at_top=True, scale=self.context.scale))
             seen.append(idx)
-        if len(cts) < max(1, self.min_parties):
-            raise ProtocolError(f"only {len(cts)} submissions; at least {self.min_parties} "
+        if len(seen) < max(1, self.min_parties):
+            raise ProtocolError(f"only {len(seen)} submissions; at least {self.min_parties} "
                                 "are required")
-        return cts, seen
+        return [self.context.add_many(c) for c in per_chunk], seen
 
     def combine(self, z: Any) -> tuple[Any, Any]:
-        """Steps 5-7 on the summed ciphertext: ``(4i*num in every slot, ±4i*Pos*Neg)``."""
-        ctx = self.context
-        q = ctx.square(z)
-        q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
-        num = ctx.sum_slots(q)                    # 4i * num everywhere
-        w = ctx.sum_slots(z, stride=2)            # even slots: E, odd slots: O
-        r = ctx.rotate(w, 1)
-        a = ctx.add(w, r)
-        b = ctx.sub(w, r)
-        a = ctx.sub(a, ctx.conjugate(a))          # 2i * Neg
-        b = ctx.add(b, ctx.conjugate(b))          # 2 * Re(E - O) * (-1)^j
-        den = ctx.multiply(a, b)                  # 4i * sigma * Pos * Neg * (-1)^j
-        return num, den
+        """Steps 5-7 on the summed ciphertext(s) (one or a list of chunk sums).
 
-    def mask(self, num: Any, den: Any, *, masks: Masks | None = None,
+        Returns ``(Q, R)``: ``Q`` holds ``4i*num`` in class 0 (slots ``4k``), ``4i*B`` in
+        class 1, ``4i*denom`` in class 2 and ``-4i*denom`` in class 3 (``B = sum dTP*F``,
+        the pairs within a bin; ``denom = 2*Pos*Neg``); ``R`` is ``Q`` rotated by two slots
+        (classes 0, 1 receive the denominator). Every slot of a class holds its full sum:
+        no partial sums remain. Key switches: one relinearization, one conjugation, one
+        rotation per doubling of the class sum (10 on the default ring) and the rotation
+        by 2."""
+        ctx = self.context
+        chunks = list(z) if isinstance(z, (list, tuple)) else [z]
+        q = None
+        for c in chunks:
+            sq = ctx.square(c)
+            q = sq if q is None else ctx.add(q, sq)
+        assert q is not None
+        q = ctx.sub(q, ctx.conjugate(q))          # 4i * Im/2 of every square, per slot
+        q = ctx.sum_slots(q, stride=POINT_STRIDE)
+        return q, ctx.rotate(q, 2)
+
+    def mask(self, q: Any, rot: Any, *, masks: Masks | None = None,
              noise: bool = True) -> tuple[Any, float]:
-        """Step 8: ``d*denom + i*(d*num + c*denom)`` in every slot; returns ``c/d`` too.
+        """Step 8: ``d*Q + (c -+ i*d)*R`` (``-`` on even, ``+`` on odd slots), i.e. in
+        class 0 ``d*denom + i*(d*num + c*denom)`` and in class 1 ``d*denom + i*(d*B -
+        c*denom)``; returns ``c/d`` too.
 
         ``d`` (and ``c`` with the pair mask; ``c = 0`` for the single mask) are drawn with
         :func:`real_mask` and encoded at the scale ``S`` of the prime the result is then
-        rescaled by. Both channels get the *same* integer ``K = round(d*S)``: with a second,
-        independent integer (a jitter between the channels) the numerator channel would
-        offer a party its own test of the grid (see the module docs). Then
-        :data:`RESULT_NOISE_SD` noise is added to both values (``noise=False`` for tests)."""
+        rescaled by: ``d`` as the constant coefficient ``K = round(d*S)``, the alternating
+        ``-+i*d`` as the coefficient ``-K`` of the monomial ``X^(n/2)`` (SEAL's slot order
+        makes that monomial ``+-i``) - the *same* integer on both channels (a jitter
+        between them would offer a party a test of the grid of its own, see the module
+        docs). Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B -
+        d*denom)``: functions of what classes 0 and 1 reveal. The result noise
+        (:data:`RESULT_NOISE_SD`; ``noise=False`` for tests) is added so that classes 2 and
+        3 stay exactly such functions of the noisy classes 0 and 1 (given ``c/d``): they
+        are no second measurement."""
         ctx = self.context
         m = masks if masks is not None else Masks.draw(self.config.masking)
-        sigma = 1.0 if (self.config.n_points - 1) % 2 == 0 else -1.0
-        scale = float(ctx.rescale_prime(num))
+        scale = float(ctx.rescale_prime(q))
         d_num = round(m.d_num * scale) / scale   # encodes to exactly K
         d_den = round(m.d_den * scale) / scale
+        c = round(m.c * scale) / scale
         alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
-        # num holds 4i*num in every slot
-        out = masked_product(ctx, num, d_num)
-        # den holds 4i*sigma*Pos*Neg = 2i*sigma*denom times +1 on even and -1 on odd slots;
-        # the alternating pattern below is the monomial X^(n/2) with coefficient exactly 2K:
-        # it undoes the alternation and moves the value to the real part.
-        out = ctx.add(out, masked_product(ctx, den, alt * 1j * (-2.0 * d_den / sigma)))
-        if m.c:
-            # + i*c*denom on even slots (slot 0 is what parties read)
-            out = ctx.add(out, masked_product(ctx, den, 2.0 * m.c * sigma))
+        out = ctx.add(masked_product(ctx, q, d_num),
+                      masked_product(ctx, rot, c + alt * (-1j * d_den)))
         out = finish_masked(ctx, out)
         if noise:
-            out = add_result_noise(ctx, out, lambda e: np.full(ctx.slots, complex(e[0], e[1])))
+            rho = m.ratio
+
+            def pattern(e: np.ndarray) -> np.ndarray:
+                ey, ex, eb = (float(v) for v in e)
+                cls = [complex(ey, ex), complex(ey, eb),
+                       complex(ex - rho * ey, ey + rho * (ex - rho * ey)),
+                       complex(-(eb + rho * ey), rho * (eb + rho * ey) - ey)]
+                return np.tile(np.asarray(cls), ctx.slots // POINT_STRIDE)
+
+            out = add_result_noise(ctx, out, pattern, count=3)
         return out, m.ratio
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""
         t0 = time.perf_counter()
-        cts, idx = self._load(submissions)
+        sums, idx = self._load(submissions)
         t1 = time.perf_counter()
-        z = self.context.add_many(cts)
-        num, den = self.combine(z)
-        out, ratio = self.mask(num, den)
+        q, rot = self.combine(sums)
+        out, ratio = self.mask(q, rot)
         blob = self.context.serialize(out)
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
@@ -411,25 +508,48 @@ class FHAUCAggregator:
 
 
 # ---------------------------------------------------------------------- in-process runner
-def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_points: Any = 100,
+def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
+               decision_points: int | str | ArrayLike = 100,
                security: str = "semi-honest", masking: str = "single",
                preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
                progress: Callable[[str], None] | None = None,
-               allow_insecure: bool = False, **kwargs: Any) -> SecureAUCResult:
+               allow_insecure: bool = False, scores: str = "probability",
+               target: float = DEFAULT_TARGET, max_points: int | None = None,
+               max_rounds: int = DEFAULT_MAX_ROUNDS, **kwargs: Any) -> SecureAUCResult:
     """Run a whole federation in this process and return the secure global AUC.
 
     Parameters
     ----------
     parties : sequence of (y_true, y_score)
-        Each party's labels (0/1) and scores in [0, 1].
-    decision_points : int or array-like
-        ``N`` uniform points (default 100) or custom thresholds.
+        Each party's labels (0/1) and scores (see ``scores``).
+    decision_points : int, array-like or "exact"
+        ``N`` uniform points (default 100), custom thresholds in [0, 1], or ``"exact"``:
+        refine the points until the certified ``error_bound`` is at most ``target``
+        (:mod:`fedsec.auc.exact`; reveals which score intervals hold pairs).
     security : {"semi-honest", "malicious"}
         Threat model of the aggregator (see the module docs).
     masking : {"single", "pair"}
         Semi-honest masking variant.
     progress : callable, optional
         Receives one line per protocol step.
+    scores : {"probability", "logit", "range:LO:HI"}
+        How to read the scores (:func:`fedsec.metrics.transform_scores`, a public
+        strictly increasing map into [0, 1] that leaves the exact AUC unchanged):
+        ``"probability"`` for ``predict_proba`` (a float-rounding hair outside [0, 1] is
+        clipped), ``"logit"`` for ``decision_function`` of linear models and raw logits
+        (sigmoid), ``"range:LO:HI"`` for scores with known bounds (affine).
+    target : float
+        Exact mode: the certified bound to reach (default 1e-6).
+    max_points, max_rounds : int, optional
+        Exact mode's caps (final grid size; refinement rounds). If a cap stops refinement
+        above ``target``, the result has ``target_reached=False`` and a ``UserWarning``
+        says so.
+
+    Returns
+    -------
+    SecureAUCResult
+        ``auc`` (trapezoid over the points), ``error_bound`` (certified
+        ``|exact - auc|``), costs.
 
     Examples
     --------
@@ -443,13 +563,36 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
 
         result: SecureAUCResult = secure_auc_malicious(
             parties, decision_points=decision_points, preset=preset, names=names,
-            progress=progress, allow_insecure=allow_insecure, **kwargs)
+            progress=progress, allow_insecure=allow_insecure, scores=scores, target=target,
+            max_points=max_points, max_rounds=max_rounds, **kwargs)
         return result
     if security != "semi-honest":
         raise ValueError(f"The 'security' parameter must be 'semi-honest' or 'malicious'. "
                          f"Got {security!r} instead.")
     if kwargs:
         raise TypeError(f"unexpected arguments for semi-honest FHAUC: {sorted(kwargs)}")
+    parties = apply_score_transform(parties, scores)
+    if isinstance(decision_points, str):
+        if decision_points != "exact":
+            raise ValueError("The 'decision_points' parameter must be an int, a sequence of "
+                             f"numbers or 'exact'. Got {decision_points!r} instead.")
+        from fedsec.auc.exact import secure_auc_exact
+
+        return secure_auc_exact(parties, final=_secure_auc_fixed, security="semi-honest",
+                                target=target, max_points=max_points,
+                                max_rounds=max_rounds, preset=preset, names=names,
+                                progress=progress, allow_insecure=allow_insecure,
+                                masking=masking)
+    return _secure_auc_fixed(parties, decision_points=decision_points, masking=masking,
+                             preset=preset, names=names, progress=progress,
+                             allow_insecure=allow_insecure)
+
+
+def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
+                      decision_points: Any, masking: str, preset: str,
+                      names: Sequence[str] | None,
+                      progress: Callable[[str], None] | None,
+                      allow_insecure: bool) -> SecureAUCResult:
     say = progress or (lambda _msg: None)
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
@@ -461,7 +604,9 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
     setup_s = time.perf_counter() - t0
     assert ks_agg.context is not None
     agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
-    roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster)
+    # in one process the caller chose N for every party: its policy admits that N
+    policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points))
+    roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
              for (y, s), k in zip(data, keys, strict=True)]
     say(f"parties encrypt their statistics ({cfg.n_points} decision points)")
     subs = [r.submit() for r in roles]
@@ -471,8 +616,11 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *, decision_point
     aucs = [r.finalize(response) for r in roles]
     if max(aucs) - min(aucs) > 1e-9:
         raise ProtocolError("parties decrypted different AUC values")
+    bounds = [r.error_bound for r in roles]
+    if max(bounds) - min(bounds) > 1e-9:
+        raise ProtocolError("parties decrypted different error bounds")
     return SecureAUCResult(
-        auc=aucs[0], parties=len(roles), decision_points=cfg.n_points,
+        auc=aucs[0], error_bound=bounds[0], parties=len(roles), decision_points=cfg.n_points,
         security="semi-honest", masking=cfg.masking, preset=cfg.preset,
         bytes_up_per_party=max(len(s) for s in subs), bytes_down_per_party=len(response),
         aggregator_seconds=agg.timing["total_s"],

@@ -43,6 +43,18 @@ Gaussian result noise: :mod:`fedsec.auc.fhauc` explains both). Parties recover
 tolerance, each lies in [0, 1], the runs' ``Y/r2`` agree (one mask), unused slot classes
 are empty and every slot of each class is consistent.
 
+Error-bound channel (issue 13): run ``k`` also has class ``2R + 2k`` (stride ``L =
+2^ceil(log2 4R)``, 32 for 8 runs), which carries the same construction with ``dTP`` (the
+positives within bin ``n``) in place of ``T`` and its own randomness (multipliers, zero-sum
+masks, bits, permutation; derived with the label ``bound``): it sums to ``rb0*B +
+rb1*denom`` with ``B = sum_n dTP[n]*F[n]``, the pairs within a bin. Parties recover
+``B/denom`` per run exactly like the AUC and verify it like the AUC: in ``[0, min(AUC,
+1 - AUC)]`` (check ``range``) and the runs agree within the tolerance (check
+``double-execution``); the blind-shift, permutation and multiplier terms of the cheating
+bound apply to it unchanged (same distributions). It costs a second set of share
+positions: twice the slots per run (2 ciphertexts per party at N = 100 on the default
+ring instead of 1).
+
 What parties see: per run ``X = c*(r0*num + r1*denom)`` and ``Y = c*r2*denom`` (times ``i``,
 in every slot of the run's classes). They know ``r0, r1, r2``, so this is ``c*num`` and
 ``c*denom`` - the semi-honest single mask's information, with one ``c`` for all runs: the
@@ -85,18 +97,26 @@ from fedsec.auc.common import (
     MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
+    apply_score_transform,
     check_party_inputs,
     local_federation,
     prepare_federation,
 )
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
+    MALICIOUS_RESULT_NOISE_SD,
     add_result_noise,
     check_masking_capacity,
     finish_masked,
     masked_product,
     real_mask,
 )
-from fedsec.auc.policy import DEFAULT_MAX_TOLERANCE, DEFAULT_MIN_BOUND_BITS, PartyPolicy
+from fedsec.auc.policy import (
+    DEFAULT_MAX_DECISION_POINTS,
+    DEFAULT_MAX_TOLERANCE,
+    DEFAULT_MIN_BOUND_BITS,
+    PartyPolicy,
+)
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
@@ -104,7 +124,12 @@ from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
-from fedsec.metrics import as_decision_points, confusion_counts, trapezoid_terms
+from fedsec.metrics import (
+    as_decision_points,
+    confusion_counts,
+    single_value_bins,
+    trapezoid_terms,
+)
 
 __all__ = [
     "MaliciousConfig",
@@ -191,7 +216,7 @@ class MaliciousConfig(BoundConfig):
     a cheating aggregator passes verification, every term included.
     """
 
-    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v2|"
+    DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc-malicious/config/v3|"  # v3: bound channel
 
     decision_points: tuple[float, ...]
     splits: int
@@ -260,9 +285,10 @@ class MaliciousConfig(BoundConfig):
 
     @property
     def stride(self) -> int:
-        """Slot classes per ciphertext: run ``k`` uses class ``2k`` for its share positions
-        and class ``2k + 1`` for its denominator pair (a power of two >= ``2 * runs``)."""
-        return 1 << (2 * self.runs - 1).bit_length()
+        """Slot classes per ciphertext: run ``k`` uses class ``2k`` for its share positions,
+        class ``2k + 1`` for its denominator pair and class ``2*runs + 2k`` for the
+        positions of its error-bound channel (a power of two >= ``4 * runs``)."""
+        return 1 << (4 * self.runs - 1).bit_length()
 
     @property
     def positions_per_chunk(self) -> int:
@@ -306,10 +332,15 @@ def _nonce_digest(nonces: Sequence[bytes]) -> bytes:
 
 
 def derive_run_randomness(seed: bytes, session: str, cfg: MaliciousConfig,
-                          nonces: Sequence[bytes], run: int) -> _RunRandomness:
-    """Every party derives the same set-up randomness for ``run`` (Sec. IV-D-1)."""
+                          nonces: Sequence[bytes], run: int,
+                          purpose: str = "") -> _RunRandomness:
+    """Every party derives the same set-up randomness for ``run`` (Sec. IV-D-1);
+    ``purpose="bound"`` gives the independent randomness of the run's error-bound
+    channel."""
     label = (b"fedsec/fhauc-malicious/v1|" + session.encode() + b"|" + cfg.digest().encode()
              + b"|" + _nonce_digest(nonces) + b"|run-" + str(run).encode())
+    if purpose:
+        label += b"|" + purpose.encode()
     rs = SeededRandomSource(seed, label)
     m, n = len(nonces), cfg.n_points
     r = 0.5 + 0.5 * rs.uniform(6)
@@ -389,6 +420,10 @@ class MaliciousParty:
         # evaluation must always use a fresh one (the default).
         self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES)
         self._runs: list[_RunRandomness] | None = None
+        self._bound_runs: list[_RunRandomness] = []
+        #: The certified bound ``|exact AUC - trapezoid AUC|``, verified like the AUC; set
+        #: by :meth:`finalize`.
+        self.error_bound: float = float("nan")
         self._participants: list[int] = []
         self._local = SystemRandomSource()
         self.verification: dict[str, Any] = {}
@@ -441,12 +476,20 @@ class MaliciousParty:
         nonces = [entries[i] for i in self._participants]
         self._runs = [derive_run_randomness(self.keys.seed, session, self.config,
                                             nonces, k) for k in range(self.config.runs)]
+        self._bound_runs = [derive_run_randomness(self.keys.seed, session, self.config,
+                                                  nonces, k, "bound")
+                            for k in range(self.config.runs)]
 
-    def _entries(self, rr: _RunRandomness, row: int) -> tuple[np.ndarray, np.ndarray,
-                                                             complex]:
-        """Steps 3-5: masked T and F entries (N+1 each) and the DT + i*DF pair."""
+    def _entries(self, rr: _RunRandomness, row: int, bound: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, complex]:
+        """Steps 3-5: masked T and F entries (N+1 each) and the DT + i*DF pair. With
+        ``bound`` the first factor is ``dTP`` instead of ``T`` (the error-bound channel:
+        ``sum dTP*F`` counts the pairs within a bin)."""
         tp, fp = confusion_counts(self._y, self._s, self.config.points)
         t, f = trapezoid_terms(tp, fp)
+        if bound:
+            t = np.diff(tp, prepend=0)
+            t[single_value_bins(self.config.points)] = 0   # exact ties: no error
         pos, neg = float(tp[-1]), float(fp[-1])
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)
         n = self.config.n_points
@@ -460,11 +503,12 @@ class MaliciousParty:
         df = r8 * (neg + rr.fr[row, n + 1])
         return tv, fv, complex(dt, df)
 
-    def _positions(self, rr: _RunRandomness, row: int) -> tuple[np.ndarray, complex]:
+    def _positions(self, rr: _RunRandomness, row: int, bound_channel: bool = False
+                   ) -> tuple[np.ndarray, complex]:
         """Steps 6-7 for one run: split every entry into shares and permute the positions."""
         cfg = self.config
         s_count = cfg.splits
-        tv, fv, dpair = self._entries(rr, row)
+        tv, fv, dpair = self._entries(rr, row, bound_channel)
         bound = SHARE_SUM_BOUND / (len(self._participants) * s_count)
         rnd = (2.0 * self._local.uniform((cfg.n_points + 1) * (s_count - 1)) - 1.0) * bound
         rnd = rnd.reshape(cfg.n_points + 1, s_count - 1)
@@ -486,7 +530,8 @@ class MaliciousParty:
         cfg = self.config
         row = self._participants.index(self.keys.index)
         runs = [self._positions(rr, row) for rr in self._runs]
-        per, stride = cfg.positions_per_chunk, cfg.stride
+        bruns = [self._positions(rb, row, bound_channel=True)[0] for rb in self._bound_runs]
+        per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
         ctx = self.keys.context
         blobs = []
         for c in range(cfg.n_chunks):
@@ -496,6 +541,9 @@ class MaliciousParty:
                 vec[2 * k:2 * k + stride * part.size:stride] = part
                 if c == 0:
                     vec[2 * k + 1] = dpair
+                part_b = bruns[k][c * per:(c + 1) * per]
+                j = first_b + 2 * k
+                vec[j:j + stride * part_b.size:stride] = part_b
             blobs.append(ctx.encrypt_to_bytes(vec))
         meta = {"config": cfg.digest(), "session": self.keys.session,
                 "party": self.keys.index, "chunks": cfg.n_chunks}
@@ -540,24 +588,31 @@ class MaliciousParty:
         except ProtocolError:
             raise TamperingDetected("unreadable ciphertext", check="format") from None
         aucs = []
+        bounds = []
         undefined = 0
         dens = []
         peak = max(1.0, float(np.abs(slots[:stride]).max()))
-        for j in range(2 * runs, stride):   # unused slot classes must be empty
-            if np.abs(slots[j::stride]).max() > 1e-6 * peak:
+        used = set(range(2 * runs)) | {2 * runs + 2 * k for k in range(runs)}
+        for j in range(stride):   # unused slot classes must be empty
+            if j not in used and np.abs(slots[j::stride]).max() > 1e-6 * peak:
                 raise TamperingDetected("an unused slot class is not empty",
                                         check="slot-consistency")
         for k, rr in enumerate(self._runs):
             x = slots[2 * k::stride]
             y = slots[2 * k + 1::stride]
+            xb = slots[2 * runs + 2 * k::stride]
             big_x = float(x[0].imag)
             big_y = float(y[0].imag)
+            big_b = float(xb[0].imag)
             scale_x = max(1.0, abs(big_x))
             scale_y = max(1.0, abs(big_y))
+            scale_b = max(1.0, abs(big_b))
             if (np.abs(x.imag - big_x).max() > 1e-6 * scale_x
                     or np.abs(y.imag - big_y).max() > 1e-6 * scale_y
+                    or np.abs(xb.imag - big_b).max() > 1e-6 * scale_b
                     or np.abs(x.real).max() > 1e-6 * scale_x
-                    or np.abs(y.real).max() > 1e-6 * scale_y):
+                    or np.abs(y.real).max() > 1e-6 * scale_y
+                    or np.abs(xb.real).max() > 1e-6 * scale_b):
                 raise TamperingDetected(f"run {k + 1}: the answer's slots are inconsistent",
                                         check="slot-consistency")
             dens.append(big_y / rr.r2)
@@ -566,6 +621,8 @@ class MaliciousParty:
                 undefined += 1
                 continue
             aucs.append((big_x / big_y - rr.r1 / rr.r2) * rr.r2 / rr.r0)
+            rb = self._bound_runs[k]
+            bounds.append((big_b / big_y - rb.r1 / rr.r2) * rr.r2 / rb.r0)
         # One mask for all runs: every run's Y / r2 is the same c * denom.
         ref = max(1.0, max(abs(d) for d in dens))
         if max(dens) - min(dens) > 1e-6 * ref:
@@ -587,7 +644,19 @@ class MaliciousParty:
         if max(aucs) - min(aucs) > tol:
             raise TamperingDetected(f"the {runs} runs disagree beyond the tolerance "
                                     f"{tol:g}", check="double-execution")
-        return min(1.0, max(0.0, aucs[0]))
+        auc = min(1.0, max(0.0, aucs[0]))
+        # the bound channel is verified like the AUC: in range (the trapezoid counts the
+        # pairs within a bin as 1/2, so B/denom <= min(auc, 1 - auc)) and the runs agree
+        self.verification["bound_runs"] = bounds
+        for k, b in enumerate(bounds):
+            if not -tol <= b <= min(auc, 1.0 - auc) + tol:
+                raise TamperingDetected(f"run {k + 1} yields an error bound outside "
+                                        "[0, min(AUC, 1 - AUC)]", check="range")
+        if max(bounds) - min(bounds) > tol:
+            raise TamperingDetected(f"the {runs} runs' error bounds disagree beyond the "
+                                    f"tolerance {tol:g}", check="double-execution")
+        self.error_bound = min(max(0.0, bounds[0]), max(0.0, min(auc, 1.0 - auc)))
+        return auc
 
 
 class MaliciousAggregator:
@@ -685,7 +754,7 @@ class MaliciousAggregator:
              noise: bool = True) -> Any:
         """Step 11: multiply every slot by one real mask ``c`` (:func:`real_mask`), the same
         for every run, encoded at the scale of the prime the result is then rescaled by,
-        then add :data:`~fedsec.auc.masking.RESULT_NOISE_SD` noise to the numerator and
+        then add :data:`~fedsec.auc.masking.MALICIOUS_RESULT_NOISE_SD` noise to the numerator and
         the denominator channels. ``masks`` (numerator, denominator channel) lets
         :mod:`fedsec.auc.adversary` scale one channel."""
         ctx = self.context
@@ -695,7 +764,8 @@ class MaliciousAggregator:
         else:
             out = finish_masked(ctx, masked_product(ctx, q, np.where(even, *masks)))
         if noise:
-            out = add_result_noise(ctx, out, lambda e: np.where(even, 1j * e[0], 1j * e[1]))
+            out = add_result_noise(ctx, out, lambda e: np.where(even, 1j * e[0], 1j * e[1]),
+                                   sigma=MALICIOUS_RESULT_NOISE_SD)
         return out
 
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
@@ -711,16 +781,24 @@ class MaliciousAggregator:
 
 
 def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
-                         decision_points: Any = 100, splits: int | None = None,
+                         decision_points: int | str | ArrayLike = 100, splits: int | None = None,
                          tolerance: float = DEFAULT_TOLERANCE, runs: int = DEFAULT_RUNS,
                          min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
                          preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
                          policy: PartyPolicy | None = None,
                          progress: Callable[[str], None] | None = None,
                          allow_insecure: bool = False,
-                         tamper: Callable[[str, Any], Any] | None = None) -> SecureAUCResult:
+                         tamper: Callable[[str, Any], Any] | None = None,
+                         scores: str = "probability", target: float = DEFAULT_TARGET,
+                         max_points: int | None = None,
+                         max_rounds: int = DEFAULT_MAX_ROUNDS) -> SecureAUCResult:
     """Run malicious-aggregator FHAUC in one process (every party, the aggregator and a
     fresh identity per party, made here).
+
+    ``decision_points``, ``scores``, ``target``, ``max_points`` and ``max_rounds`` are as
+    in :func:`fedsec.auc.fhauc.secure_auc` (``"exact"`` refines the points; the final
+    AUC and its error bound are verified, the refinement rounds are not: see
+    :mod:`fedsec.auc.exact`). The result's ``error_bound`` is verified like the AUC.
 
     ``tamper(step, value)`` (tests and the tamper battery) may rewrite what the aggregator
     forwards: key set-up steps (see :func:`fedsec.crypto.keysetup.run_key_setup`), then
@@ -728,12 +806,26 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     returns the replacement. ``"start"`` and ``"result"`` may also be answered with a list
     of one message per party (equivocation).
     """
+    parties = apply_score_transform(parties, scores)
+    if isinstance(decision_points, str):
+        if decision_points != "exact":
+            raise ValueError("The 'decision_points' parameter must be an int, a sequence of "
+                             f"numbers or 'exact'. Got {decision_points!r} instead.")
+        from fedsec.auc.exact import secure_auc_exact
+
+        return secure_auc_exact(parties, final=secure_auc_malicious, security="malicious",
+                                target=target, max_points=max_points,
+                                max_rounds=max_rounds, preset=preset, names=names,
+                                progress=progress, allow_insecure=allow_insecure,
+                                splits=splits, tolerance=tolerance, runs=runs,
+                                min_bound_bits=min_bound_bits, policy=policy, tamper=tamper)
     say = progress or (lambda _msg: None)
-    pol = policy if policy is not None else PartyPolicy(
-        max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE), min_bound_bits=min_bound_bits)
     cfg = MaliciousConfig.create(decision_points, splits=splits, tolerance=tolerance,
                                  runs=runs, min_bound_bits=min_bound_bits, preset=preset,
                                  allow_insecure=allow_insecure)
+    pol = policy if policy is not None else PartyPolicy(
+        max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE), min_bound_bits=min_bound_bits,
+        max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points))
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     identities, roster = local_federation(party_names)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
@@ -766,8 +858,12 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     aucs = [r.finalize(resp) for r, resp in zip(roles, response, strict=True)]
     if max(aucs) - min(aucs) > cfg.tolerance:
         raise TamperingDetected("parties obtained different AUC values", check="agreement")
+    bounds = [r.error_bound for r in roles]
+    if max(bounds) - min(bounds) > cfg.tolerance:
+        raise TamperingDetected("parties obtained different error bounds", check="agreement")
     return SecureAUCResult(
-        auc=aucs[0], parties=len(roles), decision_points=cfg.n_points, security="malicious",
+        auc=aucs[0], error_bound=bounds[0], verified=True, cheat_bound_bits=bits,
+        parties=len(roles), decision_points=cfg.n_points, security="malicious",
         masking="single", preset=cfg.preset,
         bytes_up_per_party=max(len(s) for s in subs) + max(len(c) for c in commits),
         bytes_down_per_party=max(len(r) for r in response) + max(len(st) for st in start),

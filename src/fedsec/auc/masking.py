@@ -22,17 +22,23 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.dpnoise import gaussian_noise
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams
 
-__all__ = ["RESULT_NOISE_SD", "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "masked_product",
+__all__ = ["RESULT_NOISE_SD", "MALICIOUS_RESULT_NOISE_SD",
+           "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "masked_product",
            "finish_masked", "add_result_noise", "check_masking_capacity"]
 
 # Gaussian noise (standard deviation, in units of the masked values) added to each masked
 # value a party reads. A mask encoded at the prime S is K/S for an integer K; CKKS's own noise
-# on the numerator channel is ~1e-11 for small federations, far below a step of that grid
-# (value/S), which would let a party test candidate denominators for an integer K. This
-# noise, about the denominator channel's own CKKS noise for the smallest federations, spreads
-# each value over ~S * 2^-32 = 8 grid steps (default chain). Larger noise hides more and
-# costs precision (absolute AUC error ~ noise / denom).
-RESULT_NOISE_SD = 2.0 ** -32
+# on the numerator channel is far below a step of that grid (value/S), which would let a
+# party test candidate denominators for an integer K. This noise spreads each value over
+# ~S * 2^-29 = 64 grid steps (default chain). 2^-29 since FHAUC's 4-slot layout (issue 13):
+# its CKKS noise is smaller than the earlier layout's, and with 2^-32 the grid test kept
+# 32-46 of ~9,000 candidates at denom = 20,000 (pair mask: 1-2) where the earlier layout kept
+# 78-675; with 2^-29 it keeps ~290 (pair: ~37). Larger noise hides more and costs precision
+# (absolute AUC error ~ noise / denom: ~2.6e-9 relative at worst, one sample per class).
+RESULT_NOISE_SD = 2.0 ** -29
+#: Malicious mode keeps the earlier 2^-32: its CKKS noise (2^12 zero-sum masks) is larger
+#: anyway, and its runs must agree within the tolerance.
+MALICIOUS_RESULT_NOISE_SD = 2.0 ** -32
 # The masked result is computed at 4x its value (the slot sums carry a factor 4) and the
 # factor is removed exactly by declaring the ciphertext's scale 4x larger.
 OUTPUT_SCALE_FACTOR = 4.0
@@ -66,12 +72,13 @@ def finish_masked(ctx: CKKSContext, ct: Any) -> Any:
     return out
 
 
-def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], Any]) -> Any:
+def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], Any],
+                     count: int = 2, sigma: float = RESULT_NOISE_SD) -> Any:
     """Add :data:`RESULT_NOISE_SD` Gaussian noise (from ``secrets``) to a masked result.
 
-    ``pattern(e)`` maps two fresh noise values to the slot vector to add (the same noise
-    wherever a value is repeated, so slots stay consistent)."""
-    return ctx.add_plain(ct, pattern(gaussian_noise(2, sigma=RESULT_NOISE_SD)))
+    ``pattern(e)`` maps ``count`` fresh noise values to the slot vector to add (the same
+    noise wherever a value is repeated, so slots stay consistent)."""
+    return ctx.add_plain(ct, pattern(gaussian_noise(count, sigma=sigma)))
 
 
 def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:

@@ -36,6 +36,13 @@ __all__ = [
     "class_totals_from_terms",
     "trapezoid_auc_from_counts",
     "trapezoid_auc",
+    "bin_pair_counts",
+    "single_value_bins",
+    "trapezoid_error_bound_from_counts",
+    "trapezoid_error_bound",
+    "exact_auc",
+    "transform_scores",
+    "PROBABILITY_SLACK",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -185,3 +192,198 @@ def trapezoid_auc(y_true: Any, y_score: Any, points: Any = 100) -> float:
     """
     tp, fp = confusion_counts(y_true, y_score, points)
     return trapezoid_auc_from_counts(tp, fp)
+
+
+# ------------------------------------------------------------------ certified error bound
+def single_value_bins(points: Any) -> NDArray[np.bool_]:
+    """Bins that can hold one score value only: bin 0 ``[theta_0, inf)`` when ``theta_0 =
+    1`` (scores are at most 1) and bin ``n`` when ``theta_{n-1}`` is the float right after
+    ``theta_n``. Pairs in such a bin are exact ties: the trapezoid's 1/2 is exact for them,
+    so they do not count towards the error bound."""
+    theta = as_decision_points(points)
+    out = np.zeros(theta.size, dtype=bool)
+    out[0] = theta[0] >= 1.0
+    out[1:] = np.nextafter(theta[1:], np.inf) >= theta[:-1]
+    return out
+
+
+def bin_pair_counts(tp: Any, fp: Any, points: Any = None) -> IntArray:
+    """Per bin, the (positive, negative) pairs whose scores fall between the same two
+    decision points: ``dTP[n] * dFP[n]`` with ``dTP[n] = TP[n] - TP[n-1]`` (bin ``n`` is
+    ``[theta_n, theta_{n-1})``; bin 0 is ``[theta_0, inf)``). Given ``points``, bins of
+    :func:`single_value_bins` count 0 (their pairs are exact ties).
+
+    The trapezoid rule counts every such pair as 1/2, whatever the order of the two scores;
+    every other pair it counts exactly as the exact AUC does."""
+    tp_a = np.asarray(tp, dtype=np.int64)
+    fp_a = np.asarray(fp, dtype=np.int64)
+    out = np.diff(tp_a, prepend=0) * np.diff(fp_a, prepend=0)
+    if points is not None:
+        out[single_value_bins(points)] = 0
+    return out
+
+
+def trapezoid_error_bound_from_counts(tp: Any, fp: Any, points: Any = None) -> float:
+    """Certified bound on ``|exact AUC - trapezoid AUC|``: ``sum_n dTP[n]*dFP[n] /
+    (2*Pos*Neg)`` over the bins (excluding :func:`single_value_bins` given ``points``).
+
+    Each pair within one bin contributes ``1/2`` to the trapezoid and ``0``, ``1/2`` or
+    ``1`` to the exact AUC (which counts ties as 1/2, like scikit-learn), so the two differ
+    by at most half the share of such pairs. The bound is 0 exactly when no bin holds both
+    classes (up to exact ties), and then the trapezoid *is* the exact AUC.
+
+    Raises
+    ------
+    UndefinedMetricError
+        If either class is absent.
+    """
+    tp_a = np.asarray(tp, dtype=np.int64)
+    fp_a = np.asarray(fp, dtype=np.int64)
+    pos, neg = int(tp_a[-1]), int(fp_a[-1])
+    if pos == 0 or neg == 0:
+        raise UndefinedMetricError(
+            "AUC is undefined when only one class is present "
+            f"(positives={pos}, negatives={neg})."
+        )
+    return int(bin_pair_counts(tp_a, fp_a, points).sum()) / (2 * pos * neg)
+
+
+def trapezoid_error_bound(y_true: Any, y_score: Any, points: Any = 100) -> float:
+    """The certified bound of :func:`trapezoid_auc` over ``points`` (plaintext reference of
+    what the secure protocols report as ``error_bound``).
+
+    Examples
+    --------
+    >>> trapezoid_error_bound([0, 1, 0, 1], [0.1, 0.15, 0.6, 0.9], points=[1.0, 0.5, 0.0])
+    0.25
+    """
+    tp, fp = confusion_counts(y_true, y_score, points)
+    return trapezoid_error_bound_from_counts(tp, fp, points)
+
+
+def exact_auc(y_true: Any, y_score: Any) -> float:
+    """The exact ROC AUC (ties count 1/2), as ``sklearn.metrics.roc_auc_score``: the
+    trapezoid over every distinct score. Scores here may be any finite numbers."""
+    y = np.asarray(y_true)
+    s = np.asarray(y_score, dtype=np.float64)
+    if y.ndim != 1 or s.shape != y.shape or not np.all(np.isfinite(s)):
+        raise ValueError("y_true and y_score must be 1-D, of equal length, with finite "
+                         "scores.")
+    pts = np.unique(s)[::-1]
+    pos = np.sort(s[y == 1])
+    neg = np.sort(s[y == 0])
+    tp = pos.size - np.searchsorted(pos, pts, side="left")
+    fp = neg.size - np.searchsorted(neg, pts, side="left")
+    return trapezoid_auc_from_counts(tp, fp)
+
+
+# ------------------------------------------------------------------ real-valued scores
+#: How far outside [0, 1] a ``"probability"`` score may fall (float rounding in a model's
+#: softmax or calibration) and still be accepted (clipped).
+PROBABILITY_SLACK = 1e-6
+_SCORE_KINDS = ("probability", "logit", "range:LO:HI")
+
+
+def _parse_scores(scores: Any) -> tuple[str, float, float]:
+    if not isinstance(scores, str):
+        raise TypeError("The 'scores' parameter must be a str among 'probability', 'logit' "
+                        f"or 'range:LO:HI'. Got {type(scores).__name__} instead.")
+    if scores in ("probability", "logit"):
+        return scores, 0.0, 1.0
+    if scores.startswith("range:"):
+        parts = scores.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            lo, hi = float(parts[1]), float(parts[2])
+        except ValueError:
+            raise ValueError("The 'scores' parameter must be 'range:LO:HI' with two numbers "
+                             f"LO < HI. Got {scores!r} instead.") from None
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError("The 'scores' parameter must be 'range:LO:HI' with finite LO < "
+                             f"HI. Got {scores!r} instead.")
+        return "range", lo, hi
+    raise ValueError("The 'scores' parameter must be 'probability', 'logit' or "
+                     f"'range:LO:HI'. Got {scores!r} instead.")
+
+
+def transform_scores(values: Any, scores: str = "probability") -> FloatArray:
+    """Map model scores into [0, 1] by a declared, public, strictly increasing transform.
+
+    A strictly increasing map keeps the order of the scores, so the exact ROC AUC is
+    unchanged; the secure protocols need scores in [0, 1] because their decision points
+    live there.
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+        Finite scores.
+    scores : {"probability", "logit", "range:LO:HI"}
+        * ``"probability"`` - already in [0, 1], e.g. ``predict_proba(X)[:, 1]``. Values
+          up to :data:`PROBABILITY_SLACK` outside (float rounding) are clipped; others
+          are an error.
+        * ``"logit"`` - any real number, e.g. ``decision_function(X)`` of a linear model
+          or a network's raw logit; mapped by the sigmoid ``1 / (1 + exp(-x))``. Beyond
+          about ``|x| > 36`` the sigmoid rounds distinct values to the same float, which
+          would create ties: a ``UserWarning`` says so (then use ``range:LO:HI``).
+        * ``"range:LO:HI"`` - scores known to lie in ``[LO, HI]`` (e.g. an SVM's
+          ``decision_function`` with known bounds, a score out of 100); mapped by
+          ``(x - LO) / (HI - LO)``. A value outside the range is an error.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Scores in [0, 1], in the same order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad ``scores`` spec, non-finite values, or values outside the declared range.
+
+    Examples
+    --------
+    >>> transform_scores([-2.0, 0.0, 3.0], "range:-2:3").tolist()
+    [0.0, 0.4, 1.0]
+    >>> transform_scores([0.0], "logit").tolist()
+    [0.5]
+    """
+    kind, lo, hi = _parse_scores(scores)
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError("scores must be numbers") from None
+    if arr.ndim != 1:
+        arr = arr.ravel()
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"scores must be finite numbers; score {i} is {float(arr[i])!r}")
+    if kind == "probability":
+        out_lo, out_hi = arr < -PROBABILITY_SLACK, arr > 1.0 + PROBABILITY_SLACK
+        if out_lo.any() or out_hi.any():
+            i = int(np.flatnonzero(out_lo | out_hi)[0])
+            raise ValueError(
+                f"scores='probability' needs scores in [0, 1]; score {i} is {float(arr[i])!r} "
+                f"({int(out_lo.sum() + out_hi.sum())} outside). Use scores='logit' for "
+                "logits or decision_function values, or 'range:LO:HI' for a known range.")
+        return np.clip(arr, 0.0, 1.0)
+    if kind == "logit":
+        # 1/(1+exp(-x)) in a form that neither overflows nor loses the small end
+        neg = arr < 0
+        e = np.exp(-np.abs(arr))
+        out = np.where(neg, e / (1.0 + e), 1.0 / (1.0 + e))
+        if arr.size and np.unique(out).size < np.unique(arr).size:
+            import warnings
+            warnings.warn("scores='logit': the sigmoid maps some distinct scores to the same "
+                          "float (|x| beyond ~36); their order is lost. Use scores="
+                          "'range:LO:HI' with the scores' known bounds instead.",
+                          UserWarning, stacklevel=2)
+        return np.clip(out.astype(np.float64), 0.0, 1.0)
+    span = hi - lo
+    tol = 1e-12 * max(abs(lo), abs(hi), 1.0)
+    outside = (arr < lo - tol) | (arr > hi + tol)
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"scores='{scores}' declares the range [{lo:g}, {hi:g}]; score {i} "
+                         f"is {float(arr[i])!r} ({int(outside.sum())} outside)")
+    return np.clip((arr - lo) / span, 0.0, 1.0)
