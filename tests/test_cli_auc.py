@@ -236,3 +236,46 @@ def test_malicious_options_are_checked_in_the_users_terms(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "MaliciousConfig" not in err
+
+
+def _logit_files(tmp_path: Path) -> tuple[list[Path], float]:
+    """decision_function scores of a linear model on breast cancer, over three parties."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    x, y = load_breast_cancer(return_X_y=True)
+    model = LogisticRegression(max_iter=5000).fit(x[:300], y[:300])
+    s, yy = model.decision_function(x[300:]), y[300:]
+    paths = []
+    for i, idx in enumerate(np.array_split(np.arange(len(yy)), 3)):
+        p = tmp_path / f"site-{i}.csv"
+        p.write_text("label,score\n" + "".join(f"{a},{float(b)!r}\n"
+                                               for a, b in zip(yy[idx], s[idx], strict=True)))
+        paths.append(p)
+    return paths, float(roc_auc_score(yy, s))
+
+
+def test_exact_mode_and_logit_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    paths, ref = _logit_files(tmp_path)
+    # logits are refused as probabilities, and the message says how to declare them
+    assert main(["auc", *map(str, paths), "-q"]) == 2
+    assert "--scores logit" in capsys.readouterr().err
+    assert main(["auc", *map(str, paths), "--scores", "logit", "--decision-points", "exact",
+                 "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision_mode"] == "exact" and out["target_reached"] is True
+    assert out["error_bound"] <= 1e-6
+    assert abs(out["auc"] - ref) <= out["error_bound"] + 1e-9
+    # the default grid reports its certified bound, and it holds
+    assert main(["auc", *map(str, paths), "--scores", "logit", "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision_mode"] == "fixed" and 0 < out["error_bound"] < 0.01
+    assert abs(out["auc"] - ref) <= out["error_bound"] + 1e-9
+    # exact-mode options need exact mode; bad --scores is a usage error
+    assert main(["auc", *map(str, paths), "--scores", "logit", "--target", "1e-3", "-q"]) == 2
+    assert "exact only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["auc", *map(str, paths), "--scores", "range:1:0"])
+    assert exc.value.code == 2

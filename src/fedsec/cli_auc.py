@@ -53,25 +53,33 @@ def add_party_file_options(p: argparse.ArgumentParser, *, files_help: str | None
                         "files share a name)")
 
 
-def load_party_files(args: argparse.Namespace, *, require_both_classes: bool = True
-                     ) -> list[Any]:
-    """Read ``args.files`` with the party-file options; a list of ``PartyData``."""
+def load_party_files(args: argparse.Namespace, *, require_both_classes: bool = True,
+                     any_finite: bool = False) -> list[Any]:
+    """Read ``args.files`` with the party-file options; a list of ``PartyData``.
+
+    ``any_finite``: accept any finite score (``--scores logit`` or ``range:LO:HI``; the
+    transform then checks them)."""
     from fedsec.data.io import load_party_csvs
 
     return load_party_csvs(
         args.files, names=args.names, label_col=args.label_col, score_col=args.score_col,
         pos_label=args.pos_label,
         delimiter=_DELIMITER_CHOICES[args.delimiter] if args.delimiter else None,
-        require_both_classes=require_both_classes)
+        require_both_classes=require_both_classes,
+        score_range=None if any_finite else (0.0, 1.0))
 
 
 # ------------------------------------------------------------------ limits
-def check_limits(n_points: int, total_samples: int, preset: str, security: str) -> None:
+def check_limits(n_points: int | str, total_samples: int, preset: str, security: str
+                 ) -> None:
     """Refuse sizes the secure AUC cannot take, naming the option or preset that lifts the
     limit (``ValueError``, exit status 2)."""
     from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES
     from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
 
+    if n_points == "exact":  # exact mode sizes its own grid (--max-points)
+        n_points = 2
+    assert isinstance(n_points, int)
     if n_points < 2:
         raise ValueError(f"--decision-points must be >= 2; got {n_points}")
     if n_points > DEFAULT_MAX_DECISION_POINTS:
@@ -136,8 +144,18 @@ def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
             raise ValueError("--masking applies to --security semi-honest only")
     else:
         kwargs["masking"] = args.masking
+    if args.decision_points == "exact":
+        if args.target is not None:
+            kwargs["target"] = args.target
+        if args.max_points is not None:
+            kwargs["max_points"] = args.max_points
+        if args.max_rounds is not None:
+            kwargs["max_rounds"] = args.max_rounds
+    elif any(v is not None for v in (args.target, args.max_points, args.max_rounds)):
+        raise ValueError("--target, --max-points and --max-rounds apply to "
+                         "--decision-points exact only")
     return secure_auc(pairs, decision_points=args.decision_points, security=args.security,
-                      preset=args.preset, names=names,
+                      preset=args.preset, names=names, scores=args.scores,
                       progress=say or _progress(args.json or args.quiet), **kwargs)
 
 
@@ -152,7 +170,7 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         raise ValueError(f"a federation needs at least 2 parties; got {len(args.files)} "
                          "party file (one party's AUC needs no secure protocol: compute it "
                          "locally)")
-    parties = load_party_files(args)
+    parties = load_party_files(args, any_finite=args.scores != "probability")
     check_limits(args.decision_points, sum(p.n_samples for p in parties), args.preset,
                  args.security)
     res = _run([(p.y_true, p.y_score) for p in parties], [p.name for p in parties], args)
@@ -160,6 +178,12 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         "auc": res.auc,
         "parties": res.parties,
         "decision_points": res.decision_points,
+        "decision_mode": res.decision_mode,
+        "error_bound": res.error_bound,
+        "target": res.target,
+        "target_reached": res.target_reached,
+        "rounds": res.rounds,
+        "scores": args.scores,
         "security": res.security,
         "bytes_up_per_party": res.bytes_up_per_party,
         "bytes_down_per_party": res.bytes_down_per_party,
@@ -178,8 +202,15 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"secure AUC ({res.security} aggregator): {res.auc:.10f}")
-        print(f"  trapezoid ROC-AUC over {res.decision_points} uniform decision points "
-              "(an approximation of the exact AUC; see README)")
+        if res.decision_mode == "exact":
+            print(f"  exact mode: {res.decision_points} refined decision points after "
+                  f"{res.rounds} secure rounds; certified |AUC - exact AUC| <= "
+                  f"{res.error_bound:.3g} (target {res.target:g}"
+                  f"{'' if res.target_reached else ', NOT reached: raise --max-points'})")
+        else:
+            print(f"  trapezoid ROC-AUC over {res.decision_points} uniform decision points; "
+                  f"certified |AUC - exact AUC| <= {res.error_bound:.3g} "
+                  "(--decision-points exact to shrink it)")
         print(f"  parties: {res.parties} ({', '.join(res.included)})   preset: {res.preset}")
         if "verified" in out:
             print(f"  verified: {out['verified']}   "
@@ -280,6 +311,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     rows = []
     for security in ("semi-honest", "malicious"):
         ns = argparse.Namespace(decision_points=args.decision_points, security=security,
+                                scores="probability", target=None, max_points=None,
+                                max_rounds=None,
                                 masking="single", splits=None, preset=args.preset,
                                 json=False, quiet=False, tolerance=None, runs=None,
                                 min_bound_bits=None)
@@ -353,6 +386,22 @@ def _float_arg(name: str, *, gt: float | None = None, ge: float | None = None,
     return parse
 
 
+def _points_arg(text: str) -> int | str:
+    if text.strip().lower() == "exact":
+        return "exact"
+    return _int_arg("--decision-points")(text)
+
+
+def _scores_arg(text: str) -> str:
+    from fedsec.metrics.roc import _parse_scores
+
+    try:
+        _parse_scores(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--scores: {exc}") from None
+    return text
+
+
 def register(sub: Any) -> None:
     """Add the ``auc``, ``check`` and ``demo`` sub-commands."""
     p = sub.add_parser(
@@ -366,9 +415,26 @@ def register(sub: Any) -> None:
                     "approximation of the exact ROC-AUC that scikit-learn computes on the "
                     "pooled data.")
     add_party_file_options(p)
-    p.add_argument("--decision-points", "-N", type=_int_arg("--decision-points"), default=100,
+    p.add_argument("--decision-points", "-N", type=_points_arg, default=100,
+                   metavar="N|exact",
                    help="number of uniform decision points N (default 100; at most the "
-                        "preset's slots in semi-honest mode, and 8192)")
+                        "preset's slots in semi-honest mode, and 8192), or 'exact': refine "
+                        "the points until the certified error bound is at most --target")
+    p.add_argument("--scores", type=_scores_arg, default="probability",
+                   metavar="probability|logit|range:LO:HI",
+                   help="how to read the scores: 'probability' for predict_proba (default; "
+                        "a float-rounding hair outside [0, 1] is clipped), 'logit' for "
+                        "decision_function of linear models and raw logits (sigmoid), "
+                        "'range:LO:HI' for scores known to lie in [LO, HI] (affine). Each is "
+                        "a public increasing map into [0, 1]; the exact AUC is unchanged")
+    p.add_argument("--target", type=_float_arg("--target", gt=0.0, lt=0.5), default=None,
+                   help="exact mode: largest acceptable certified error bound (default 1e-6)")
+    p.add_argument("--max-points", type=_int_arg("--max-points", 1024), default=None,
+                   help="exact mode: most decision points the refined grid may have "
+                        "(default 16384 semi-honest, 2048 malicious)")
+    p.add_argument("--max-rounds", type=_int_arg("--max-rounds", 1, 64), default=None,
+                   help="exact mode: most refinement rounds (default as in "
+                        "fedsec.auc.exact)")
     p.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
                    help="threat model of the aggregator (default semi-honest)")
     p.add_argument("--masking", choices=["single", "pair"], default="single",

@@ -378,8 +378,9 @@ def load_party_csv(
             else:
                 raise PartyFileError(
                     f"{p}, row {line}: score must be in [{lo:g}, {hi:g}]; got {sc_s} (scores "
-                    f"within {score_tolerance:g} of the range are clipped; map other scores "
-                    "into the range first, e.g. probabilities from predict_proba)")
+                    f"within {score_tolerance:g} of the range are clipped; declare other scores "
+                    "with --scores logit or --scores range:LO:HI (API: scores=...), or map "
+                    "them into the range first)")
         labels.append(lab_s)
         rows.append(line)
         scores.append(sc)
