@@ -75,11 +75,9 @@ def test_entry_points_are_fully_annotated(name: str) -> None:
 
 
 def test_result_fields_are_typed_attributes() -> None:
-    hints = typing.get_type_hints(fedsec.SecureAUCResult.verified.fget)  # type: ignore[attr-defined]
-    assert hints["return"] is bool
-    hints = typing.get_type_hints(
-        fedsec.SecureAUCResult.cheat_bound_bits.fget)  # type: ignore[attr-defined]
-    assert hints["return"] == float | None
+    hints = typing.get_type_hints(fedsec.SecureAUCResult)
+    assert hints["verified"] is bool and hints["error_bound"] is float
+    assert hints["cheat_bound_bits"] == float | None
     semi = fedsec.SecureAUCResult(
         auc=0.5, parties=2, decision_points=10, security="semi-honest", masking="single",
         preset="p", bytes_up_per_party=1, bytes_down_per_party=1, aggregator_seconds=0.0,
@@ -202,3 +200,17 @@ def test_readme_api_examples_run(index: int) -> None:
     else:
         ref = float(lines[2])
         assert float(lines[3]) == pytest.approx(ref, abs=1e-12)
+
+
+def test_secure_auc_errors_speak_of_the_users_arguments() -> None:
+    import fedsec
+
+    parties = [([0, 1], [0.1, 0.9]), ([0, 1], [0.2, 0.3])]
+    for fn in (fedsec.secure_auc, fedsec.secure_auc_malicious):
+        with pytest.raises(ValueError, match=f"'decision_points' parameter of {fn.__name__}"):
+            fn(parties, decision_points=1)
+    with pytest.raises(ValueError, match="'runs' parameter of secure_auc_malicious"):
+        fedsec.secure_auc_malicious(parties, runs=1)
+    with pytest.raises(ValueError, match="party 1") as exc:
+        fedsec.secure_auc([([0, 1], [0.1, 0.9]), ([0, 1, 1], [0.2, 0.3])])
+    assert "FHAUCParty" not in str(exc.value)

@@ -58,9 +58,9 @@ class BoundConfig:
         return self._digest
 
 
-def check_party_inputs(y_true: ArrayLike, y_score: ArrayLike,
-                       max_total: int) -> tuple[np.ndarray, np.ndarray]:
-    y, s = check_labels_scores(y_true, y_score, "FHAUCParty")
+def check_party_inputs(y_true: ArrayLike, y_score: ArrayLike, max_total: int,
+                       owner: str = "the party") -> tuple[np.ndarray, np.ndarray]:
+    y, s = check_labels_scores(y_true, y_score, owner)
     if y.size > max_total:
         raise ValueError(f"a party holds {y.size} samples, more than max_total_samples="
                          f"{max_total} that the CKKS parameters are sized for")
@@ -134,7 +134,8 @@ def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
                        names: Sequence[str] | None, max_total: int
                        ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
     """Validate every party's data and the federation as a whole; name the parties."""
-    data = [check_party_inputs(y, s, max_total) for y, s in parties]
+    data = [check_party_inputs(y, s, max_total, f"party {i}")
+            for i, (y, s) in enumerate(parties)]
     if len(data) < 2:
         raise ValueError(f"a federation needs at least 2 parties; got {len(data)} (one "
                          "party's AUC needs no secure protocol)")

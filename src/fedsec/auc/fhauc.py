@@ -572,6 +572,8 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     if kwargs:
         raise TypeError(f"unexpected arguments for semi-honest FHAUC: {sorted(kwargs)}")
     parties = apply_score_transform(parties, scores)
+    if isinstance(decision_points, int | np.integer) and not isinstance(decision_points, bool):
+        check_int(int(decision_points), "decision_points", "secure_auc", min_value=2)
     if isinstance(decision_points, str):
         if decision_points != "exact":
             raise ValueError("The 'decision_points' parameter must be an int, a sequence of "
