@@ -36,7 +36,7 @@ with warnings.catch_warnings():
 
 from fedsec.auc.fhauc import secure_auc  # noqa: E402
 from fedsec.data.io import load_party_csv, write_party_csv  # noqa: E402
-from fedsec.metrics import trapezoid_auc  # noqa: E402
+from fedsec.metrics import trapezoid_auc, trapezoid_error_bound  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "examples" / "fedsec-flower"
@@ -72,6 +72,13 @@ def plain_auc(paths: list[Path]) -> float:
     y = np.concatenate([d.y_true for d in data])
     s = np.concatenate([d.y_score for d in data])
     return trapezoid_auc(y, s, N_POINTS)
+
+
+def plain_bound(paths: list[Path]) -> float:
+    data = [load_party_csv(p) for p in paths]
+    y = np.concatenate([d.y_true for d in data])
+    s = np.concatenate([d.y_score for d in data])
+    return trapezoid_error_bound(y, s, N_POINTS)
 
 
 def _inprocess_auc(paths: list[Path], security: str) -> float:
@@ -149,6 +156,7 @@ def test_malicious_fhauc_deployment_tls(flower: Callable[[Path], Deployment],
                for r in doc["party_results"].values())
     assert doc["auc"] == pytest.approx(plain_auc(paths), abs=1e-6)
     assert doc["auc"] == pytest.approx(_inprocess_auc(paths, "malicious"), abs=1e-6)
+    assert doc["error_bound"] == pytest.approx(plain_bound(paths), abs=1e-6)
     # the aggregator received public key material (~11 MB of Galois keys), no secret
     assert doc["bytes"]["public_key_material"] > 1_000_000
     _no_secrets_left(fed)

@@ -648,6 +648,7 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
                         policy=node.policy.party, roster=node.roster)
         auc = sh.finalize(blobs[0])
         included = list(sh.included)
+        bound = sh.error_bound
     else:
         if len(blobs) != 2 or "nonce" not in fields:
             raise ProtocolError("malicious finalize expects the result and the start "
@@ -657,20 +658,23 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
                             policy=node.policy.party, nonce=fields["nonce"])
         mp.restore(blobs[1])  # validates the start message, this party's nonce, quorum
         auc = mp.finalize(blobs[0])  # checks the result covers exactly the participants
+        bound = mp.error_bound
         parties = wire.decode(blobs[0], expect="fhauc-m/result").meta["parties"]
         included = [keys.names[int(i)] for i in parties]
     shared = node.policy.shares_auc(security)
     verified = security == "malicious"
     node.store.save_result({"status": "ok", "party": node.name, "security": security,
-                            "auc": float(auc), "verified": verified, "included": included,
+                            "auc": float(auc), "error_bound": float(bound),
+                            "verified": verified, "included": included,
                             "auc_shared_with_aggregator": shared})
     _node_logger(node.node_config).info(
-        "result: AUC %.10f (%s, %s) over %d parties %s; shared with the aggregator: %s",
-        auc, security, "verified" if verified else "not verifiable in semi-honest mode",
+        "result: AUC %.10f (certified |AUC - exact AUC| <= %.3g; %s, %s) over %d parties %s;"
+        " shared with the aggregator: %s", auc, bound, security, "verified" if verified else "not verifiable in semi-honest mode",
         len(included), included, shared)
     out: dict[str, Any] = {"verified": verified, "included": included, "shared": shared}
     if shared:
         out["auc"] = float(auc)
+        out["error_bound"] = float(bound)
     return [], out
 
 

@@ -575,6 +575,9 @@ class ServerRun:
                 auc = meta.get("auc")
                 if isinstance(auc, float):
                     entry["auc"] = auc
+                bound = meta.get("error_bound")
+                if isinstance(bound, float):
+                    entry["error_bound"] = bound
                 results[self.names[n]] = entry
             elif n in finals.refused:
                 results[self.names[n]] = {"ok": False, "check": finals.refused[n]}
@@ -593,6 +596,9 @@ class ServerRun:
         self.doc["auc_shared_by"] = sorted(k for k, v in results.items() if "auc" in v)
         if aucs:
             self.doc["auc"] = aucs[0]
+            bounds = [float(v["error_bound"]) for v in results.values() if "error_bound" in v]
+            if bounds:
+                self.doc["error_bound"] = max(bounds)
         self.doc["status"] = "done"
 
 
