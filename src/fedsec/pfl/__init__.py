@@ -5,7 +5,8 @@
 * :mod:`fedsec.pfl.balance` -- BALANCE's thresholds and Eq. 2, the server-assisted and the
   decentralised deployments;
 * :mod:`fedsec.pfl.simulate` -- training runs with poisoning attacks and the baselines
-  (FedAvg, local training only, robust aggregators from byzfl); needs the ``learning`` extra.
+  (FedAvg, local training only, robust aggregators from byzfl, :mod:`fedsec.pfl.robust`);
+  needs the ``learning`` extra and is not imported here.
 
 Plaintext reference code; the encrypted Priv-PFL protocol builds on it.
 """
