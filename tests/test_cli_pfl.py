@@ -35,10 +35,12 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_human_output_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main([*SMALL, "--attack", "gaussian", "--deployment", "ring", "--plot",
-                 str(tmp_path / "figs"), "--graph-round", "1"])
+                 str(tmp_path / "figs"), "--graph-round", "1", "--gamma-uniform", "0.1",
+                 "0.5"])
     assert code == 0
     cap = capsys.readouterr()
     assert "gaussian" in cap.out and "balance" in cap.out and "12/12" in cap.out
+    assert "gamma=per client in [0.1" in cap.out
     assert "round 2/2" in cap.err  # progress on stderr
     for name in ("accuracy.png", "acceptance.png"):
         data = (tmp_path / "figs" / name).read_bytes()
@@ -63,3 +65,4 @@ def test_attack_without_malicious_clients(capsys: pytest.CaptureFixture[str]) ->
     assert main([*SMALL, "--malicious", "0", "--attack", "ipm"]) == 2
     assert "malicious" in capsys.readouterr().err
     assert main([*SMALL, "--graph-round", "3"]) == 2
+    assert main([*SMALL, "--gamma-uniform", "0.5", "0.1"]) == 2

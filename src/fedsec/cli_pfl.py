@@ -122,6 +122,9 @@ def register(sub: Any) -> None:
     p.add_argument("--gamma", type=_real_in("--gamma", 0.0, math.inf, low_open=True,
                                             high_open=True), default=0.3,
                    help="BALANCE acceptance threshold gamma (default 0.3)")
+    p.add_argument("--gamma-uniform", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="per-client thresholds gamma_i ~ U[LO, HI] (seeded; seed 002 uses "
+                        "0.1 0.5) instead of one --gamma")
     p.add_argument("--kappa", type=_real_in("--kappa", 0.0, math.inf, high_open=True),
                    default=1.0, help="BALANCE threshold decay kappa (default 1)")
     p.add_argument("--balance-alpha", type=_real_in("--balance-alpha", 0.0, 1.0), default=0.5,
@@ -171,7 +174,17 @@ def _run(args: argparse.Namespace) -> int:
     say(f"loading task {args.task}")
     task = make_task(args.task, n_samples=args.samples, layers=args.layers, seed=args.seed)
     fed = task.federate(args.clients, alpha=args.alpha, seed=args.seed)
-    cfg = BalanceConfig(gamma=args.gamma, kappa=args.kappa, alpha=args.balance_alpha)
+    gammas = None
+    if args.gamma_uniform is not None:
+        lo, hi = args.gamma_uniform
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+            raise ValueError(f"--gamma-uniform needs 0 < LO <= HI; got {lo} {hi}")
+        import numpy as np
+
+        draw = np.random.default_rng(np.random.SeedSequence([args.seed, 0x6A77A]))
+        gammas = tuple(float(g) for g in draw.uniform(lo, hi, size=args.clients))
+    cfg = BalanceConfig(gamma=args.gamma, kappa=args.kappa, alpha=args.balance_alpha,
+                        gammas=gammas)
     runs = []
     for attack in attacks:
         for method in args.method:
@@ -211,6 +224,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gamma_text(balance: dict[str, Any]) -> str:
+    g = balance["gammas"]
+    if g:
+        return f"per client in [{min(g):.3f}, {max(g):.3f}]"
+    return str(balance["gamma"])
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None or v != v else f"{v:.3f}"
 
@@ -220,7 +240,7 @@ def _print_human(doc: dict[str, Any]) -> None:
           f"data: {doc['data']}")
     print(f"{doc['clients']} clients ({len(doc['malicious'])} malicious: "
           f"{doc['malicious']}), {doc['rounds']} rounds, Dirichlet({doc['dirichlet_alpha']}); "
-          f"BALANCE gamma={doc['balance']['gamma']}, kappa={doc['balance']['kappa']}, "
+          f"BALANCE gamma={_gamma_text(doc['balance'])}, kappa={doc['balance']['kappa']}, "
           f"alpha={doc['balance']['alpha']}, {doc['deployment']} deployment"
           + (f", {doc['selection']} selection" if doc["deployment"] == "server" else ""))
     print()

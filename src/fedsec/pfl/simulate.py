@@ -93,6 +93,8 @@ class PFLRun:
     brute_checks: list[int] = field(default_factory=list)
     seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Every client's model after the last round, one flat row per client (not in to_dict).
+    models: NDArray[np.float64] | None = field(default=None, repr=False)
 
     @property
     def benign(self) -> tuple[int, ...]:
@@ -296,4 +298,5 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
             progress(f"{method}/{run.attack} round {t + 1}/{t_rounds}: benign mean "
                      f"{run.benign_mean():.3f}, worst {run.benign_worst():.3f}{extra}")
     run.seconds = time.perf_counter() - start
+    run.models = models
     return run
