@@ -20,7 +20,9 @@ Usage::
     python benchmarks/bench_pfl.py            # full run (see BENCHMARKS.md for the time)
     python benchmarks/bench_pfl.py --quick    # smoke run: 8 clients, 2 rounds, 3 attacks
 
-Writes ``benchmarks/results/bench_pfl.json`` and ``bench_pfl.md`` and prints the Markdown.
+Writes ``benchmarks/results/bench_pfl.json``, ``bench_pfl.md`` and
+``bench_pfl_accuracy.png`` (benign mean and worst accuracy per round, per method and attack)
+and prints the Markdown.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsec.cli_pfl import plot_accuracy
 from fedsec.learning.attacks import ATTACKS
 from fedsec.learning.tasks import make_task
 from fedsec.pfl.balance import BalanceConfig
@@ -62,6 +65,7 @@ def attack_table(task: Any, fed: Any, attacks: list[str | None], rounds: int, se
             row = {"attack": r.attack, "method": method, "mean": r.benign_mean(),
                    "worst": r.benign_worst(),
                    "mean_per_round": [r.benign_mean(t) for t in range(rounds)],
+                   "worst_per_round": [r.benign_worst(t) for t in range(rounds)],
                    "seconds": r.seconds}
             if method == "balance":
                 row["malicious_accepted"] = r.malicious_accepted_share()
@@ -179,6 +183,11 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench_pfl.json").write_text(json.dumps(res, indent=1))
         (args.out / "bench_pfl.md").write_text(md + "\n")
+        plot_accuracy([{"method": r["method"], "attack": r["attack"],
+                        "benign_mean": r["mean_per_round"],
+                        "benign_worst": r["worst_per_round"]} for r in table["rows"]],
+                      args.out / "bench_pfl_accuracy.png",
+                      title=f"MNIST dnn-2, K={clients}, 20 % malicious, Dirichlet(0.5)")
     print(json.dumps({k: res[k] for k in ("config", "seconds")}))
     print(md)
 
