@@ -45,6 +45,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedsec.cli_dpauc",
     "fedsec.cli_identity",
     "fedsec.cli_shapley",
+    "fedsec.cli_pfl",
 )
 
 

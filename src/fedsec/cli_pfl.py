@@ -1,0 +1,338 @@
+"""``fedsec pfl``: personalised FL with BALANCE (seed 002) under poisoning attacks, in the clear.
+
+Trains a task of :mod:`fedsec.learning.tasks` over ``--clients`` clients (Dirichlet label
+split) for ``--rounds`` rounds with a share ``--malicious`` of malicious clients running
+``--attack`` (one or several, comma-separated, or ``all``), by BALANCE and/or the baselines
+(``--method``: fedavg, local, trimmed-mean, krum, median). BALANCE runs server-assisted
+(Priv-PFL's setting, ``--selection efficient`` = Algorithm 1 or ``brute``) or decentralised
+over a graph (``--deployment complete|ring|erdos-renyi``).
+
+Output: a table of benign clients' mean and worst accuracy (each on its own test data),
+BALANCE's share of accepted malicious peers and Ineq. 1 checks per round; ``--json`` prints
+every run's per-client accuracy per round, acceptance sets and checks per round;
+``--plot DIR`` writes ``accuracy.png`` (benign accuracy per round under each attack) and
+``acceptance.png`` (who accepts whom in one round of the first BALANCE run). Progress goes
+to stderr. Exit status 2 on bad input (including a missing ``learning`` extra).
+
+Threat model: a simulation in the clear -- Byzantine clients, honest server; no secrets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fedsec.learning.attacks import ATTACKS
+from fedsec.learning.tasks import TASKS, make_task
+
+__all__ = ["register", "plot_accuracy", "plot_acceptance"]
+
+_METHODS = ("balance", "fedavg", "local", "trimmed-mean", "krum", "median")
+_DEPLOYMENTS = ("server", "complete", "ring", "erdos-renyi")
+
+
+def _int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
+        if v < low or (high is not None and v > high):
+            bound = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
+        return v
+    return parse
+
+
+def _real_in(name: str, low: float, high: float, *, low_open: bool = False,
+             high_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
+        bad_low = v <= low if low_open else v < low
+        bad_high = v >= high if high_open else v > high
+        if not math.isfinite(v) or bad_low or bad_high:
+            lo = "(" if low_open else "["
+            hi = ")" if high_open else "]"
+            raise argparse.ArgumentTypeError(f"{name} must be in {lo}{low}, {high}{hi}; "
+                                             f"got {text!r}")
+        return v
+    return parse
+
+
+def _choices(name: str, allowed: tuple[str, ...], everything: tuple[str, ...] | None = None
+             ) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if everything is not None and items == ["all"]:
+            return list(everything)
+        bad = [t for t in items if t not in allowed]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a comma-separated list of {', '.join(allowed)}"
+                + (" or 'all'" if everything is not None else "") + f"; got {text!r}")
+        return list(dict.fromkeys(items))
+    return parse
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "pfl", help="personalised FL with BALANCE under poisoning attacks (in the clear)",
+        description="Train personalised models with BALANCE (server-assisted with Priv-PFL's "
+                    "Algorithm 1, or decentralised) and baselines, under poisoning attacks; "
+                    "report benign clients' accuracy, acceptance sets and Ineq. 1 checks.")
+    p.add_argument("--task", choices=TASKS, default="dnn",
+                   help="data set and model (default dnn: MNIST subset, L-layer MLP)")
+    p.add_argument("--layers", type=_int_in("--layers", 1, 64), default=2,
+                   help="layers of the dnn task (default 2: 784-64-10)")
+    p.add_argument("--samples", type=_int_in("--samples", 50), default=None,
+                   help="use only this many samples of the task's data (train + test)")
+    p.add_argument("--clients", type=_int_in("--clients", 2, 64), default=30,
+                   help="number of clients K (default 30)")
+    p.add_argument("--rounds", type=_int_in("--rounds", 1), default=10,
+                   help="training rounds T (default 10)")
+    p.add_argument("--alpha", type=_real_in("--alpha", 0.0, math.inf, low_open=True,
+                                            high_open=True), default=0.5,
+                   help="Dirichlet concentration of the label split (default 0.5; small = "
+                        "more non-IID)")
+    p.add_argument("--attack", type=_choices("--attack", ("none", *ATTACKS),
+                                             ("none", *ATTACKS)),
+                   default=["none"], help="attack(s): none, " + ", ".join(ATTACKS)
+                   + "; comma-separated or 'all' (default none)")
+    p.add_argument("--malicious", type=_real_in("--malicious", 0.0, 0.5, high_open=True),
+                   default=0.2, help="share of malicious clients (default 0.2)")
+    p.add_argument("--method", type=_choices("--method", _METHODS), default=["balance"],
+                   help="balance, fedavg, local, trimmed-mean, krum, median; comma-separated "
+                        "(default balance)")
+    p.add_argument("--deployment", choices=_DEPLOYMENTS, default="server",
+                   help="BALANCE: server-assisted (default) or decentralised over a "
+                        "complete, ring or Erdős–Rényi graph")
+    p.add_argument("--graph-p", type=_real_in("--graph-p", 0.0, 1.0), default=0.5,
+                   help="edge probability of the Erdős–Rényi graph (default 0.5)")
+    p.add_argument("--selection", choices=("efficient", "brute"), default="efficient",
+                   help="server-assisted BALANCE: Algorithm 1 (default) or brute force")
+    p.add_argument("--gamma", type=_real_in("--gamma", 0.0, math.inf, low_open=True,
+                                            high_open=True), default=0.3,
+                   help="BALANCE acceptance threshold gamma (default 0.3)")
+    p.add_argument("--gamma-uniform", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="per-client thresholds gamma_i ~ U[LO, HI] (seeded; seed 002 uses "
+                        "0.1 0.5) instead of one --gamma")
+    p.add_argument("--kappa", type=_real_in("--kappa", 0.0, math.inf, high_open=True),
+                   default=1.0, help="BALANCE threshold decay kappa (default 1)")
+    p.add_argument("--balance-alpha", type=_real_in("--balance-alpha", 0.0, 1.0), default=0.5,
+                   help="weight of the own model in Eq. 2 (default 0.5)")
+    p.add_argument("--seed", type=int, default=0, help="data, training and attack seed")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                   help="write accuracy.png and acceptance.png into DIR (needs "
+                        "fedsec[plots])")
+    p.add_argument("--graph-round", type=_int_in("--graph-round", 1), default=None,
+                   help="round drawn in acceptance.png (default: the last)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=_run)
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
+    return say
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        import fedsec.learning.torch_net  # noqa: F401  (training needs PyTorch)
+        from fedsec.pfl.robust import load_byzfl
+        from fedsec.pfl.simulate import run_pfl
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"fedsec pfl trains models with PyTorch and compares with byzfl; "
+                         f"{exc.name} is missing: pip install 'fedsec[learning]'") from None
+    from fedsec.pfl.balance import BalanceConfig
+
+    if any(m in ("trimmed-mean", "krum", "median") for m in args.method):
+        load_byzfl()
+    if args.graph_round is not None and args.graph_round > args.rounds:
+        raise ValueError(f"--graph-round must be <= --rounds ({args.rounds}); "
+                         f"got {args.graph_round}")
+    if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
+        raise ValueError(f"--plot must name a directory; {str(args.plot)!r} is a file")
+    attacks = [None if a == "none" else a for a in args.attack]
+    if any(a is not None for a in attacks) and round(args.malicious * args.clients) < 1:
+        raise ValueError("an attack needs at least one malicious client: raise --malicious "
+                         "or --clients")
+    say = _progress(args.quiet or args.json)
+    say(f"loading task {args.task}")
+    task = make_task(args.task, n_samples=args.samples, layers=args.layers, seed=args.seed)
+    fed = task.federate(args.clients, alpha=args.alpha, seed=args.seed)
+    gammas = None
+    if args.gamma_uniform is not None:
+        lo, hi = args.gamma_uniform
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+            raise ValueError(f"--gamma-uniform needs 0 < LO <= HI; got {lo} {hi}")
+        import numpy as np
+
+        draw = np.random.default_rng(np.random.SeedSequence([args.seed, 0x6A77A]))
+        gammas = tuple(float(g) for g in draw.uniform(lo, hi, size=args.clients))
+    cfg = BalanceConfig(gamma=args.gamma, kappa=args.kappa, alpha=args.balance_alpha,
+                        gammas=gammas)
+    runs = []
+    for attack in attacks:
+        for method in args.method:
+            say(f"{method} under {attack or 'no attack'}")
+            runs.append(run_pfl(task, fed, method=method, rounds=args.rounds, attack=attack,
+                                malicious=args.malicious, config=cfg,
+                                deployment=args.deployment, selection=args.selection,
+                                graph_p=args.graph_p, seed=args.seed,
+                                progress=lambda m: say(f"  {m}")))
+    doc: dict[str, Any] = {
+        "task": args.task, "model": task.spec.description, "params": task.spec.n_params(),
+        "data": task.data.description, "clients": args.clients, "rounds": args.rounds,
+        "dirichlet_alpha": args.alpha, "malicious_share": args.malicious,
+        "malicious": list(runs[0].malicious), "deployment": args.deployment,
+        "selection": args.selection, "balance": cfg.to_dict(), "seed": args.seed,
+        "test_samples": [len(c.y_test) for c in fed.clients],
+        "runs": [r.to_dict() for r in runs],
+    }
+    if args.plot is not None:
+        args.plot.mkdir(parents=True, exist_ok=True)
+        acc_path = args.plot / "accuracy.png"
+        plot_accuracy(doc["runs"], acc_path, title=f"{args.task}, K={args.clients}, "
+                      f"{round(args.malicious * 100)} % malicious, Dirichlet({args.alpha})")
+        doc["plots"] = [str(acc_path)]
+        bal = [r for r in doc["runs"] if r["method"] == "balance"]
+        if bal:
+            t = (args.graph_round or args.rounds) - 1
+            graph_path = args.plot / "acceptance.png"
+            plot_acceptance(bal[0]["accepted"][t], bal[0]["malicious"], graph_path,
+                            title=f"BALANCE, {bal[0]['attack']}: who accepts whom, "
+                                  f"round {t + 1}")
+            doc["plots"].append(str(graph_path))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        _print_human(doc)
+    return 0
+
+
+def _gamma_text(balance: dict[str, Any]) -> str:
+    g = balance["gammas"]
+    if g:
+        return f"per client in [{min(g):.3f}, {max(g):.3f}]"
+    return str(balance["gamma"])
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None or v != v else f"{v:.3f}"
+
+
+def _print_human(doc: dict[str, Any]) -> None:
+    print(f"task {doc['task']}: {doc['model']} ({doc['params']:,} parameters); "
+          f"data: {doc['data']}")
+    print(f"{doc['clients']} clients ({len(doc['malicious'])} malicious: "
+          f"{doc['malicious']}), {doc['rounds']} rounds, Dirichlet({doc['dirichlet_alpha']}); "
+          f"BALANCE gamma={_gamma_text(doc['balance'])}, kappa={doc['balance']['kappa']}, "
+          f"alpha={doc['balance']['alpha']}, {doc['deployment']} deployment"
+          + (f", {doc['selection']} selection" if doc["deployment"] == "server" else ""))
+    print()
+    print(f"{'attack':>13} {'method':>13} {'benign mean':>12} {'worst':>7} "
+          f"{'mal. accepted':>14} {'checks/round':>13} {'time':>7}")
+    for r in doc["runs"]:
+        bad = "-"
+        if r["method"] == "balance" and r["malicious"] and r["accepted"]:
+            sets = r["accepted"][-1]
+            benign = [i for i in range(r["n_clients"]) if i not in r["malicious"]]
+            hits = sum(1 for i in benign for j in r["malicious"] if j in sets[i])
+            bad = f"{100 * hits / (len(benign) * len(r['malicious'])):.0f} %"
+        checks = "-"
+        if r["checks"]:
+            checks = f"{sum(r['checks']) / len(r['checks']):.0f}/{r['brute_checks'][0]}"
+        print(f"{r['attack']:>13} {r['method']:>13} {_fmt(r['benign_mean'][-1]):>12} "
+              f"{_fmt(r['benign_worst'][-1]):>7} {bad:>14} {checks:>13} "
+              f"{r['seconds']:>6.1f}s")
+    print()
+    print("benign mean and worst accuracy: over the benign clients, each on its own test "
+          "data, after the last round; mal. accepted: share of (benign, malicious) pairs "
+          "BALANCE accepted in the last round; checks: Ineq. 1 evaluations per round "
+          "(mean) / brute force")
+    for path in doc.get("plots", []):
+        print(f"plot: {path}")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        raise ValueError("--plot needs matplotlib: pip install 'fedsec[plots]'") from None
+    return plt
+
+
+def plot_accuracy(runs: list[dict[str, Any]], path: Path, *, title: str = "") -> None:
+    """Benign clients' mean accuracy per round (line) and worst (dotted), one panel per
+    method, one colour per attack (PNG)."""
+    plt = _pyplot()
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    attacks = list(dict.fromkeys(r["attack"] for r in runs))
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.8), sharey=True,
+                             squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, m in zip(axes[0], methods, strict=True):
+        for r in runs:
+            if r["method"] != m:
+                continue
+            c = colours(attacks.index(r["attack"]) % 10)
+            xs = list(range(1, len(r["benign_mean"]) + 1))
+            ax.plot(xs, r["benign_mean"], color=c, marker="o", ms=3, label=r["attack"])
+            ax.plot(xs, r["benign_worst"], color=c, ls=":", lw=1)
+        ax.set_title(m)
+        ax.set_xlabel("round")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("benign accuracy (mean; dotted: worst)")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_acceptance(accepted: list[list[int]], malicious: list[int], path: Path, *,
+                    title: str = "") -> None:
+    """Directed acceptance graph of one round: an arrow i -> j when i accepts j; clients on
+    a circle, malicious in red (PNG)."""
+    plt = _pyplot()
+    n = len(accepted)
+    ang = [2 * math.pi * i / n for i in range(n)]
+    xy = [(math.cos(a), math.sin(a)) for a in ang]
+    bad = set(malicious)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for i, s in enumerate(accepted):
+        for j in s:
+            colour = "tab:red" if j in bad else "tab:blue"
+            ax.annotate("", xy=xy[j], xytext=xy[i],
+                        arrowprops={"arrowstyle": "->", "color": colour, "alpha": 0.25,
+                                    "lw": 0.7, "shrinkA": 7, "shrinkB": 7})
+    for i, (x, y) in enumerate(xy):
+        ax.scatter([x], [y], s=160, color="tab:red" if i in bad else "tab:blue", zorder=3)
+        ax.text(x, y, str(i), ha="center", va="center", fontsize=7, color="white", zorder=4)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title((title + "\n" if title else "") + "blue: benign, red: malicious; "
+                 "arrow i→j: i accepts j", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
