@@ -74,3 +74,23 @@ def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys)
     monkeypatch.setitem(sys.modules, "fedsec.learning.torch_net", None)
     assert main(SMALL) == 2
     assert "fedsec[learning]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
+def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> None:
+    code = main([*SMALL, "--protocol", protocol, "--sample-skip", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["protocol"] == protocol
+    assert doc["error"] is not None and doc["error"] <= 1e-3  # against NSSV
+    split = doc["time_split_seconds"]
+    assert set(split) >= {"arithmetic", "encryption", "decryption", "share_generation",
+                          "communication", "total"}
+    assert doc["bytes_total"] == sum(m["bytes"] for m in doc["messages"]) > 0
+    assert {"P", "A", "client"} <= set(doc["bytes_by_role"])
+
+
+def test_secure_protocol_option_errors(capsys) -> None:
+    assert main([*SMALL, "--protocol", "secsv", "--audit", "--sample-skip"]) == 2
+    assert "--audit" in capsys.readouterr().err
+    assert main([*SMALL, "--no-shortcut"]) == 2
+    assert "--no-shortcut" in capsys.readouterr().err

@@ -25,7 +25,9 @@ import numpy as np
 
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
+from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS
 from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, ShapleyResult, federated_shapley
+from fedsec.shapley.secure_common import PROTOCOLS, SecureShapleyResult
 
 __all__ = ["register", "plot_contributions"]
 
@@ -70,6 +72,18 @@ def register(sub: Any) -> None:
                    help="FedAvg rounds T (default 10)")
     p.add_argument("--participation", type=_share, default=1.0,
                    help="share of clients in each round (default 1.0)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="nssv",
+                   help="nssv: in the clear (models and test data visible to the evaluator); "
+                        "hesv: one server, CKKS models and test data (seed 004 Alg. 1-2); "
+                        "secsv: two non-colluding servers, encrypted models and secret-shared "
+                        "test data (Alg. 3-5); secretsv: two servers, everything secret-"
+                        "shared (the paper's baseline). Default nssv")
+    p.add_argument("--no-shortcut", action="store_true",
+                   help="hesv/secsv: evaluate every coalition's first layer under HE as the "
+                        "paper does, instead of deriving it from the n local products")
+    p.add_argument("--bandwidth", type=float, default=DEFAULT_BANDWIDTH_MBPS, metavar="MBPS",
+                   help="simulated link speed for the communication time of secure "
+                        f"protocols (default {DEFAULT_BANDWIDTH_MBPS:g} Mbit/s)")
     p.add_argument("--estimator", choices=ESTIMATORS, default="exact",
                    help="exact, or ps (permutation sampling), gt (group testing), ks "
                         "(KernelSHAP), gtg (GTG-Shapley) (default exact)")
@@ -130,12 +144,11 @@ def _run(args: argparse.Namespace) -> int:
         args.save_record.write_bytes(record.to_bytes())
     final_acc = accuracy(task.spec, record.final_params, fed.x_test, fed.y_test)
     label = args.estimator + (" + SampleSkip" if args.sample_skip else "")
-    result = federated_shapley(record, fed.x_test, fed.y_test, estimator=args.estimator,
-                               budget=args.budget, sample_skip=args.sample_skip,
-                               audit=args.audit, seed=args.seed,
-                               progress=lambda m: say(f"{label}: {m}"))
+    if args.protocol != "nssv":
+        label = f"{args.protocol} {label}"
+    result = _evaluate(args, record, fed, lambda m: say(f"{label}: {m}"))
     exact: ShapleyResult | None = None
-    if args.estimator == "exact" and not args.sample_skip:
+    if args.estimator == "exact" and not args.sample_skip and args.protocol == "nssv":
         exact = result
     elif not args.no_exact:
         exact = federated_shapley(record, fed.x_test, fed.y_test,
@@ -151,6 +164,46 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print_human(doc)
     return 0
+
+
+def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
+              progress: Callable[[str], None]) -> ShapleyResult:
+    """The FSV by the chosen protocol (nssv in the clear; the others secure)."""
+    if args.protocol == "nssv":
+        if args.no_shortcut:
+            raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
+        return federated_shapley(record, fed.x_test, fed.y_test, estimator=args.estimator,
+                                 budget=args.budget, sample_skip=args.sample_skip,
+                                 audit=args.audit, seed=args.seed, progress=progress)
+    if args.audit:
+        raise ValueError("--audit needs the plaintext models: use it with --protocol nssv")
+    if not args.bandwidth > 0:
+        raise ValueError(f"--bandwidth must be > 0; got {args.bandwidth}")
+    test_sets = [(c.x_test, c.y_test) for c in fed.clients]
+    common: dict[str, Any] = {"estimator": args.estimator, "budget": args.budget,
+                              "seed": args.seed, "progress": progress}
+    result: SecureShapleyResult
+    if args.protocol == "hesv":
+        from fedsec.shapley.hesv import hesv_shapley
+
+        if args.sample_skip:
+            raise ValueError("--sample-skip needs plaintext test data at the servers "
+                             "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
+        result = hesv_shapley(record, test_sets, linear_shortcut=not args.no_shortcut,
+                              **common)
+    elif args.protocol == "secsv":
+        from fedsec.shapley.secsv import secsv_shapley
+
+        result = secsv_shapley(record, test_sets, sample_skip=args.sample_skip,
+                               linear_shortcut=not args.no_shortcut, **common)
+    else:
+        from fedsec.shapley.secretsv import secretsv_shapley
+
+        if args.no_shortcut:
+            raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
+        result = secretsv_shapley(record, test_sets, sample_skip=args.sample_skip, **common)
+    result.bandwidth_mbps = args.bandwidth
+    return result
 
 
 def _document(args: argparse.Namespace, data_desc: str, real: bool, model_desc: str,
@@ -173,7 +226,15 @@ def _document(args: argparse.Namespace, data_desc: str, real: bool, model_desc: 
         "error": result.error_to(exact) if exact is not None else None,
         "timings": {"training_s": train_s, "evaluation_s": result.seconds,
                     "exact_s": exact.seconds if exact is not None else None},
+        "protocol": args.protocol,
     }
+    if isinstance(result, SecureShapleyResult):
+        acc = result.accounting.to_dict(result.bandwidth_mbps)
+        doc["bandwidth_mbps"] = result.bandwidth_mbps
+        doc["time_split_seconds"] = acc["time_split_seconds"]
+        doc["bytes_total"] = acc["bytes_total"]
+        doc["bytes_by_role"] = acc["bytes_by_role"]
+        doc["messages"] = acc["messages"]
     return doc
 
 
@@ -183,10 +244,12 @@ def _print_human(doc: dict[str, Any]) -> None:
     print(f"{doc['clients']} clients, {doc['rounds']} rounds, Dirichlet({doc['alpha']}) "
           f"split; final model accuracy {doc['final_accuracy']:.4f}")
     est = doc["estimator"] + (f" (budget {doc['budget']}/round)" if doc["budget"] else "")
-    print(f"estimator: {est}; SampleSkip {'on' if doc['sample_skip'] else 'off'}")
+    print(f"protocol: {doc['protocol']}; estimator: {est}; "
+          f"SampleSkip {'on' if doc['sample_skip'] else 'off'}")
     print()
     has_exact = doc["exact_fsv"] is not None and (doc["estimator"] != "exact"
-                                                  or doc["sample_skip"])
+                                                  or doc["sample_skip"]
+                                                  or doc["protocol"] != "nssv")
     head = f"{'client':>6} {'train':>6} {'test':>6} {'FSV':>10}"
     print(head + (f" {'exact FSV':>10}" if has_exact else ""))
     for i, v in enumerate(doc["fsv"]):
@@ -212,6 +275,13 @@ def _print_human(doc: dict[str, Any]) -> None:
     if has_exact and tm["exact_s"] is not None:
         line += f", exact {tm['exact_s']:.2f} s"
     print(line)
+    if "time_split_seconds" in doc:
+        sp = doc["time_split_seconds"]
+        print("time split (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sp.items())
+              + f"  [communication at {doc['bandwidth_mbps']:g} Mbit/s]")
+        print(f"bytes: {doc['bytes_total']:,} in all; " + ", ".join(
+            f"{r} sent {v['sent']:,} / received {v['received']:,}"
+            for r, v in sorted(doc["bytes_by_role"].items())))
     st = doc["sample_skip_stats"]
     if st is not None:
         msg = (f"SampleSkip: skipped {100 * st['skipped_share']:.2f} % of the aggregated "

@@ -669,7 +669,8 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
                             "auc_shared_with_aggregator": shared})
     _node_logger(node.node_config).info(
         "result: AUC %.10f (certified |AUC - exact AUC| <= %.3g; %s, %s) over %d parties %s;"
-        " shared with the aggregator: %s", auc, bound, security, "verified" if verified else "not verifiable in semi-honest mode",
+        " shared with the aggregator: %s", auc, bound, security,
+        "verified" if verified else "not verifiable in semi-honest mode",
         len(included), included, shared)
     out: dict[str, Any] = {"verified": verified, "included": included, "shared": shared}
     if shared:
