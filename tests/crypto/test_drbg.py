@@ -105,10 +105,13 @@ def test_permutation_positions_uniform():
 
 # ---------------------------------------------------------------- no weak randomness in src
 SRC = pathlib.Path(fedsec.__file__).resolve().parent
-# Simulated data, local training and Monte-Carlo Shapley estimators in the clear may use
-# seeded numpy Generators (nothing there is a secret); protocol code may not.
+# Simulated data, local training, poisoning simulations, Monte-Carlo Shapley estimators (their
+# sampled coalitions are public in every protocol), BALANCE's simulated graphs and per-client
+# thresholds may use seeded numpy Generators (nothing there is a secret); protocol code may not.
 SIMULATION_DIRS = {SRC / "data", SRC / "learning"}
-SIMULATION_FILES = {SRC / "shapley" / "fsv.py", SRC / "shapley" / "estimators.py"}
+SIMULATION_FILES = {SRC / "shapley" / "fsv.py", SRC / "shapley" / "estimators.py",
+                    SRC / "shapley" / "secure_game.py", SRC / "pfl" / "simulate.py",
+                    SRC / "pfl" / "balance.py", SRC / "cli_pfl.py"}
 
 
 def _weak_rng_uses(path: pathlib.Path) -> list[str]:
