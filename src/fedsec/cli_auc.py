@@ -13,10 +13,11 @@ import argparse
 import json
 import math
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
+from fedsec.cli_common import int_arg as _int_arg
+from fedsec.cli_common import progress_printer as _progress
 from fedsec.crypto.params import DEFAULT_PRESET, PRESETS
 
 __all__ = ["register", "add_party_file_options", "load_party_files", "check_limits"]
@@ -115,15 +116,6 @@ def _fhauc_presets() -> list[str]:
             continue
         out.append(name)
     return out
-
-
-def _progress(quiet: bool) -> Any:
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.perf_counter() - start:6.2f}s] {msg}", file=sys.stderr, flush=True)
-    return say
 
 
 def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
@@ -349,22 +341,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(f"  {security:<12} parties accept AUC {got:.10f} (true {truth:.10f}) - "
                   "this mode trusts the aggregator to compute correctly")
     return 0
-
-
-def _int_arg(name: str, low: int | None = None, high: int | None = None
-             ) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}"
-                                             ) from None
-        if (low is not None and v < low) or (high is not None and v > high):
-            bound = (f"in {low}..{high}" if low is not None and high is not None
-                     else f">= {low}" if low is not None else f"<= {high}")
-            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
-        return v
-    return parse
 
 
 def _float_arg(name: str, *, gt: float | None = None, ge: float | None = None,

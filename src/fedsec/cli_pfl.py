@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedsec.cli_common import int_arg as _int_in
+from fedsec.cli_common import progress_printer as _progress
 from fedsec.learning.attacks import ATTACKS
 from fedsec.learning.tasks import TASKS, make_task
 
@@ -35,19 +35,6 @@ __all__ = ["register", "plot_accuracy", "plot_acceptance"]
 
 _METHODS = ("balance", "fedavg", "local", "trimmed-mean", "krum", "median")
 _DEPLOYMENTS = ("server", "complete", "ring", "erdos-renyi")
-
-
-def _int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
-        if v < low or (high is not None and v > high):
-            bound = f">= {low}" if high is None else f"in {low}..{high}"
-            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
-        return v
-    return parse
 
 
 def _real_in(name: str, low: float, high: float, *, low_open: bool = False,
@@ -138,15 +125,6 @@ def register(sub: Any) -> None:
                    help="round drawn in acceptance.png (default: the last)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
-
-
-def _progress(quiet: bool) -> Callable[[str], None]:
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
-    return say
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from fedsec.cli_common import int_arg as _int_at_least
+from fedsec.cli_common import progress_printer as _progress
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
 from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS
@@ -30,19 +31,6 @@ from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, ShapleyResult, feder
 from fedsec.shapley.secure_common import PROTOCOLS, SecureShapleyResult
 
 __all__ = ["register", "plot_contributions"]
-
-
-def _int_at_least(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
-        if v < low or (high is not None and v > high):
-            bound = f">= {low}" if high is None else f"in {low}..{high}"
-            raise argparse.ArgumentTypeError(f"{name} must be {bound}; got {text!r}")
-        return v
-    return parse
 
 
 def _share(text: str) -> float:
@@ -111,15 +99,6 @@ def register(sub: Any) -> None:
                    help="write the training record (bytes) for later evaluation")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
-
-
-def _progress(quiet: bool) -> Callable[[str], None]:
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
-    return say
 
 
 def _run(args: argparse.Namespace) -> int:
