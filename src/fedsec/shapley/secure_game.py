@@ -17,10 +17,10 @@ from numpy.typing import NDArray
 from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import ProtocolError
 from fedsec.learning.record import TrainingRecord
-from fedsec.metrics.shapley import popcounts, shapley_values
+from fedsec.metrics.shapley import shapley_values
 from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.secure_common import SecureShapleyResult
-from fedsec.shapley.utility import SkipStats
+from fedsec.shapley.utility import SkipStats, ascending_table, find_skippable
 
 __all__ = ["integer_weights", "plan_groups", "decryptor_chain", "check_decryptor",
            "SecureRun", "SecureRoundGame", "run_rounds", "shuffle"]
@@ -164,20 +164,10 @@ class SecureRoundGame:
         return v
 
     def find_skippable(self, mask: int) -> BoolArray:
-        skip = np.zeros(self.run.n_samples, dtype=bool)
-        low = mask & -mask
-        sub = (mask - 1) & mask
-        while sub:
-            if sub & low:
-                a, b = self._correct.get(sub), self._correct.get(mask ^ sub)
-                if a is not None and b is not None:
-                    skip |= a & b
-            sub = (sub - 1) & mask
-        return skip
+        return find_skippable(self._correct, mask, self.run.n_samples)
 
     def table(self) -> NDArray[np.float64]:
-        order = np.argsort(popcounts(self.k), kind="stable")
-        return np.array([self.value(int(mk)) for mk in order])[np.argsort(order)]
+        return ascending_table(self.value, self.k)
 
 
 

@@ -27,6 +27,7 @@ by ``θ_S^t``); these counts are not included in the cost counters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ from fedsec.learning.model import ModelSpec, predict
 from fedsec.learning.record import RoundRecord
 from fedsec.metrics.shapley import popcounts
 
-__all__ = ["RoundGame", "SkipStats"]
+__all__ = ["RoundGame", "SkipStats", "ascending_table", "find_skippable"]
 
 BoolArray = NDArray[np.bool_]
 
@@ -155,19 +156,31 @@ class RoundGame:
         return value
 
     def find_skippable(self, mask: int) -> BoolArray:
-        """Alg. 7: ``Ψ_S = ∪ Φ_{S'} ∩ Φ_{S∖S'}`` over the splits with known ID sets."""
-        skip = np.zeros(len(self.y), dtype=bool)
-        low = mask & -mask
-        sub = (mask - 1) & mask
-        while sub:  # proper non-empty submasks; each split once (S' holds the lowest bit)
-            if sub & low:
-                a, b = self._correct.get(sub), self._correct.get(mask ^ sub)
-                if a is not None and b is not None:
-                    skip |= a & b
-            sub = (sub - 1) & mask
-        return skip
+        """Alg. 7 over the ID sets recorded so far (:func:`find_skippable`)."""
+        return find_skippable(self._correct, mask, len(self.y))
 
     def table(self) -> NDArray[np.float64]:
         """All ``2^k`` utilities, evaluated in ascending order of coalition size."""
-        order = np.argsort(popcounts(self.k), kind="stable")
-        return np.array([self.value(int(mask)) for mask in order])[np.argsort(order)]
+        return ascending_table(self.value, self.k)
+
+
+def find_skippable(correct: dict[int, BoolArray], mask: int, m: int) -> BoolArray:
+    """Alg. 7: ``Ψ_S = ∪ Φ_{S'} ∩ Φ_{S∖S'}`` over the splits of ``S`` (``mask``) whose ID
+    sets ``correct[·]`` (boolean over the ``m`` samples) are already known."""
+    skip = np.zeros(m, dtype=bool)
+    low = mask & -mask
+    sub = (mask - 1) & mask
+    while sub:  # proper non-empty submasks; each split once (S' holds the lowest bit)
+        if sub & low:
+            a, b = correct.get(sub), correct.get(mask ^ sub)
+            if a is not None and b is not None:
+                skip |= a & b
+        sub = (sub - 1) & mask
+    return skip
+
+
+def ascending_table(value: Callable[[int], float], k: int) -> NDArray[np.float64]:
+    """``[value(mask) for mask in 0..2^k-1]``, called in ascending order of coalition size
+    (as Alg. 6 needs, so that every split's ID sets exist)."""
+    order = np.argsort(popcounts(k), kind="stable")
+    return np.array([value(int(mask)) for mask in order])[np.argsort(order)]
