@@ -665,3 +665,38 @@ class CKKSContext:
             self._evaluator.add_plain(out, pt, res)
             out = res
         return out
+
+    # ------------------------------------------------------------------ lazy evaluation
+    # (added for the homomorphic matrix products of fedsec.crypto.matmul; nothing above
+    # changes.) Summing many products before one relinearization and one rescale is what
+    # makes Matrix Squaring's "efficient form" cheap: SEAL adds size-3 ciphertexts.
+    def multiply_lazy(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        """Ciphertext product *without* relinearization or rescale (a size-3 ciphertext at
+        scale ``a.scale * b.scale``); levels are aligned first."""
+        a, b = self._align(a, b)
+        out = seal.Ciphertext()
+        self._evaluator.multiply(a, b, out)
+        return out
+
+    def relinearize(self, a: Ciphertext) -> Ciphertext:
+        """Relinearize a size-3 ciphertext (a copy if it already has size 2)."""
+        out = seal.Ciphertext()
+        if a.size() == 2:
+            self._evaluator.add_plain(a, self._zero_plain(a), out)
+            return out
+        self._evaluator.relinearize(a, self._need_relin(), out)
+        return out
+
+    def mod_switch_to(self, a: Ciphertext, parms_id: Any) -> Ciphertext:
+        """Drop ``a`` to the level of ``parms_id`` without rescaling (no-op copy if equal)."""
+        out = seal.Ciphertext()
+        if a.parms_id() == parms_id:
+            self._evaluator.add_plain(a, self._zero_plain(a), out)
+            return out
+        self._evaluator.mod_switch_to(a, parms_id, out)
+        return out
+
+    def encode_at(self, values: ArrayLike, like: Ciphertext) -> Any:
+        """Encode ``values`` at the level and scale of ``like`` (for lazy plaintext
+        products: the product's scale is then ``like.scale ** 2``)."""
+        return self.encode(values, scale=like.scale, parms_id=like.parms_id())
