@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedsec.crypto.ckks import CKKSContext, Ciphertext
+from fedsec.crypto.ckks import Ciphertext, CKKSContext
 
 __all__ = ["SquaringPlan", "plan_squaring", "squaring_product", "sum_steps",
            "DEFAULT_COSTS"]
