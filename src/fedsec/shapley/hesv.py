@@ -418,9 +418,9 @@ class HESVClient:
         lp = self.plans[layer - 1]
         if len(msg.blobs) != lp.plan.row_blocks:
             raise ProtocolError(f"layer output must have {lp.plan.row_blocks} ciphertexts")
-        seen.add(layer)
         with self.acc.timed("decryption"):
             cts = _cts(self.ctx, msg.blobs)
+            seen.add(layer)  # from here on this client knows Ŷ^(l)
             vals = [self.ctx.decrypt(c).real for c in cts]
         with self.acc.timed("other"):
             y = lp.plan.decode(vals, m * lp.cols)
