@@ -170,3 +170,30 @@ def test_wrong_operand_counts_raise() -> None:
         squaring_product(ctx, plan, [[ct]], [ct, ct, ct, ct])
     with pytest.raises(ValueError, match="b must hold"):
         squaring_product(ctx, plan, [[ct] * plan.a_count], [ct])
+
+
+@pytest.mark.parametrize(("d_out", "d_in", "block", "tiled", "m"),
+                         [(2, 48, None, False, 45 // 2), (3, 7, 3, True, 50), (40, 33, 16, True, 9),
+                          (4, 5, 4, True, 256)])
+def test_complex_packing_halves_operands(d_out: int, d_in: int, block: int | None,
+                                         tiled: bool, m: int) -> None:
+    plain = plan_squaring(d_out, d_in, SLOTS, block=block, tiled=tiled)
+    plan = plan_squaring(d_out, d_in, SLOTS, block=block, tiled=tiled, packed=True)
+    assert plan.a_count == (plain.a_count + 1) // 2
+    m = min(m, plan.capacity)
+    ctx = CKKSContext.generate(PRESET, rotations=plan.rotations(), conjugate=True,
+                               allow_insecure=True)
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, size=(d_out, d_in))
+    b = rng.uniform(-1, 1, size=(d_in, m))
+    enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
+    bv = plan.encode_b(b)
+    full = squaring_product(ctx, plan, enc_a, [ctx.encrypt(v) for v in bv])
+    half = squaring_product(ctx, plan, enc_a, [ctx.encode_at(v, enc_a[0][0]) for v in bv],
+                            plain_b=True)
+    for outs in (full, half):
+        vals = [ctx.decrypt(o) for o in outs]
+        assert max(np.abs(v.imag).max() for v in vals) < TOL  # no cross terms left
+        assert np.abs(plan.decode(vals, m) - a @ b).max() < TOL
+    with pytest.raises(ValueError, match="per_block"):
+        squaring_product(ctx, plan, enc_a, [ctx.encrypt(v) for v in bv], per_block=True)

@@ -84,7 +84,8 @@ def test_server_never_sees_the_secret_key(bank_small) -> None:  # type: ignore[n
     assert all(k.context.has_secret_key for k in keys)
     sk = keys[0].context.secret_bytes()
     secret = wire.decode(sk).blobs[0][-4096:]
-    assert cfg.key_spec(record.spec).rotations == ()  # rotation-free layouts: no Galois key
+    ks = cfg.key_spec(record.spec)
+    assert ks.rotations == () and ks.conjugate  # rotation-free layouts: conjugation only
     with pytest.raises(ValueError, match="secret key"):
         HESVServer(keys[0].context, record.spec, cfg, 4, [], keys[0].session)
     sent = agg.context.public_bytes()

@@ -116,6 +116,8 @@ class SquaringPlan:
         ``d_out <= block``, else ``block``).
     tiles : int
         Squares per ciphertext.
+    packed : bool
+        Complex packing: two product terms per ciphertext (see :func:`plan_squaring`).
     """
 
     d_out: int
@@ -124,6 +126,7 @@ class SquaringPlan:
     block: int
     rows: int
     tiles: int
+    packed: bool = False
 
     def __post_init__(self) -> None:
         d = self.block
@@ -156,14 +159,19 @@ class SquaringPlan:
         return self.tiles * self.block
 
     @property
+    def terms(self) -> int:
+        """Slot-wise products per row block (``K * rows``)."""
+        return self.col_blocks * self.rows
+
+    @property
     def a_count(self) -> int:
         """Ciphertexts of ``A`` per row block."""
-        return self.col_blocks * self.rows
+        return (self.terms + 1) // 2 if self.packed else self.terms
 
     @property
     def b_count(self) -> int:
         """Ciphertexts (or plaintexts) of ``B`` per batch."""
-        return self.col_blocks * self.rows
+        return self.a_count
 
     def rotations(self) -> list[int]:
         """Left-rotation steps the rotate-and-sum needs (Galois keys)."""
@@ -176,6 +184,7 @@ class SquaringPlan:
         c = DEFAULT_COSTS if costs is None else costs
         rots = _rotation_count(self.fold) * (self.col_blocks if per_block else 1)
         relins = self.col_blocks if per_block else 1
+        rots += 1 if self.packed else 0  # the conjugation
         per_ct = self.row_blocks * (self.a_count * c["mul"] + relins * c["relin"]
                                     + rots * c["rot"] + c["rescale"])
         if encrypt_b:
@@ -185,7 +194,17 @@ class SquaringPlan:
 
     def to_dict(self) -> dict[str, int]:
         return {"d_out": self.d_out, "d_in": self.d_in, "slots": self.slots,
-                "block": self.block, "rows": self.rows, "tiles": self.tiles}
+                "block": self.block, "rows": self.rows, "tiles": self.tiles,
+                "packed": self.packed}
+
+    def _pack(self, vecs: list[FloatArray], sign: float) -> list[Any]:
+        if not self.packed:
+            return list(vecs)
+        out = []
+        for p in range(0, len(vecs), 2):
+            im = vecs[p + 1] if p + 1 < len(vecs) else np.zeros(self.slots)
+            out.append(vecs[p] + sign * 1j * im)
+        return out
 
     # ---------------------------------------------------------------- encodings
     def _square_index(self, o: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -194,7 +213,7 @@ class SquaringPlan:
         j = np.arange(d)[None, :]
         return i, (i + j + o) % d
 
-    def encode_a(self, a: ArrayLike) -> list[list[FloatArray]]:
+    def encode_a(self, a: ArrayLike) -> list[list[Any]]:
         """Plaintext vectors ``xi^o(sigma(A-bar_{j,k}))`` for each row block ``j`` (in
         ``k``-major, ``o``-minor order), replicated over the tiles."""
         mat = np.asarray(a, dtype=np.float64)
@@ -214,10 +233,10 @@ class SquaringPlan:
                     i, idx = self._square_index(o)
                     sq = bar[i, idx]  # sq[i, j] = bar[i, i + j + o]
                     vecs.append(self._fill(np.tile(sq.ravel(), self.tiles)))
-            out.append(vecs)
+            out.append(self._pack(vecs, 1.0))
         return out
 
-    def encode_b(self, b: ArrayLike) -> list[FloatArray]:
+    def encode_b(self, b: ArrayLike) -> list[Any]:
         """Plaintext vectors ``psi^o(tau(B_k))`` (``k``-major), tile ``beta`` holding
         columns ``beta*d .. beta*d + d - 1`` of ``B``."""
         mat = np.asarray(b, dtype=np.float64)
@@ -235,7 +254,7 @@ class SquaringPlan:
                 # psi^o(tau(X))[i, j] = X[i + j + o, j]
                 sq = tiles[:, idx, np.broadcast_to(np.arange(d)[None, :], (d, d))]
                 out.append(self._fill(sq.reshape(-1)))
-        return out
+        return self._pack(out, -1.0)
 
     def _fill(self, v: FloatArray) -> FloatArray:
         out = np.zeros(self.slots)
@@ -262,7 +281,8 @@ def _rows_for(d_out: int, d: int) -> int:
 
 def plan_squaring(d_out: int, d_in: int, slots: int, *, block: int | None = None,
                   tiled: bool = True, rotations: bool = True, encrypt_b: bool = False,
-                  costs: dict[str, float] | None = None) -> SquaringPlan:
+                  packed: bool = False, costs: dict[str, float] | None = None
+                  ) -> SquaringPlan:
     """Choose a layout for ``A (d_out x d_in) @ B``.
 
     Parameters
@@ -281,6 +301,12 @@ def plan_squaring(d_out: int, d_in: int, slots: int, *, block: int | None = None
         layouts, whose outputs hold exactly ``A B``.
     encrypt_b : bool, default=False
         Count encrypting ``B`` in the cost (when ``B`` is re-encrypted per product).
+    packed : bool, default=False
+        Complex packing (beyond the papers): the operands of terms ``2p`` and ``2p+1``
+        share a ciphertext as ``a_2p + i a_2p+1`` and ``b_2p - i b_2p+1``, whose product's
+        real part is ``a_2p b_2p + a_2p+1 b_2p+1``. Half the ciphertexts, encryptions and
+        products; one conjugation per output (``x + conj(x)``, the conjugation key)
+        removes the cross terms from the imaginary parts.
     """
     for name, v in (("d_out", d_out), ("d_in", d_in), ("slots", slots)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -302,7 +328,8 @@ def plan_squaring(d_out: int, d_in: int, slots: int, *, block: int | None = None
         rows = _rows_for(d_out, d)
         if not rotations and rows != d:
             continue
-        plan = SquaringPlan(d_out, d_in, slots, d, rows, slots // (d * d) if tiled else 1)
+        plan = SquaringPlan(d_out, d_in, slots, d, rows, slots // (d * d) if tiled else 1,
+                            packed)
         c = plan.cost(costs, encrypt_b=encrypt_b)
         if c <= best_cost * (1 + 1e-9):  # ties: the larger block (fewer outputs)
             best, best_cost = plan, c
@@ -319,7 +346,8 @@ def squaring_product(ctx: CKKSContext, plan: SquaringPlan, a: Sequence[Sequence[
     Parameters
     ----------
     ctx : CKKSContext
-        Needs relinearization keys (Full) and Galois keys for :meth:`SquaringPlan.rotations`.
+        Needs relinearization keys (Full), Galois keys for :meth:`SquaringPlan.rotations`
+        and, for packed plans, the conjugation key.
     plan : SquaringPlan
     a : list of lists of Ciphertext
         ``a[j]`` are the encrypted vectors of :meth:`SquaringPlan.encode_a` for row block
@@ -337,6 +365,8 @@ def squaring_product(ctx: CKKSContext, plan: SquaringPlan, a: Sequence[Sequence[
         raise ValueError(f"a must hold {plan.row_blocks} lists of {plan.a_count} ciphertexts")
     if len(b) != plan.b_count:
         raise ValueError(f"b must hold {plan.b_count} operands")
+    if plan.packed and per_block:
+        raise ValueError("per_block needs an unpacked plan")
     stride = plan.rows * plan.block
     ops = sum_steps(plan.fold, stride)
     outs = []
@@ -354,6 +384,9 @@ def squaring_product(ctx: CKKSContext, plan: SquaringPlan, a: Sequence[Sequence[
             h = _rotate_and_sum(ctx, h, ops)
             acc = h if acc is None else ctx.add(acc, h)
         assert acc is not None
+        if plan.packed:  # 2 Re(x) at scale s, read as Re(x) at scale 2 s
+            acc = ctx.add(acc, ctx.conjugate(acc))
+            acc.scale = 2.0 * acc.scale
         outs.append(ctx.rescale(acc) if rescale else acc)
     return outs
 

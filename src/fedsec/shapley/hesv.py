@@ -6,8 +6,8 @@ Roles and steps
   (:mod:`fedsec.crypto.keysetup`); the key holder it designates (the *leader*, fixed by
   the transcript hash rather than chosen by the server) generates the CKKS keys and seals
   the secret key to every other client. The server receives the public key and the
-  relinearization keys only. HESV's products need no rotation (see below), so no Galois
-  key is made.
+  relinearization keys and one Galois key, for complex conjugation: HESV's layouts need
+  no rotation (see below).
 * **Upload** (step 3): every client encrypts its test data ``X_i`` (in batches of one
   owner) and labels ``y_i`` once (:meth:`HESVClient.upload_data`), and each round its local
   model ``θ_i^t``; client 0 also uploads the global model ``θ^t`` (every client knows it),
@@ -57,6 +57,16 @@ be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concer
 (it refuses, with :class:`~fedsec.errors.PolicyViolation`, to decrypt a layer output of a
 model it owns, the last output of its own batch, or two consecutive layers of one
 evaluation), so a server that routes wrongly is stopped by the clients.
+
+Layouts
+-------
+Every layer is a Matrix-Squaring product (:mod:`fedsec.crypto.matmul`) in a
+*rotation-free* layout (square order = rows of ``A`` per square, several squares per
+ciphertext), chosen per layer by a cost model that charges encryptions and output
+ciphertexts; with ``complex_packing`` two product terms share each ciphertext. A
+rotation-free product holds exactly ``lin(θ, X)`` in the slots it uses (no partial sums
+elsewhere), so nothing beyond ``Ŷ^(l)`` needs masking before a client decrypts it. Batches
+hold samples of one client only (as in the paper) and as many as one product takes.
 
 Not covered (as in the paper): a malicious server (it could, e.g., send a client a
 product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
@@ -243,7 +253,8 @@ class LayerPlan:
         return out
 
 
-def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int) -> list[LayerPlan]:
+def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool
+                 ) -> list[LayerPlan]:
     plans = []
     for layer in spec.layers:
         if layer.kind == "dense":
@@ -261,7 +272,8 @@ def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int) -> list[LayerPlan
         best: tuple[float, SquaringPlan] | None = None
         for d in range(1, math.isqrt(slots) + 1):
             try:
-                p = plan_squaring(d_out, d_in, slots, block=d, rotations=False)
+                p = plan_squaring(d_out, d_in, slots, block=d, rotations=False,
+                                  packed=packed)
             except ValueError:
                 continue
             used = min(p.capacity, max(cols, batch_hint * cols))
@@ -285,19 +297,21 @@ class HESVConfig:
     linear_shortcut: bool = True
     batch_hint: int = 1024
     allow_insecure: bool = False
+    complex_packing: bool = True
 
     def slots(self) -> int:
         return get_preset(self.preset, allow_insecure=self.allow_insecure).slots
 
     def plans(self, spec: ModelSpec) -> list[LayerPlan]:
-        return _layer_plans(spec, self.slots(), self.batch_hint)
+        return _layer_plans(spec, self.slots(), self.batch_hint, self.complex_packing)
 
     def batch_size(self, spec: ModelSpec) -> int:
         return max(1, min(min(p.capacity for p in self.plans(spec)), self.batch_hint))
 
     def key_spec(self, spec: ModelSpec) -> KeySpec:
         rot = sorted({r for p in self.plans(spec) for r in p.plan.rotations()})
-        return KeySpec.create(self.preset, rot, False, allow_insecure=self.allow_insecure)
+        return KeySpec.create(self.preset, rot, self.complex_packing,
+                              allow_insecure=self.allow_insecure)
 
 
 # ---------------------------------------------------------------------- messages
@@ -777,7 +791,8 @@ class _SecureGame:
 def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                  budget: int | None = None, seed: int = 0, linear_shortcut: bool = True,
                  preset: str = HESV_PRESET, allow_insecure: bool = False,
-                 progress: Progress | None = None) -> SecureShapleyResult:
+                 complex_packing: bool = True, progress: Progress | None = None
+                 ) -> SecureShapleyResult:
     """Federated Shapley values by HESV (seed 004, Alg. 1-2), every role in one process.
 
     Parameters
@@ -799,6 +814,9 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     preset : str, default="CKKS_128_N4096_DEPTH2_S24"
     allow_insecure : bool, default=False
         Accept ``INSECURE_TEST_*`` presets (tests only).
+    complex_packing : bool, default=True
+        Two product terms per ciphertext in the complex slots (half the ciphertexts,
+        encryptions and products; :func:`fedsec.crypto.matmul.plan_squaring`).
     progress : callable, optional
         Called with a short message after every round.
 
@@ -841,8 +859,12 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
         warnings.warn(f"HESV with {n} clients and {n_layers} layers meets only the weak "
                       f"level of Prop. 6.8 (n >= {n_layers + 2} defeats multi-layer "
                       "equation-solving attacks too)", PrivacyWarning, stacklevel=2)
+    if not isinstance(complex_packing, bool):
+        raise TypeError(f"The 'complex_packing' parameter of {where} must be a bool. "
+                        f"Got {complex_packing!r} instead.")
     config = HESVConfig(preset, linear_shortcut, allow_insecure=allow_insecure,
-                        batch_hint=max(len(y) for _, y in sets))
+                        batch_hint=max(len(y) for _, y in sets),
+                        complex_packing=complex_packing)
     t0 = time.perf_counter()
     acc = Accounting()
     with acc.timed("other"):
