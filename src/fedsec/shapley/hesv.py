@@ -217,8 +217,29 @@ class LayerPlan:
 
     @property
     def capacity(self) -> int:
-        """Samples per product."""
+        """Samples per product (a batch is split into chunks of this size)."""
         return self.plan.capacity // self.cols
+
+    def chunks(self, m: int) -> list[tuple[int, int]]:
+        """``(start, stop)`` sample ranges of the products a batch of ``m`` needs."""
+        c = self.capacity
+        return [(a, min(a + c, m)) for a in range(0, m, c)]
+
+    def encode_inputs(self, x: FloatArray) -> list[Any]:
+        """Operand vectors of every chunk of a batch, chunk after chunk."""
+        out: list[Any] = []
+        for a, b in self.chunks(len(x)):
+            out.extend(self.plan.encode_b(self.inputs(x[a:b])))
+        return out
+
+    def decode_outputs(self, vals: Sequence[Any], m: int) -> FloatArray:
+        """The layer's output (m x out_features) from every chunk's decrypted outputs."""
+        j = self.plan.row_blocks
+        parts = []
+        for k, (a, b) in enumerate(self.chunks(m)):
+            y = self.plan.decode(vals[k * j:(k + 1) * j], (b - a) * self.cols)
+            parts.append(self.outputs(y, b - a))
+        return np.vstack(parts)
 
     def matrix(self, layer: LinearLayer) -> FloatArray:
         p = layer.params
@@ -306,7 +327,10 @@ class HESVConfig:
         return _layer_plans(spec, self.slots(), self.batch_hint, self.complex_packing)
 
     def batch_size(self, spec: ModelSpec) -> int:
-        return max(1, min(min(p.capacity for p in self.plans(spec)), self.batch_hint))
+        """Samples per batch: one batch is one label ciphertext; layers whose products
+        hold fewer samples split it into chunks."""
+        plans = self.plans(spec)
+        return max(1, min(max(p.capacity for p in plans), self.batch_hint, self.slots()))
 
     def key_spec(self, spec: ModelSpec) -> KeySpec:
         rot = sorted({r for p in self.plans(spec) for r in p.plan.rotations()})
@@ -386,7 +410,7 @@ class HESVClient:
         for start in range(0, len(self.y), self.batch):
             xb = self.x[start:start + self.batch]
             yb = self.y[start:start + self.batch].astype(np.float64)
-            for v in plan.plan.encode_b(plan.inputs(xb)):
+            for v in plan.encode_inputs(xb):
                 blobs.append(self.ctx.encrypt_to_bytes(v))
             blobs.append(self.ctx.encrypt_to_bytes(yb))
             sizes.append(len(yb))
@@ -430,20 +454,19 @@ class HESVClient:
         if layer - 1 in seen or (self.level == "strong" and seen):
             raise self._refuse("it decrypted another layer of the same evaluation")
         lp = self.plans[layer - 1]
-        if len(msg.blobs) != lp.plan.row_blocks:
-            raise ProtocolError(f"layer output must have {lp.plan.row_blocks} ciphertexts")
+        if len(msg.blobs) != lp.plan.row_blocks * len(lp.chunks(m)):
+            raise ProtocolError("layer output has the wrong number of ciphertexts")
         with self.acc.timed("decryption"):
             cts = _cts(self.ctx, msg.blobs)
             seen.add(layer)  # from here on this client knows Ŷ^(l)
             vals = [self.ctx.decrypt(c).real for c in cts]
         with self.acc.timed("other"):
-            y = lp.plan.decode(vals, m * lp.cols)
-            h = activate(lp.activation, lp.outputs(y, m))
+            h = activate(lp.activation, lp.decode_outputs(vals, m))
         meta = self._meta(round=t, mask=mask, owner=owner, batch=batch, layer=layer)
         if layer < n_layers:
             nxt = self.plans[layer]
             with self.acc.timed("other"):
-                vecs = nxt.plan.encode_b(nxt.inputs(h))
+                vecs = nxt.encode_inputs(h)
             with self.acc.timed("encryption"):
                 blobs = [self.ctx.encrypt_to_bytes(v) for v in vecs]
             return wire.encode("hesv/activated", meta, blobs)
@@ -549,15 +572,17 @@ class HESVServer:
         """Store client ``sender``'s encrypted test batches."""
         msg = self._decode(data, "hesv/data", sender)
         sizes = msg.meta.get("sizes")
-        per = self.plans[0].plan.b_count
+        lp = self.plans[0]
         if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
                 isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
-                for v in sizes) or len(msg.blobs) != len(sizes) * (per + 1)):
+                for v in sizes) or len(msg.blobs) != sum(
+                    len(lp.chunks(m)) * lp.plan.b_count + 1 for m in sizes)):
             raise ProtocolError("malformed test-data upload")
-        batches = []
-        for k, m in enumerate(sizes):
-            blobs = msg.blobs[k * (per + 1):(k + 1) * (per + 1)]
-            cts = [self.ctx.deserialize(b, at_top=True) for b in blobs]
+        batches, pos = [], 0
+        for m in sizes:
+            size = len(lp.chunks(m)) * lp.plan.b_count + 1
+            cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs[pos:pos + size]]
+            pos += size
             batches.append(_Batch(m, cts[:-1], cts[-1]))
         self.data[sender] = batches
 
@@ -624,17 +649,25 @@ class HESVServer:
                 self._agg[key] = agg
         return self._agg[key][layer - 1]
 
+    def _product(self, layer: int, model: list[list[Ciphertext]], b: list[Ciphertext]
+                 ) -> list[Ciphertext]:
+        """Every chunk's product, chunk after chunk."""
+        plan = self.plans[layer - 1].plan
+        per = plan.b_count
+        out: list[Ciphertext] = []
+        for k in range(len(b) // per):
+            out.extend(squaring_product(self.ctx, plan, model, b[k * per:(k + 1) * per]))
+        return out
+
     def _first_layer(self, t: int, mask: int, owner: int, batch: int) -> list[Ciphertext]:
-        plan = self.plans[0].plan
         data = self.data[owner][batch]
         if not self.config.linear_shortcut:
-            return squaring_product(self.ctx, plan, self._model_layer(t, mask, 1), data.b)
+            return self._product(1, self._model_layer(t, mask, 1), data.b)
 
         def local(key: int | str) -> list[Ciphertext]:
             k = (t, key, owner, batch)
             if k not in self._first:
-                self._first[k] = squaring_product(self.ctx, plan, self.models[(t, key)][0],
-                                                  data.b)
+                self._first[k] = self._product(1, self.models[(t, key)][0], data.b)
             return self._first[k]
 
         if mask == 0:
@@ -698,14 +731,13 @@ class HESVServer:
         n_layers = len(self.plans)
         if msg.kind == "hesv/activated" and ev.layer < n_layers:
             lp = self.plans[ev.layer]
-            if len(msg.blobs) != lp.plan.b_count:
+            if len(msg.blobs) != lp.plan.b_count * len(lp.chunks(ev.m)):
                 raise ProtocolError("activated features have the wrong number of ciphertexts")
             with self.acc.timed("other"):
                 b = [self.ctx.deserialize(x, at_top=True) for x in msg.blobs]
             ev.layer += 1
             with self.acc.timed("arithmetic"):
-                cts = squaring_product(self.ctx, lp.plan,
-                                       self._model_layer(ev.t, ev.mask, ev.layer), b)
+                cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
             if len(msg.blobs) != 1:
