@@ -272,3 +272,18 @@ def test_argument_validation(bank_small) -> None:  # type: ignore[no-untyped-def
         hesv_shapley(record, sets[:2])
     with pytest.raises(ValueError, match="insecure"):
         hesv_shapley(record, sets, preset="INSECURE_TEST_N2048_DEPTH2_S24")
+
+
+def test_estimators_run_on_secure_utilities() -> None:
+    """PS over HESV's utilities samples the same coalitions as over NSSV's (same seed)."""
+    rng = np.random.default_rng(5)
+    rec = _tiny_record(4, 1)
+    sets = [(rng.normal(size=(6, 3)), rng.integers(0, 2, 6)) for _ in range(4)]
+    x = np.concatenate([s[0] for s in sets])
+    y = np.concatenate([s[1] for s in sets])
+    for est in ("ps", "ks"):
+        ref = federated_shapley(rec, x, y, estimator=est, budget=3, seed=2)
+        res = hesv_shapley(rec, sets, estimator=est, budget=3, seed=2, preset=PRESET)
+        assert res.estimator == est and res.budget == 3
+        assert res.error_to(ref) < 1e-9
+        assert res.models_tested <= 16
