@@ -287,3 +287,40 @@ def test_estimators_run_on_secure_utilities() -> None:
         assert res.estimator == est and res.budget == 3
         assert res.error_to(ref) < 1e-9
         assert res.models_tested <= 16
+
+
+def test_rotating_first_layer_is_masked_before_decryption() -> None:
+    """A 4x300 first layer under the shortcut uses a rotate-and-sum layout (fewer model
+    ciphertexts); the weighting zeroes the partial sums, so a decryptor sees Ŷ only."""
+    rng = np.random.default_rng(8)
+    spec = ModelSpec("wide", (LayerSpec.dense(300, 4),))
+    params = [[p * 3 for p in spec.init_params(rng)] for _ in range(5)]
+    rec = TrainingRecord(spec, 4, (RoundRecord(params[0], (0, 1, 2, 3), tuple(params[1:]),
+                                               np.array([3.0, 1.0, 2.0, 5.0])),), params[0])
+    sets = [(rng.normal(size=(k, 300)), rng.integers(0, 4, k)) for k in (30, 12, 20, 7)]
+    cfg = HESVConfig(PRESET, batch_hint=30)
+    plan = cfg.plans(spec)[0].plan
+    assert plan.fold > 1 and cfg.key_spec(spec).rotations == tuple(plan.rotations())
+    x = np.concatenate([s[0] for s in sets])
+    y = np.concatenate([s[1] for s in sets])
+    ref = federated_shapley(rec, x, y)
+    res = hesv_shapley(rec, sets, preset=PRESET)
+    np.testing.assert_allclose(res.utilities[0], ref.utilities[0], atol=1e-12)
+    # what a decryptor receives: exactly lin(θ_S, X) in the valid slots, ~0 elsewhere
+    acc = Accounting()
+    agg, keys = _key_setup(4, cfg.key_spec(spec), acc)
+    server = HESVServer(agg.context, spec, cfg, 4, [(r.participants, r.weights)
+                                                   for r in rec.rounds], agg.session)
+    clients = [HESVClient(i, keys[i], spec, cfg, 4, *sets[i]) for i in range(4)]
+    for c in clients:
+        server.receive_data(c.index, c.upload_data())
+    server.receive_model(0, clients[0].upload_model(0, params[0], kind="global"))
+    for cid in range(4):
+        server.receive_model(cid, clients[cid].upload_model(0, params[cid + 1]))
+    for mask in (0, 0b0100, 0b1011):
+        to, req = server.start(0, mask)[0]
+        ct = keys[to].context.deserialize(wire.decode(req).blobs[0])
+        vals = keys[to].context.decrypt(ct)
+        valid = server._valid_slots
+        assert valid is not None
+        assert np.abs(vals[valid == 0]).max() < 1e-3 < np.abs(vals[valid == 1]).max()

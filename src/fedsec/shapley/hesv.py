@@ -274,10 +274,21 @@ class LayerPlan:
         return out
 
 
-def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool
-                 ) -> list[LayerPlan]:
+def _first_layer_cost(p: SquaringPlan, cols: int, batch_hint: int) -> float:
+    """Modelled cost of a first layer under the shortcut, per model and round: encrypting
+    the model, then products with every owner's chunks (about 5 owners) and sending each
+    output to about 5 coalitions' decryptors per model."""
+    c = _HESV_COSTS
+    chunks = math.ceil(batch_hint * cols / p.capacity)
+    arith = p.cost({**c, "out": 0.0}) * p.capacity
+    return p.row_blocks * p.a_count * c["enc"] + 5 * chunks * (arith + 5 * p.row_blocks
+                                                                * c["out"])
+
+
+def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool,
+                 first_rotations: bool = False) -> list[LayerPlan]:
     plans = []
-    for layer in spec.layers:
+    for index, layer in enumerate(spec.layers):
         if layer.kind == "dense":
             d_out, d_in, cols = layer.out_features, layer.in_features + 1, 1
             extra: dict[str, Any] = {}
@@ -291,16 +302,20 @@ def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool
             raise ValueError(f"HESV evaluates dense and conv2d layers; {spec.name} has a "
                              f"{layer.kind} layer.")
         best: tuple[float, SquaringPlan] | None = None
+        rotate = first_rotations and index == 0
         for d in range(1, math.isqrt(slots) + 1):
             try:
-                p = plan_squaring(d_out, d_in, slots, block=d, rotations=False,
+                p = plan_squaring(d_out, d_in, slots, block=d, rotations=rotate,
                                   packed=packed)
             except ValueError:
                 continue
             used = min(p.capacity, max(cols, batch_hint * cols))
-            if used < cols:
+            if used < cols or len(p.rotations()) > 24:
                 continue
-            cost = p.cost(_HESV_COSTS, encrypt_b=True) * p.capacity / used
+            if rotate:
+                cost = _first_layer_cost(p, cols, batch_hint)
+            else:
+                cost = p.cost(_HESV_COSTS, encrypt_b=True) * p.capacity / used
             if best is None or cost < best[0]:
                 best = (cost, p)
         if best is None:
@@ -324,13 +339,13 @@ class HESVConfig:
         return get_preset(self.preset, allow_insecure=self.allow_insecure).slots
 
     def plans(self, spec: ModelSpec) -> list[LayerPlan]:
-        return _layer_plans(spec, self.slots(), self.batch_hint, self.complex_packing)
+        return _layer_plans(spec, self.slots(), self.batch_hint, self.complex_packing,
+                            self.linear_shortcut)
 
     def batch_size(self, spec: ModelSpec) -> int:
         """Samples per batch: one batch is one label ciphertext; layers whose products
         hold fewer samples split it into chunks."""
-        plans = self.plans(spec)
-        return max(1, min(max(p.capacity for p in plans), self.batch_hint, self.slots()))
+        return max(1, min(self.batch_hint, self.slots()))
 
     def key_spec(self, spec: ModelSpec) -> KeySpec:
         rot = sorted({r for p in self.plans(spec) for r in p.plan.rotations()})
@@ -551,6 +566,17 @@ class HESVServer:
         self.level = level
         self.plans = config.plans(spec)
         self.batch = config.batch_size(spec)
+        first = self.plans[0].plan
+        # With a rotate-and-sum (first layer, shortcut only), slots outside each tile's
+        # first rows*d hold partial sums: the weighting zeroes them before anyone decrypts.
+        self._valid_slots: FloatArray | None = None
+        if first.fold > 1:
+            if not config.linear_shortcut:  # pragma: no cover - plans never do this
+                raise ValueError("rotating first layers need the shortcut's weighting")
+            v = np.zeros(first.slots)
+            for tile in range(first.tiles):
+                v[tile * first.block ** 2:tile * first.block ** 2 + first.rows * first.block] = 1
+            self._valid_slots = v
         self.data: dict[int, list[_Batch]] = {}
         self.models: dict[tuple[int, int | str], list[list[list[Ciphertext]]]] = {}
         self._first: dict[tuple[int, int | str, int, int], list[Ciphertext]] = {}
@@ -622,7 +648,15 @@ class HESVServer:
         return self.ctx.multiply_const(ct, weight, scale=float(self.ctx.rescale_prime(ct)),
                                        rescale=True)
 
-    def _combine(self, terms: list[tuple[float, list[Ciphertext]]]) -> list[Ciphertext]:
+    def _combine(self, terms: list[tuple[float, list[Ciphertext]]], *,
+                 mask: FloatArray | None = None) -> list[Ciphertext]:
+        if mask is not None:  # weights and the mask of the valid slots in one product
+            out = []
+            for k in range(len(terms[0][1])):
+                out.append(self.ctx.add_many([self.ctx.multiply_plain(
+                    cts[k], w * mask, scale=float(self.ctx.rescale_prime(cts[k])))
+                    for w, cts in terms]))
+            return out
         if len(terms) == 1:
             return terms[0][1]
         out = []
@@ -670,9 +704,11 @@ class HESVServer:
                 self._first[k] = self._product(1, self.models[(t, key)][0], data.b)
             return self._first[k]
 
+        valid = self._valid_slots
         if mask == 0:
-            return local("global")
-        return self._combine([(w, local(c)) for c, w in self._weights(t, mask)])
+            return local("global") if valid is None else self._combine(
+                [(1.0, local("global"))], mask=valid)
+        return self._combine([(w, local(c)) for c, w in self._weights(t, mask)], mask=valid)
 
     # ------------------------------------------------------------ Alg. 2
     def _model_owner(self, t: int, mask: int) -> int | None:
