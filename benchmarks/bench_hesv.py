@@ -35,6 +35,7 @@ Writes ``benchmarks/results/bench_hesv.json`` and prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -99,9 +100,8 @@ def bench_squaring(repeats: int) -> list[dict[str, Any]]:
             enc_b = [ctx.encrypt(v) for v in bv]
             plain_b = [ctx.encode_at(v, enc_a[0][0]) for v in bv]
             for variant, operands, plain in (("Full", enc_b, False), ("Half", plain_b, True)):
-                def run(operands: Any = operands, plain: bool = plain) -> None:
-                    squaring_product(ctx, plan, enc_a, operands, plain_b=plain,
-                                     per_block=per_block)
+                run = functools.partial(squaring_product, ctx, plan, enc_a, operands,
+                                        plain_b=plain, per_block=per_block)
                 out = squaring_product(ctx, plan, enc_a, operands, plain_b=plain,
                                        per_block=per_block)
                 err = float(np.abs(plan.decode([ctx.decrypt(o) for o in out], m)
