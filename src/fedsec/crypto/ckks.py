@@ -700,3 +700,20 @@ class CKKSContext:
         """Encode ``values`` at the level and scale of ``like`` (for lazy plaintext
         products: the product's scale is then ``like.scale ** 2``)."""
         return self.encode(values, scale=like.scale, parms_id=like.parms_id())
+
+    @property
+    def last_parms_id(self) -> Any:
+        """The parameters id of the lowest level (one data prime)."""
+        return self._ctx.last_parms_id()
+
+    def encrypt_to_bytes_at(self, values: ArrayLike, parms_id: Any) -> bytes:
+        """Encrypt at the level of ``parms_id`` (e.g. :attr:`last_parms_id`: a third of
+        the bytes at three data primes) and serialize; seeded with the secret key."""
+        pt = self.encode(values, parms_id=parms_id)
+        if self._sym is not None:
+            return _save(self._sym.encrypt_symmetric(pt))
+        if self._asym is None:
+            raise ValueError("this context holds no key to encrypt with")
+        ct = seal.Ciphertext()
+        self._asym.encrypt(pt, ct)
+        return self.serialize(ct)

@@ -427,7 +427,7 @@ class HESVClient:
             yb = self.y[start:start + self.batch].astype(np.float64)
             for v in plan.encode_inputs(xb):
                 blobs.append(self.ctx.encrypt_to_bytes(v))
-            blobs.append(self.ctx.encrypt_to_bytes(yb))
+            blobs.append(self.ctx.encrypt_to_bytes_at(yb, self.ctx.last_parms_id))
             sizes.append(len(yb))
         return wire.encode("hesv/data", self._meta(sizes=sizes), blobs)
 
@@ -488,7 +488,7 @@ class HESVClient:
         labels = np.argmax(h, axis=1).astype(np.float64)
         seen.add(n_layers + 1)  # knows the predictions: may not also see Y - Ŷ
         with self.acc.timed("encryption"):
-            blob = self.ctx.encrypt_to_bytes(labels)
+            blob = self.ctx.encrypt_to_bytes_at(labels, self.ctx.last_parms_id)
         return wire.encode("hesv/predicted", meta, [blob])
 
     def count(self, request: bytes) -> bytes:
@@ -607,10 +607,18 @@ class HESVServer:
         batches, pos = [], 0
         for m in sizes:
             size = len(lp.chunks(m)) * lp.plan.b_count + 1
-            cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs[pos:pos + size]]
+            cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs[pos:pos + size - 1]]
+            cts.append(self._label_ct(msg.blobs[pos + size - 1]))
             pos += size
             batches.append(_Batch(m, cts[:-1], cts[-1]))
         self.data[sender] = batches
+
+    def _label_ct(self, blob: bytes) -> Ciphertext:
+        """Labels travel at the lowest level (a third of the bytes)."""
+        ct = self.ctx.deserialize(blob)
+        if ct.parms_id() != self.ctx.last_parms_id:
+            raise ProtocolError("label ciphertext is not at the lowest level")
+        return ct
 
     def receive_model(self, sender: int, data: bytes) -> None:
         """Store an encrypted local (or, from client 0, global) model of a round."""
@@ -779,7 +787,7 @@ class HESVServer:
             if len(msg.blobs) != 1:
                 raise ProtocolError("predicted labels must be one ciphertext")
             with self.acc.timed("other"):
-                pred = self.ctx.deserialize(msg.blobs[0], at_top=True)
+                pred = self._label_ct(msg.blobs[0])
             with self.acc.timed("arithmetic"):
                 diff = self.ctx.sub(self.data[ev.owner][ev.batch].y, pred)
             ev.layer += 1
