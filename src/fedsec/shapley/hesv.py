@@ -60,13 +60,16 @@ evaluation), so a server that routes wrongly is stopped by the clients.
 
 Layouts
 -------
-Every layer is a Matrix-Squaring product (:mod:`fedsec.crypto.matmul`) in a
-*rotation-free* layout (square order = rows of ``A`` per square, several squares per
-ciphertext), chosen per layer by a cost model that charges encryptions and output
-ciphertexts; with ``complex_packing`` two product terms share each ciphertext. A
-rotation-free product holds exactly ``lin(θ, X)`` in the slots it uses (no partial sums
-elsewhere), so nothing beyond ``Ŷ^(l)`` needs masking before a client decrypts it. Batches
-hold samples of one client only (as in the paper) and as many as one product takes.
+Every layer is a Matrix-Squaring product (:mod:`fedsec.crypto.matmul`), several squares
+per ciphertext, the square order chosen per layer by a cost model that charges
+encryptions and output ciphertexts; with ``complex_packing`` two product terms share each
+ciphertext. Layers after the first use *rotation-free* layouts (square order = rows of
+``A`` per square): such a product holds exactly ``lin(θ, X)`` in the slots it uses. Under
+the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per round); its
+partial sums in the other slots are zeroed by the same plaintext product that applies the
+coalition weights, before anyone decrypts. Batches hold samples of one client only (as in
+the paper), up to one label ciphertext (2,048 samples); a layer whose products hold fewer
+samples splits the batch into chunks. Labels travel at the lowest level.
 
 Not covered (as in the paper): a malicious server (it could, e.g., send a client a
 product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
