@@ -27,6 +27,31 @@ from fedsec.shapley.hesv import (
 )
 
 PRESET = "CKKS_128_N4096_DEPTH2_S24"
+TIE = 1e-3  # CKKS errors on scores are ~1e-4: closer scores may legitimately flip
+
+
+def _near_ties(record: TrainingRecord, x: np.ndarray) -> list[np.ndarray]:
+    """Per round and coalition mask: samples whose two best plaintext scores are within
+    ``TIE`` (the only predictions CKKS noise may change)."""
+    from fedsec.learning.model import forward
+
+    out = []
+    for rnd in record.rounds:
+        k = len(rnd.participants)
+        counts = np.zeros(1 << k)
+        for mask in range(1 << k):
+            scores = np.sort(forward(record.spec, rnd.model_of_mask(mask), x), axis=1)
+            counts[mask] = np.sum(scores[:, -1] - scores[:, -2] < TIE)
+        out.append(counts)
+    return out
+
+
+def _assert_utilities(res: object, ref: object, record: TrainingRecord, x: np.ndarray
+                      ) -> None:
+    ties = _near_ties(record, x)
+    assert sum(t.sum() for t in ties) <= 0.01 * len(x) * sum(len(t) for t in ties)
+    for got, want, near in zip(res.utilities, ref.utilities, ties, strict=True):  # type: ignore[attr-defined]
+        assert np.all(np.abs(got - want) <= near / len(x) + 1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +60,7 @@ def bank_small():  # type: ignore[no-untyped-def]
     from fedsec.learning.fedavg import run_fedavg
     from fedsec.learning.tasks import make_task
 
-    task = make_task("bank", n_samples=500, seed=1)
+    task = make_task("bank", n_samples=3000, n_test=1000, seed=1)
     fed = task.federate(4, seed=1)
     record = run_fedavg(task, fed, rounds=2, seed=1)
     sets = [(c.x_test, c.y_test) for c in fed.clients]
@@ -48,8 +73,7 @@ def test_hesv_matches_nssv_on_logistic_task(bank_small) -> None:  # type: ignore
     res = hesv_shapley(record, sets, preset=PRESET)
     assert res.protocol == "hesv"
     assert res.error_to(ref) < 1e-3
-    for got, want in zip(res.utilities or [], ref.utilities or [], strict=True):
-        np.testing.assert_allclose(got, want, atol=1e-12)  # every prediction agrees
+    _assert_utilities(res, ref, record, fed.x_test)  # predictions agree up to near ties
     acc = res.accounting
     roles = acc.bytes_by_role()
     assert roles["server"]["received"] > 0 and roles["client"]["received"] > 0
@@ -70,9 +94,8 @@ def test_paper_path_and_shortcut_agree(bank_small) -> None:  # type: ignore[no-u
                          record.final_params)
     ref = federated_shapley(one, fed.x_test, fed.y_test)
     paper = hesv_shapley(one, sets, linear_shortcut=False, preset=PRESET)
-    m = len(fed.y_test)
-    assert np.abs(paper.utilities[0] - ref.utilities[0]).max() <= max(1, m // 50) / m
-    assert paper.error_to(ref) < 5e-3
+    _assert_utilities(paper, ref, one, fed.x_test)
+    assert paper.error_to(ref) < 1e-3
 
 
 def test_server_never_sees_the_secret_key(bank_small) -> None:  # type: ignore[no-untyped-def]
@@ -160,16 +183,19 @@ def test_too_few_clients_refused_and_weak_level_warns() -> None:
     assert security_level(4, 2) == "strong"  # n = 4 = L + 2; the weak level needs L = 3
     spec3 = ModelSpec("tiny3", (LayerSpec.dense(3, 4, "square"), LayerSpec.dense(4, 4, "square"),
                                 LayerSpec.dense(4, 2)))
-    params = [spec3.init_params(rng) for _ in range(5)]
+    params = [[2 * p for p in spec3.init_params(rng)] for _ in range(5)]
     rec3 = TrainingRecord(spec3, 4, (RoundRecord(params[0], (0, 1, 2, 3), tuple(params[1:]),
                                                  np.arange(1.0, 5.0)),), params[0])
-    sets4 = [(rng.normal(size=(3, 3)), rng.integers(0, 2, 3)) for _ in range(4)]
-    with pytest.warns(PrivacyWarning, match="weak level"):
-        res = hesv_shapley(rec3, sets4, preset=PRESET)
+    sets4 = [(2 * rng.normal(size=(3, 3)), rng.integers(0, 2, 3)) for _ in range(4)]
     x = np.concatenate([s[0] for s in sets4])
     y = np.concatenate([s[1] for s in sets4])
+    ties = sum(t.sum() for t in _near_ties(rec3, x))
+    with pytest.warns(PrivacyWarning, match="weak level"):
+        res = hesv_shapley(rec3, sets4, preset=PRESET)
     ref = federated_shapley(rec3, x, y)
-    assert res.error_to(ref) < 1e-3  # a three-layer model with x² activations
+    _assert_utilities(res, ref, rec3, x)  # a three-layer model with x² activations
+    if ties == 0:
+        assert res.error_to(ref) < 1e-9
 
 
 # ---------------------------------------------------------------------- client rules
@@ -281,6 +307,7 @@ def test_estimators_run_on_secure_utilities() -> None:
     sets = [(rng.normal(size=(6, 3)), rng.integers(0, 2, 6)) for _ in range(4)]
     x = np.concatenate([s[0] for s in sets])
     y = np.concatenate([s[1] for s in sets])
+    assert all(t.sum() == 0 for t in _near_ties(rec, x))
     for est in ("ps", "ks"):
         ref = federated_shapley(rec, x, y, estimator=est, budget=3, seed=2)
         res = hesv_shapley(rec, sets, estimator=est, budget=3, seed=2, preset=PRESET)
@@ -305,7 +332,7 @@ def test_rotating_first_layer_is_masked_before_decryption() -> None:
     y = np.concatenate([s[1] for s in sets])
     ref = federated_shapley(rec, x, y)
     res = hesv_shapley(rec, sets, preset=PRESET)
-    np.testing.assert_allclose(res.utilities[0], ref.utilities[0], atol=1e-12)
+    _assert_utilities(res, ref, rec, x)
     # what a decryptor receives: exactly lin(θ_S, X) in the valid slots, ~0 elsewhere
     acc = Accounting()
     agg, keys = _key_setup(4, cfg.key_spec(spec), acc)

@@ -676,38 +676,44 @@ class HESVServer:
         return out
 
     def _model_layer(self, t: int, mask: int, layer: int) -> list[list[Ciphertext]]:
-        """``[[θ_S^(l)]]`` (aggregated once per coalition and cached)."""
+        """``[[θ_S^(l)]]`` times the last prime ``q`` (aggregated once per coalition).
+
+        The weights are encoded at scale ``q`` and *not* rescaled: the product with the
+        data is rescaled twice instead (see :meth:`_product`), so the rounding of a rescale
+        never lands on the model's parameters -- it would be multiplied by every input."""
         key = (t, mask)
         if key not in self._agg:
             self._agg = {}  # one coalition at a time
-            if mask == 0:
-                self._agg[key] = self.models[(t, "global")]
-            else:
-                ws = self._weights(t, mask)
-                agg = []
-                for li, lp in enumerate(self.plans):
-                    blocks = []
-                    for j in range(lp.plan.row_blocks):
-                        blocks.append(self._combine(
-                            [(w, self.models[(t, c)][li][j]) for c, w in ws]))
-                    agg.append(blocks)
-                self._agg[key] = agg
+            ws = [(1.0, "global")] if mask == 0 else [(w, c) for c, w in
+                                                       self._weights(t, mask)]
+            agg = []
+            for li, lp in enumerate(self.plans):
+                blocks = []
+                for j in range(lp.plan.row_blocks):
+                    blocks.append([self.ctx.add_many([self.ctx.multiply_const(
+                        self.models[(t, c)][li][j][k], w,
+                        scale=float(self.ctx.rescale_prime(self.models[(t, c)][li][j][k])))
+                        for w, c in ws]) for k in range(lp.plan.a_count)])
+                agg.append(blocks)
+            self._agg[key] = agg
         return self._agg[key][layer - 1]
 
-    def _product(self, layer: int, model: list[list[Ciphertext]], b: list[Ciphertext]
-                 ) -> list[Ciphertext]:
-        """Every chunk's product, chunk after chunk."""
+    def _product(self, layer: int, model: list[list[Ciphertext]], b: list[Ciphertext], *,
+                 weighted: bool = False) -> list[Ciphertext]:
+        """Every chunk's product, chunk after chunk (rescaled once more for a
+        :meth:`_model_layer` model)."""
         plan = self.plans[layer - 1].plan
         per = plan.b_count
         out: list[Ciphertext] = []
         for k in range(len(b) // per):
-            out.extend(squaring_product(self.ctx, plan, model, b[k * per:(k + 1) * per]))
+            outs = squaring_product(self.ctx, plan, model, b[k * per:(k + 1) * per])
+            out.extend(self.ctx.rescale(o) for o in outs) if weighted else out.extend(outs)
         return out
 
     def _first_layer(self, t: int, mask: int, owner: int, batch: int) -> list[Ciphertext]:
         data = self.data[owner][batch]
         if not self.config.linear_shortcut:
-            return self._product(1, self._model_layer(t, mask, 1), data.b)
+            return self._product(1, self._model_layer(t, mask, 1), data.b, weighted=True)
 
         def local(key: int | str) -> list[Ciphertext]:
             k = (t, key, owner, batch)
@@ -784,7 +790,8 @@ class HESVServer:
                 b = [self.ctx.deserialize(x, at_top=True) for x in msg.blobs]
             ev.layer += 1
             with self.acc.timed("arithmetic"):
-                cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b)
+                cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b,
+                                    weighted=True)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
             if len(msg.blobs) != 1:
