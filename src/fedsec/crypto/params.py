@@ -173,6 +173,30 @@ _PRESETS += [
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
 DEFAULT_PRESET = "CKKS_128_N8192_DEPTH2_S49"
 
+# ---------------------------------------------------------------- HESV (seed 004) presets
+# Added for fedsec.shapley.hesv; nothing above changes. Seed 004's authors used ring 2^12
+# with primes [31, 23, 23, 31] and scale 2^23 (108 bits). Ours keeps the ring and two
+# rescales (plaintext weights and one ciphertext product, in either order) within SEAL's
+# 109-bit limit for 128-bit security at n = 4096: fresh scale 2^24, two 24-bit rescale
+# primes, a 34-bit last prime (decrypted values up to 2^9 in magnitude). The special prime
+# is only 27 bits: HESV never rotates, and it relinearizes only products at scale 2^48,
+# where the key-switching noise (~2^(34-27+8) = 2^15) is 2^-33 of the scale.
+HESV_CHAIN = (34, 24, 24, 27)
+_HESV_PRESETS = [
+    CKKSParams(
+        "CKKS_128_N4096_DEPTH2_S24", 4096, HESV_CHAIN, 24, 128,
+        "2048 complex slots; fresh scale 2^24; two rescaled products (HESV: plaintext "
+        "weights and one ciphertext product); decrypted values must stay below 2^9 in "
+        "magnitude; ~1e-5 absolute precision on unit-size scores. Seed 004's ring. "
+        "Rotate only at scale ~2^48 (before a rescale): the special prime is small.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N2048_DEPTH2_S24", 2048, HESV_CHAIN, 24, 0,
+        "TESTS ONLY, NOT SECURE: HESV's chain on a 2048 ring (1024 slots).",
+    ),
+]
+PRESETS.update({p.name: p.check() for p in _HESV_PRESETS})
+
 
 def get_preset(name: str, *, allow_insecure: bool = False) -> CKKSParams:
     """Look up a preset by name; insecure test presets need ``allow_insecure=True``."""

@@ -1,0 +1,1031 @@
+"""HESV: Federated Shapley values with one server and CKKS only (seed 004, Alg. 1-2).
+
+Roles and steps
+---------------
+* **Key set-up** (Alg. 1, steps 1-2): the clients run fedsec's signed key set-up
+  (:mod:`fedsec.crypto.keysetup`); the key holder it designates (the *leader*, fixed by
+  the transcript hash rather than chosen by the server) generates the CKKS keys and seals
+  the secret key to every other client. The server receives the public key and the
+  relinearization keys and one Galois key, for complex conjugation: HESV's layouts need
+  no rotation (see below).
+* **Upload** (step 3): every client encrypts its test data ``X_i`` (in batches of one
+  owner) and labels ``y_i`` once (:meth:`HESVClient.upload_data`), and each round its local
+  model ``θ_i^t``; client 0 also uploads the global model ``θ^t`` (every client knows it),
+  whose utility is ``v(∅)`` (:meth:`HESVClient.upload_model`).
+* **Secure testing** (Alg. 2): for a coalition ``S`` and a batch of client ``b``
+  (``i_1 = b``), the server evaluates layer ``l`` as a Matrix-Squaring product
+  ``[[Ŷ^(l)]] = [[θ_S^(l)]] [[X^(l)]]`` (:mod:`fedsec.crypto.matmul`) and sends it to client
+  ``i_{l+1}``, who decrypts it, applies the activation, and uploads ``[[X^(l+1)]]``
+  (:meth:`HESVClient.decrypt_layer`); after the last layer ``i_{L+1}`` uploads the
+  encrypted predicted labels ``[[Ŷ]]``, the server computes ``[[Y − Ŷ]]`` and client
+  ``i_{L+2}`` decrypts it and returns the number of correct predictions
+  (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs and FSVs follow in the clear.
+
+Beyond the paper: the linearity shortcut
+----------------------------------------
+A first layer is linear in its parameters, and ``θ_S = Σ_{i∈S} ω_{i|S} θ_i``, so
+``lin(θ_S, X) = Σ ω_{i|S} lin(θ_i, X)`` (the bias enters through a constant-1 input row).
+With ``linear_shortcut=True`` (default) the server computes the ``|I^t| + 1`` products
+``lin(θ_i, X)`` once per round and batch, and each coalition's first-layer output as a
+plaintext-weighted sum of those ciphertexts: for a logistic model this removes the
+``2^n`` factor from all ciphertext-ciphertext products. The decryptor receives the same
+plaintext ``Ŷ^(1)`` as in the paper's protocol (one ciphertext encrypting
+``lin(θ_S, X)``): clients decrypt exactly what Alg. 2 shows them.
+
+Threat model
+------------
+Seed 004's: all parties honest-but-curious and non-colluding; the server never holds the
+secret key (it receives public material only and never a decrypted value beyond the
+counts ``cnt``, which the paper's server learns too). Clients hold the secret key and may
+decrypt what they are sent, so *who* decrypts *what* is the protection (Prop. 6.8, under
+the paper's assumption that a linear layer's output reveals neither its input nor its
+parameters). The decryptors ``i_2 .. i_{L+2}`` of every (coalition, batch) follow:
+
+* ``i_{l+1} ≠ i_l`` (no client sees both a layer's input and its output; ``i_1`` is the
+  batch's owner);
+* no decryptor ``i_2 .. i_{L+1}`` owns the model under test (a *local* model ``θ_i``;
+  the global models ``θ^t`` and ``θ^{t+1} = θ_{I^t}`` are known to every client in FL,
+  and aggregated models of two or more clients belong to no single client);
+* ``i_{L+1} ≠ i_1`` (the owner of the batch does not learn its predicted labels);
+* ``i_{L+2} ∉ {i_{L+1}, i_1}`` (our addition: ``Y − Ŷ`` would give ``i_{L+1}`` the labels
+  and ``i_1`` the predictions).
+
+The *strong* level (``n >= L + 2``) also makes ``i_1 .. i_{L+1}`` pairwise distinct,
+defeating multi-layer equation-solving attacks; below it the *weak* level (the paper's
+``n >= 4``) is used with a :class:`~fedsec.errors.PrivacyWarning`; when even that cannot
+be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concern itself
+(it refuses, with :class:`~fedsec.errors.PolicyViolation`, to decrypt a layer output of a
+model it owns, the last output of its own batch, or two consecutive layers of one
+evaluation), so a server that routes wrongly is stopped by the clients.
+
+Layouts
+-------
+Every layer is a Matrix-Squaring product (:mod:`fedsec.crypto.matmul`), several squares
+per ciphertext, the square order chosen per layer by a cost model that charges
+encryptions and output ciphertexts; with ``complex_packing`` two product terms share each
+ciphertext. Layers after the first use *rotation-free* layouts (square order = rows of
+``A`` per square): such a product holds exactly ``lin(θ, X)`` in the slots it uses. Under
+the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per round); its
+partial sums in the other slots are zeroed by the same plaintext product that applies the
+coalition weights, before anyone decrypts. Batches hold samples of one client only (as in
+the paper), up to one label ciphertext (2,048 samples); a layer whose products hold fewer
+samples splits the batch into chunks. Labels travel at the lowest level.
+
+Not covered (as in the paper): a malicious server (it could, e.g., send a client a
+product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
+approximate: scores must stay below ``2^9`` in magnitude (the preset's headroom); a
+prediction can differ from the plaintext one when two scores are within ~1e-4.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedsec.crypto import wire
+from fedsec.crypto.ckks import Ciphertext, CKKSContext
+from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, PartyKeys
+from fedsec.crypto.matmul import SquaringPlan, plan_squaring, squaring_product
+from fedsec.crypto.params import get_preset
+from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
+from fedsec.learning.model import LinearLayer, ModelSpec, activate
+from fedsec.learning.record import TrainingRecord
+from fedsec.metrics.shapley import popcounts, shapley_values
+from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.estimators import (
+    group_testing,
+    gtg_shapley,
+    kernel_shap,
+    permutation_sampling,
+)
+from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS
+from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
+
+__all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
+           "decryptor_chain", "security_level", "hesv_shapley"]
+
+HESV_PRESET = "CKKS_128_N4096_DEPTH2_S24"
+FloatArray = NDArray[np.float64]
+Progress = Callable[[str], None]
+#: Largest message a client accepts from the server, and the server from a client.
+MAX_MESSAGE_BYTES = 256 << 20
+#: Costs (ms) for choosing layouts: HESV charges each output ciphertext its transfer and
+#: decryption.
+_HESV_COSTS = {"mul": 0.25, "relin": 1.8, "rot": 2.1, "rescale": 0.5, "enc": 1.8, "out": 6.0}
+_MAX_BATCHES = 1 << 16
+
+
+# ---------------------------------------------------------------------- Prop. 6.8
+def _chain_search(n: int, layers: int, owner: int, model_owner: int | None, strong: bool,
+                  start: int) -> tuple[int, ...] | None:
+    """Depth-first search for ``(i_2, ..., i_{L+2})``; candidates in a rotated order
+    (``start``) so that decryption work spreads over the clients."""
+    order = [(start + k) % n for k in range(n)]
+    chain: list[int] = [owner]
+
+    def ok(c: int, pos: int) -> bool:  # pos = index in (i_1, ..., i_{L+2}) minus 1
+        if pos <= layers:  # decrypts the output of layer pos
+            if c == chain[-1] or c == model_owner:
+                return False
+            if pos == layers and c == owner:
+                return False
+            return not (strong and c in chain)
+        return c != chain[-1] and c != owner  # i_{L+2}
+
+    def dfs(pos: int) -> bool:
+        if pos > layers + 1:
+            return True
+        for c in order:
+            if ok(c, pos):
+                chain.append(c)
+                if dfs(pos + 1):
+                    return True
+                chain.pop()
+        return False
+
+    return tuple(chain[1:]) if dfs(1) else None
+
+
+def decryptor_chain(n: int, layers: int, batch_owner: int, model_owner: int | None, *,
+                    level: str = "strong", start: int = 0) -> tuple[int, ...]:
+    """Decryptors ``(i_2, ..., i_{L+2})`` for one evaluation under Prop. 6.8's rules.
+
+    Parameters
+    ----------
+    n : int
+        Number of clients (all hold the secret key).
+    layers : int
+        ``L``, the model's linear layers.
+    batch_owner : int
+        ``i_1``, the client whose test samples form the batch.
+    model_owner : int or None
+        The client whose *local* model is tested, or None (global or aggregated model).
+    level : {"strong", "weak"}
+    start : int
+        Rotates the preference order (spreads decryption work).
+
+    Raises
+    ------
+    ValueError
+        When no chain satisfies the rules.
+    """
+    if level not in ("strong", "weak"):
+        raise ValueError(f"The 'level' parameter of decryptor_chain must be 'strong' or "
+                         f"'weak'. Got {level!r} instead.")
+    chain = _chain_search(n, layers, batch_owner, model_owner, level == "strong", start % n)
+    if chain is None:
+        raise ValueError(f"No decryptor chain satisfies Prop. 6.8 ({level} level) with {n} "
+                         f"clients and {layers} layers.")
+    return chain
+
+
+def security_level(n: int, layers: int) -> str:
+    """The level HESV can guarantee for every (batch, model) pair: ``"strong"`` when
+    ``n >= L + 2``, ``"weak"`` when the weak rules can always be met (``n >= 4`` suffices),
+    else ``ValueError``."""
+    for level in ("strong", "weak"):
+        if all(_chain_search(n, layers, b, j, level == "strong", 0) is not None
+               for b in range(n) for j in [None, *range(n)]):
+            return level
+    raise ValueError(f"HESV needs more clients: with {n} clients and {layers} layers no "
+                     "decryptor chain satisfies Prop. 6.8 (i_(l+1) != i_l, no model owner "
+                     "decrypts, i_(L+1) != the batch owner); the paper requires n >= 4.")
+
+
+# ---------------------------------------------------------------------- layer layouts
+@dataclass(frozen=True)
+class LayerPlan:
+    """One linear layer as a matrix product ``A (d_out x d_in+1) @ B``.
+
+    Dense layers: ``A = [W | b]``, ``B = [X^T; 1]`` (a column per sample). Convolutions:
+    ``A = [kernel as O x (C k k) | b]`` and ``B`` the patches of every sample (im2col, a
+    column per output position), so ``cols`` columns per sample.
+    """
+
+    spec_kind: str
+    plan: SquaringPlan
+    cols: int
+    activation: str
+    in_shape: tuple[int, ...] = ()
+    kernel: int = 0
+    stride: int = 1
+    out_hw: tuple[int, int] = (0, 0)
+
+    @property
+    def capacity(self) -> int:
+        """Samples per product (a batch is split into chunks of this size)."""
+        return self.plan.capacity // self.cols
+
+    def chunks(self, m: int) -> list[tuple[int, int]]:
+        """``(start, stop)`` sample ranges of the products a batch of ``m`` needs."""
+        c = self.capacity
+        return [(a, min(a + c, m)) for a in range(0, m, c)]
+
+    def encode_inputs(self, x: FloatArray) -> list[Any]:
+        """Operand vectors of every chunk of a batch, chunk after chunk."""
+        out: list[Any] = []
+        for a, b in self.chunks(len(x)):
+            out.extend(self.plan.encode_b(self.inputs(x[a:b])))
+        return out
+
+    def decode_outputs(self, vals: Sequence[Any], m: int) -> FloatArray:
+        """The layer's output (m x out_features) from every chunk's decrypted outputs."""
+        j = self.plan.row_blocks
+        parts = []
+        for k, (a, b) in enumerate(self.chunks(m)):
+            y = self.plan.decode(vals[k * j:(k + 1) * j], (b - a) * self.cols)
+            parts.append(self.outputs(y, b - a))
+        return np.vstack(parts)
+
+    def matrix(self, layer: LinearLayer) -> FloatArray:
+        p = layer.params
+        w = p[0].reshape(p[0].shape[0], -1)
+        out: FloatArray = np.hstack([w, p[1].reshape(-1, 1)])
+        return out
+
+    def inputs(self, x: FloatArray) -> FloatArray:
+        """``B`` for a batch ``x`` (m x in_features)."""
+        m = len(x)
+        if self.spec_kind == "dense":
+            cols = x.T
+        else:
+            c, h, w = self.in_shape
+            k, s = self.kernel, self.stride
+            xs = x.reshape(m, c, h, w)
+            win = np.lib.stride_tricks.sliding_window_view(xs, (k, k), axis=(2, 3))
+            win = win[:, :, ::s, ::s]  # (m, C, Ho, Wo, k, k)
+            ho, wo = win.shape[2:4]
+            cols = np.ascontiguousarray(win.transpose(1, 4, 5, 0, 2, 3)).reshape(
+                c * k * k, m * ho * wo)
+        out: FloatArray = np.vstack([cols, np.ones((1, cols.shape[1]))])
+        return out
+
+    def outputs(self, y: FloatArray, m: int) -> FloatArray:
+        """The layer's output (m x out_features) from ``A B``."""
+        if self.spec_kind == "dense":
+            return np.ascontiguousarray(y.T)
+        ho, wo = self.out_hw
+        o = y.shape[0]
+        out: FloatArray = y.reshape(o, m, ho, wo).transpose(1, 0, 2, 3).reshape(m, -1)
+        return out
+
+
+def _first_layer_cost(p: SquaringPlan, cols: int, batch_hint: int) -> float:
+    """Modelled cost of a first layer under the shortcut, per model and round: encrypting
+    the model, then products with every owner's chunks (about 5 owners) and sending each
+    output to about 5 coalitions' decryptors per model."""
+    c = _HESV_COSTS
+    chunks = math.ceil(batch_hint * cols / p.capacity)
+    arith = p.cost({**c, "out": 0.0}) * p.capacity
+    return p.row_blocks * p.a_count * c["enc"] + 5 * chunks * (arith + 5 * p.row_blocks
+                                                                * c["out"])
+
+
+def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool,
+                 first_rotations: bool = False) -> list[LayerPlan]:
+    plans = []
+    for index, layer in enumerate(spec.layers):
+        if layer.kind == "dense":
+            d_out, d_in, cols = layer.out_features, layer.in_features + 1, 1
+            extra: dict[str, Any] = {}
+        elif layer.kind == "conv2d":
+            c, ho_wo = layer.in_shape[0], layer.out_shape[1:]
+            d_out, d_in = layer.out_channels, c * layer.kernel ** 2 + 1
+            cols = int(ho_wo[0] * ho_wo[1])
+            extra = {"in_shape": layer.in_shape, "kernel": layer.kernel,
+                     "stride": layer.stride, "out_hw": (int(ho_wo[0]), int(ho_wo[1]))}
+        else:
+            raise ValueError(f"HESV evaluates dense and conv2d layers; {spec.name} has a "
+                             f"{layer.kind} layer.")
+        best: tuple[float, SquaringPlan] | None = None
+        rotate = first_rotations and index == 0
+        for d in range(1, math.isqrt(slots) + 1):
+            try:
+                p = plan_squaring(d_out, d_in, slots, block=d, rotations=rotate,
+                                  packed=packed)
+            except ValueError:
+                continue
+            used = min(p.capacity, max(cols, batch_hint * cols))
+            if used < cols or len(p.rotations()) > 24:
+                continue
+            if rotate:
+                cost = _first_layer_cost(p, cols, batch_hint)
+            else:
+                cost = p.cost(_HESV_COSTS, encrypt_b=True) * p.capacity / used
+            if best is None or cost < best[0]:
+                best = (cost, p)
+        if best is None:
+            raise ValueError(f"a {layer.kind} layer of {spec.name} does not fit one "
+                             "ciphertext per sample")
+        plans.append(LayerPlan(layer.kind, best[1], cols, layer.activation, **extra))
+    return plans
+
+
+@dataclass(frozen=True)
+class HESVConfig:
+    """What every role derives from the model spec and its own settings."""
+
+    preset: str = HESV_PRESET
+    linear_shortcut: bool = True
+    batch_hint: int = 1024
+    allow_insecure: bool = False
+    complex_packing: bool = True
+
+    def slots(self) -> int:
+        return get_preset(self.preset, allow_insecure=self.allow_insecure).slots
+
+    def plans(self, spec: ModelSpec) -> list[LayerPlan]:
+        return _layer_plans(spec, self.slots(), self.batch_hint, self.complex_packing,
+                            self.linear_shortcut)
+
+    def batch_size(self, spec: ModelSpec) -> int:
+        """Samples per batch: one batch is one label ciphertext; layers whose products
+        hold fewer samples split it into chunks."""
+        return max(1, min(self.batch_hint, self.slots()))
+
+    def key_spec(self, spec: ModelSpec) -> KeySpec:
+        rot = sorted({r for p in self.plans(spec) for r in p.plan.rotations()})
+        return KeySpec.create(self.preset, rot, self.complex_packing,
+                              allow_insecure=self.allow_insecure)
+
+
+# ---------------------------------------------------------------------- messages
+def _int(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    v = meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ProtocolError(f"message field {key!r} is missing or out of range")
+    return v
+
+
+def _cts(ctx: CKKSContext, blobs: Sequence[bytes]) -> list[Ciphertext]:
+    return [ctx.deserialize(b) for b in blobs]
+
+
+# ---------------------------------------------------------------------- client
+class HESVClient:
+    """A client: encrypts its data and models, decrypts what Prop. 6.8 allows it to.
+
+    Parameters
+    ----------
+    index : int
+        This client's id (position in the record).
+    keys : PartyKeys
+        From the key set-up (holds the secret key).
+    spec : ModelSpec
+    config : HESVConfig
+    n_clients : int
+    x, y : arrays
+        This client's test data.
+    level : {"strong", "weak"}
+        The rules this client enforces on what it decrypts.
+    """
+
+    def __init__(self, index: int, keys: PartyKeys, spec: ModelSpec, config: HESVConfig,
+                 n_clients: int, x: FloatArray, y: NDArray[np.int64], *,
+                 level: str = "strong") -> None:
+        self.index = index
+        self.name = f"client:{index}"
+        self.keys = keys
+        self.ctx = keys.context
+        self.spec = spec
+        self.config = config
+        self.n_clients = n_clients
+        self.plans = config.plans(spec)
+        self.batch = config.batch_size(spec)
+        self.x, self.y = x, y
+        self.level = level
+        self._seen: dict[tuple[int, int, int, int], set[int]] = {}
+        self.acc = Accounting()
+
+    def handle(self, request: bytes) -> bytes:
+        """Answer a server request (a layer output or a label difference)."""
+        msg = wire.decode(request, max_bytes=MAX_MESSAGE_BYTES)
+        if msg.kind == "hesv/diff":
+            return self.count(request)
+        if msg.kind == "hesv/layer":
+            return self.decrypt_layer(request)
+        raise ProtocolError(f"a client answers no {msg.kind[:40]!r} message")
+
+    def _meta(self, **kw: Any) -> dict[str, Any]:
+        return {"session": self.keys.session, "client": self.index, **kw}
+
+    def _check(self, msg: wire.Message) -> None:
+        if msg.meta.get("session") != self.keys.session:
+            raise ProtocolError("message from another session")
+
+    def upload_data(self) -> bytes:
+        """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and labels."""
+        plan = self.plans[0]
+        blobs: list[bytes] = []
+        sizes = []
+        for start in range(0, len(self.y), self.batch):
+            xb = self.x[start:start + self.batch]
+            yb = self.y[start:start + self.batch].astype(np.float64)
+            for v in plan.encode_inputs(xb):
+                blobs.append(self.ctx.encrypt_to_bytes(v))
+            blobs.append(self.ctx.encrypt_to_bytes_at(yb, self.ctx.last_parms_id))
+            sizes.append(len(yb))
+        return wire.encode("hesv/data", self._meta(sizes=sizes), blobs)
+
+    def upload_model(self, round_index: int, params: Sequence[NDArray[Any]], *,
+                     kind: str = "local") -> bytes:
+        """Encrypted ``θ`` (every layer as Matrix-Squaring operands)."""
+        blobs: list[bytes] = []
+        for lp, layer in zip(self.plans, self.spec.layers_of(params), strict=True):
+            for vecs in lp.plan.encode_a(lp.matrix(layer)):
+                blobs.extend(self.ctx.encrypt_to_bytes(v) for v in vecs)
+        return wire.encode("hesv/model", self._meta(round=round_index, kind=kind), blobs)
+
+    def _refuse(self, why: str) -> PolicyViolation:
+        return PolicyViolation(f"{self.name} refuses to decrypt: {why}", check="decryptor")
+
+    def decrypt_layer(self, request: bytes) -> bytes:
+        """Decrypt ``[[Ŷ^(l)]]``; return ``[[X^(l+1)]]`` or, after the last layer, the
+        encrypted predicted labels."""
+        msg = wire.decode(request, expect="hesv/layer", max_bytes=MAX_MESSAGE_BYTES)
+        self._check(msg)
+        n_layers = len(self.plans)
+        layer = _int(msg.meta, "layer", 1, n_layers)
+        t = _int(msg.meta, "round", 0, 1 << 20)
+        mask = _int(msg.meta, "mask", 0, (1 << 62))
+        owner = _int(msg.meta, "owner", 0, self.n_clients - 1)
+        batch = _int(msg.meta, "batch", 0, _MAX_BATCHES)
+        m = _int(msg.meta, "m", 1, self.batch)
+        mowner = msg.meta.get("model_owner")
+        if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
+            raise ProtocolError("message field 'model_owner' is invalid")
+        # Prop. 6.8, as far as this client is concerned
+        if mowner == self.index:
+            raise self._refuse("the model under test is its own local model")
+        if owner == self.index and (layer in (1, n_layers) or self.level == "strong"):
+            raise self._refuse("it owns the batch (it would see its own input's output "
+                               "or its predicted labels)")
+        key = (t, mask, owner, batch)
+        seen = self._seen.setdefault(key, set())
+        if layer - 1 in seen or (self.level == "strong" and seen):
+            raise self._refuse("it decrypted another layer of the same evaluation")
+        lp = self.plans[layer - 1]
+        if len(msg.blobs) != lp.plan.row_blocks * len(lp.chunks(m)):
+            raise ProtocolError("layer output has the wrong number of ciphertexts")
+        with self.acc.timed("decryption"):
+            cts = _cts(self.ctx, msg.blobs)
+            seen.add(layer)  # from here on this client knows Ŷ^(l)
+            vals = [self.ctx.decrypt(c).real for c in cts]
+        with self.acc.timed("other"):
+            h = activate(lp.activation, lp.decode_outputs(vals, m))
+        meta = self._meta(round=t, mask=mask, owner=owner, batch=batch, layer=layer)
+        if layer < n_layers:
+            nxt = self.plans[layer]
+            with self.acc.timed("other"):
+                vecs = nxt.encode_inputs(h)
+            with self.acc.timed("encryption"):
+                blobs = [self.ctx.encrypt_to_bytes(v) for v in vecs]
+            return wire.encode("hesv/activated", meta, blobs)
+        labels = np.argmax(h, axis=1).astype(np.float64)
+        seen.add(n_layers + 1)  # knows the predictions: may not also see Y - Ŷ
+        with self.acc.timed("encryption"):
+            blob = self.ctx.encrypt_to_bytes_at(labels, self.ctx.last_parms_id)
+        return wire.encode("hesv/predicted", meta, [blob])
+
+    def count(self, request: bytes) -> bytes:
+        """Decrypt ``[[Y − Ŷ]]`` and return how many predictions are correct."""
+        msg = wire.decode(request, expect="hesv/diff", max_bytes=MAX_MESSAGE_BYTES)
+        self._check(msg)
+        t = _int(msg.meta, "round", 0, 1 << 20)
+        mask = _int(msg.meta, "mask", 0, (1 << 62))
+        owner = _int(msg.meta, "owner", 0, self.n_clients - 1)
+        batch = _int(msg.meta, "batch", 0, _MAX_BATCHES)
+        m = _int(msg.meta, "m", 1, self.batch)
+        if owner == self.index:
+            raise self._refuse("it owns the batch (Y - Ŷ would reveal its predicted labels)")
+        if len(self._seen.get((t, mask, owner, batch), set()) & {len(self.plans) + 1}):
+            raise self._refuse("it knows the predicted labels (Y - Ŷ would reveal Y)")
+        if len(msg.blobs) != 1:
+            raise ProtocolError("a difference message holds one ciphertext")
+        with self.acc.timed("decryption"):
+            diff = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0])).real[:m]
+        cnt = int(np.sum(np.abs(diff) < 0.5))
+        return wire.encode("hesv/count", self._meta(round=t, mask=mask, owner=owner,
+                                                    batch=batch, count=cnt))
+
+
+# ---------------------------------------------------------------------- server
+@dataclass
+class _Eval:
+    """One (round, coalition, batch) evaluation in flight."""
+
+    t: int
+    mask: int
+    owner: int
+    batch: int
+    m: int
+    chain: tuple[int, ...]
+    model_owner: int | None
+    layer: int = 1
+
+
+@dataclass
+class _Batch:
+    m: int
+    b: list[Ciphertext]
+    y: Ciphertext
+
+
+class HESVServer:
+    """The server: aggregates encrypted models and evaluates them (Alg. 1-2).
+
+    Parameters
+    ----------
+    context : CKKSContext
+        The public context from the key set-up (no secret key).
+    spec : ModelSpec
+    config : HESVConfig
+    n_clients : int
+    rounds : list of (participants, weights)
+        ``I^t`` and FedAvg's ``ω_i^t`` (public training metadata).
+    session : str
+        The key set-up's session id.
+    level : {"strong", "weak"}
+    """
+
+    def __init__(self, context: CKKSContext, spec: ModelSpec, config: HESVConfig,
+                 n_clients: int, rounds: Sequence[tuple[tuple[int, ...], FloatArray]],
+                 session: str, *, level: str = "strong") -> None:
+        if context.has_secret_key:
+            raise ValueError("the server's context must not hold the secret key")
+        self.ctx = context
+        self.spec = spec
+        self.config = config
+        self.n = n_clients
+        self.rounds = list(rounds)
+        self.session = session
+        self.level = level
+        self.plans = config.plans(spec)
+        self.batch = config.batch_size(spec)
+        first = self.plans[0].plan
+        # With a rotate-and-sum (first layer, shortcut only), slots outside each tile's
+        # first rows*d hold partial sums: the weighting zeroes them before anyone decrypts.
+        self._valid_slots: FloatArray | None = None
+        if first.fold > 1:
+            if not config.linear_shortcut:  # pragma: no cover - plans never do this
+                raise ValueError("rotating first layers need the shortcut's weighting")
+            v = np.zeros(first.slots)
+            for tile in range(first.tiles):
+                v[tile * first.block ** 2:tile * first.block ** 2 + first.rows * first.block] = 1
+            self._valid_slots = v
+        self.data: dict[int, list[_Batch]] = {}
+        self.models: dict[tuple[int, int | str], list[list[list[Ciphertext]]]] = {}
+        self._first: dict[tuple[int, int | str, int, int], list[Ciphertext]] = {}
+        self._agg: dict[tuple[int, int], list[list[list[Ciphertext]]]] = {}
+        self._evals: dict[tuple[int, int, int, int], _Eval] = {}
+        self._counts: dict[tuple[int, int], int] = {}
+        self._pending: dict[tuple[int, int], int] = {}
+        self.acc = Accounting()
+        self.decryptions: dict[int, int] = dict.fromkeys(range(n_clients), 0)
+
+    # ------------------------------------------------------------ uploads
+    def _decode(self, data: bytes, kind: str, sender: int) -> wire.Message:
+        msg = wire.decode(data, expect=kind, max_bytes=MAX_MESSAGE_BYTES)
+        if msg.meta.get("session") != self.session or msg.meta.get("client") != sender:
+            raise ProtocolError(f"{kind} message from another session or client")
+        return msg
+
+    def receive_data(self, sender: int, data: bytes) -> None:
+        """Store client ``sender``'s encrypted test batches."""
+        msg = self._decode(data, "hesv/data", sender)
+        sizes = msg.meta.get("sizes")
+        lp = self.plans[0]
+        if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
+                isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
+                for v in sizes) or len(msg.blobs) != sum(
+                    len(lp.chunks(m)) * lp.plan.b_count + 1 for m in sizes)):
+            raise ProtocolError("malformed test-data upload")
+        batches, pos = [], 0
+        for m in sizes:
+            size = len(lp.chunks(m)) * lp.plan.b_count + 1
+            cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs[pos:pos + size - 1]]
+            cts.append(self._label_ct(msg.blobs[pos + size - 1]))
+            pos += size
+            batches.append(_Batch(m, cts[:-1], cts[-1]))
+        self.data[sender] = batches
+
+    def _label_ct(self, blob: bytes) -> Ciphertext:
+        """Labels travel at the lowest level (a third of the bytes)."""
+        ct = self.ctx.deserialize(blob)
+        if ct.parms_id() != self.ctx.last_parms_id:
+            raise ProtocolError("label ciphertext is not at the lowest level")
+        return ct
+
+    def receive_model(self, sender: int, data: bytes) -> None:
+        """Store an encrypted local (or, from client 0, global) model of a round."""
+        msg = self._decode(data, "hesv/model", sender)
+        t = _int(msg.meta, "round", 0, len(self.rounds) - 1)
+        kind = msg.meta.get("kind")
+        if kind == "global" and sender == 0:
+            key: int | str = "global"
+        elif kind == "local" and sender in self.rounds[t][0]:
+            key = sender
+        else:
+            raise ProtocolError("model upload of an unexpected kind or client")
+        need = [lp.plan.row_blocks * lp.plan.a_count for lp in self.plans]
+        if len(msg.blobs) != sum(need):
+            raise ProtocolError("model upload has the wrong number of ciphertexts")
+        cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs]
+        layers, pos = [], 0
+        for lp in self.plans:
+            blocks = []
+            for _ in range(lp.plan.row_blocks):
+                blocks.append(cts[pos:pos + lp.plan.a_count])
+                pos += lp.plan.a_count
+            layers.append(blocks)
+        self.models[(t, key)] = layers
+
+    # ------------------------------------------------------------ arithmetic
+    def _weights(self, t: int, mask: int) -> list[tuple[int, float]]:
+        parts, w = self.rounds[t]
+        sel = [j for j in range(len(parts)) if mask >> j & 1]
+        total = float(sum(w[j] for j in sel))
+        return [(parts[j], float(w[j]) / total) for j in sel]
+
+    def _scaled(self, ct: Ciphertext, weight: float) -> Ciphertext:
+        # encoded at exactly the prime the rescale divides by: the scale is unchanged
+        return self.ctx.multiply_const(ct, weight, scale=float(self.ctx.rescale_prime(ct)),
+                                       rescale=True)
+
+    def _combine(self, terms: list[tuple[float, list[Ciphertext]]], *,
+                 mask: FloatArray | None = None) -> list[Ciphertext]:
+        if mask is not None:  # weights and the mask of the valid slots in one product
+            out = []
+            for k in range(len(terms[0][1])):
+                out.append(self.ctx.add_many([self.ctx.multiply_plain(
+                    cts[k], w * mask, scale=float(self.ctx.rescale_prime(cts[k])))
+                    for w, cts in terms]))
+            return out
+        if len(terms) == 1:
+            return terms[0][1]
+        out = []
+        for k in range(len(terms[0][1])):
+            out.append(self.ctx.add_many([self._scaled(cts[k], w) for w, cts in terms]))
+        return out
+
+    def _model_layer(self, t: int, mask: int, layer: int) -> list[list[Ciphertext]]:
+        """``[[θ_S^(l)]]`` times the last prime ``q`` (aggregated once per coalition).
+
+        The weights are encoded at scale ``q`` and *not* rescaled: the product with the
+        data is rescaled twice instead (see :meth:`_product`), so the rounding of a rescale
+        never lands on the model's parameters -- it would be multiplied by every input."""
+        key = (t, mask)
+        if key not in self._agg:
+            self._agg = {}  # one coalition at a time
+            ws = [(1.0, "global")] if mask == 0 else [(w, c) for c, w in
+                                                       self._weights(t, mask)]
+            agg = []
+            for li, lp in enumerate(self.plans):
+                blocks = []
+                for j in range(lp.plan.row_blocks):
+                    blocks.append([self.ctx.add_many([self.ctx.multiply_const(
+                        self.models[(t, c)][li][j][k], w,
+                        scale=float(self.ctx.rescale_prime(self.models[(t, c)][li][j][k])))
+                        for w, c in ws]) for k in range(lp.plan.a_count)])
+                agg.append(blocks)
+            self._agg[key] = agg
+        return self._agg[key][layer - 1]
+
+    def _product(self, layer: int, model: list[list[Ciphertext]], b: list[Ciphertext], *,
+                 weighted: bool = False) -> list[Ciphertext]:
+        """Every chunk's product, chunk after chunk (rescaled once more for a
+        :meth:`_model_layer` model)."""
+        plan = self.plans[layer - 1].plan
+        per = plan.b_count
+        out: list[Ciphertext] = []
+        for k in range(len(b) // per):
+            outs = squaring_product(self.ctx, plan, model, b[k * per:(k + 1) * per])
+            out.extend(self.ctx.rescale(o) for o in outs) if weighted else out.extend(outs)
+        return out
+
+    def _first_layer(self, t: int, mask: int, owner: int, batch: int) -> list[Ciphertext]:
+        data = self.data[owner][batch]
+        if not self.config.linear_shortcut:
+            return self._product(1, self._model_layer(t, mask, 1), data.b, weighted=True)
+
+        def local(key: int | str) -> list[Ciphertext]:
+            k = (t, key, owner, batch)
+            if k not in self._first:
+                self._first[k] = self._product(1, self.models[(t, key)][0], data.b)
+            return self._first[k]
+
+        valid = self._valid_slots
+        if mask == 0:
+            return local("global") if valid is None else self._combine(
+                [(1.0, local("global"))], mask=valid)
+        return self._combine([(w, local(c)) for c, w in self._weights(t, mask)], mask=valid)
+
+    # ------------------------------------------------------------ Alg. 2
+    def _model_owner(self, t: int, mask: int) -> int | None:
+        if mask and mask & (mask - 1) == 0:
+            return self.rounds[t][0][mask.bit_length() - 1]
+        return None
+
+    def start(self, t: int, mask: int) -> list[tuple[int, bytes]]:
+        """Begin testing ``θ_S^t`` on every batch: ``(recipient, request)`` pairs."""
+        out = []
+        self._counts[(t, mask)] = 0
+        self._pending[(t, mask)] = 0
+        mowner = self._model_owner(t, mask)
+        for owner in sorted(self.data):
+            for k, b in enumerate(self.data[owner]):
+                salt = (mask * 7 + k * 3 + t + owner) % self.n
+                chain = decryptor_chain(self.n, len(self.plans), owner, mowner,
+                                        level=self.level, start=salt)
+                ev = _Eval(t, mask, owner, k, b.m, chain, mowner)
+                self._evals[(t, mask, owner, k)] = ev
+                self._pending[(t, mask)] += 1
+                with self.acc.timed("arithmetic"):
+                    cts = self._first_layer(t, mask, owner, k)
+                out.append(self._layer_request(ev, cts))
+        return out
+
+    def _layer_request(self, ev: _Eval, cts: list[Ciphertext]) -> tuple[int, bytes]:
+        with self.acc.timed("other"):
+            meta = {"session": self.session, "round": ev.t, "mask": ev.mask, "owner": ev.owner,
+                    "batch": ev.batch, "m": ev.m, "layer": ev.layer,
+                    "model_owner": ev.model_owner}
+            msg = wire.encode("hesv/layer", meta, [self.ctx.serialize(c) for c in cts])
+        to = ev.chain[ev.layer - 1]
+        self.decryptions[to] += 1
+        return to, msg
+
+    def _eval_of(self, msg: wire.Message, sender: int) -> _Eval:
+        if msg.meta.get("session") != self.session or msg.meta.get("client") != sender:
+            raise ProtocolError("reply from another session or client")
+        key = (_int(msg.meta, "round", 0, 1 << 20), _int(msg.meta, "mask", 0, 1 << 62),
+               _int(msg.meta, "owner", 0, self.n - 1), _int(msg.meta, "batch", 0, _MAX_BATCHES))
+        ev = self._evals.get(key)
+        if ev is None:
+            raise ProtocolError("reply to no evaluation in flight")
+        return ev
+
+    def step(self, sender: int, reply: bytes) -> tuple[int, bytes] | None:
+        """Process a client's reply; return the next request, or None when a batch's
+        count is in."""
+        with self.acc.timed("other"):
+            msg = wire.decode(reply, max_bytes=MAX_MESSAGE_BYTES)
+            ev = self._eval_of(msg, sender)
+            expected = ev.chain[ev.layer - 1] if msg.kind != "hesv/count" else ev.chain[-1]
+            if sender != expected:
+                raise ProtocolError("reply from a client that was not asked")
+        n_layers = len(self.plans)
+        if msg.kind == "hesv/activated" and ev.layer < n_layers:
+            lp = self.plans[ev.layer]
+            if len(msg.blobs) != lp.plan.b_count * len(lp.chunks(ev.m)):
+                raise ProtocolError("activated features have the wrong number of ciphertexts")
+            with self.acc.timed("other"):
+                b = [self.ctx.deserialize(x, at_top=True) for x in msg.blobs]
+            ev.layer += 1
+            with self.acc.timed("arithmetic"):
+                cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b,
+                                    weighted=True)
+            return self._layer_request(ev, cts)
+        if msg.kind == "hesv/predicted" and ev.layer == n_layers:
+            if len(msg.blobs) != 1:
+                raise ProtocolError("predicted labels must be one ciphertext")
+            with self.acc.timed("other"):
+                pred = self._label_ct(msg.blobs[0])
+            with self.acc.timed("arithmetic"):
+                diff = self.ctx.sub(self.data[ev.owner][ev.batch].y, pred)
+            ev.layer += 1
+            with self.acc.timed("other"):
+                meta = {"session": self.session, "round": ev.t, "mask": ev.mask,
+                        "owner": ev.owner, "batch": ev.batch, "m": ev.m}
+                out = wire.encode("hesv/diff", meta, [self.ctx.serialize(diff)])
+            self.decryptions[ev.chain[-1]] += 1
+            return ev.chain[-1], out
+        if msg.kind == "hesv/count" and ev.layer == n_layers + 1:
+            cnt = _int(msg.meta, "count", 0, ev.m)
+            self._counts[(ev.t, ev.mask)] += cnt
+            self._pending[(ev.t, ev.mask)] -= 1
+            del self._evals[(ev.t, ev.mask, ev.owner, ev.batch)]
+            return None
+        raise ProtocolError(f"unexpected {msg.kind!r} reply at this step")
+
+    def utility(self, t: int, mask: int) -> float:
+        """``v(θ_S^t)`` once every batch's count is in."""
+        if self._pending.get((t, mask)) != 0:
+            raise ProtocolError("not every batch of this coalition has been counted")
+        total = sum(b.m for bs in self.data.values() for b in bs)
+        return self._counts[(t, mask)] / total
+
+    def end_round(self, t: int) -> None:
+        """Drop a round's products and models (memory)."""
+        self._first = {k: v for k, v in self._first.items() if k[0] != t}
+        self._agg = {}
+        self.models = {k: v for k, v in self.models.items() if k[0] != t}
+
+
+# ---------------------------------------------------------------------- driver
+def _key_setup(n: int, spec: KeySpec, acc: Accounting) -> tuple[KeySetupAggregator,
+                                                                 list[PartyKeys]]:
+    """The signed key set-up, every message counted."""
+    identities = [Identity(f"client-{i}") for i in range(n)]
+    roster = Roster.of(identities)
+    parties = [KeySetupParty(i, roster, spec, min_parties=n) for i in identities]
+    agg = KeySetupAggregator(roster, spec, min_parties=n)
+    hellos = [acc.message(f"client:{i}", "server", "keys/hello", p.hello())
+              for i, p in enumerate(parties)]
+    holder, request = agg.request(hellos)
+    by_name = {p.name: (i, p) for i, p in enumerate(parties)}
+    hi, hp = by_name[agg.names[holder]]
+    acc.message("server", f"client:{hi}", "keys/request", request)
+    offer = acc.message(f"client:{hi}", "server", "keys/offer", hp.offer(request))
+    deliveries = agg.accept(offer)
+    confirms = []
+    for name, d in zip(agg.names, deliveries, strict=True):
+        i, p = by_name[name]
+        acc.message("server", f"client:{i}", "keys/delivery", d)
+        confirms.append(acc.message(f"client:{i}", "server", "keys/confirm", p.receive(d)))
+    confirmed = agg.confirm(confirms)
+    keys = {}
+    for name in agg.names:
+        i, p = by_name[name]
+        keys[i] = p.finish(acc.message("server", f"client:{i}", "keys/confirmed", confirmed))
+    return agg, [keys[i] for i in range(n)]
+
+
+class _SecureGame:
+    def __init__(self, k: int, value: Callable[[int], float]) -> None:
+        self._k = k
+        self._value = value
+        self.cache: dict[int, float] = {}
+
+    @property
+    def k(self) -> int:
+        return self._k
+
+    def value(self, mask: int) -> float:
+        if mask not in self.cache:
+            self.cache[mask] = self._value(mask)
+        return self.cache[mask]
+
+
+def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
+                 budget: int | None = None, seed: int = 0, linear_shortcut: bool = True,
+                 preset: str = HESV_PRESET, allow_insecure: bool = False,
+                 complex_packing: bool = True, progress: Progress | None = None
+                 ) -> SecureShapleyResult:
+    """Federated Shapley values by HESV (seed 004, Alg. 1-2), every role in one process.
+
+    Parameters
+    ----------
+    record : TrainingRecord
+        The rounds of federated training (local models stay with their clients: each
+        client encrypts its own).
+    test_sets : sequence of (X_i, y_i)
+        Each client's private test data, in client order.
+    estimator : {"exact", "ps", "gt", "ks", "gtg"}, default="exact"
+        Exact SSVs (all coalitions) or one of seed 004's estimators over the secure utility.
+    budget : int, optional
+        The estimator's per-round budget (:data:`fedsec.shapley.fsv.DEFAULT_BUDGETS`).
+    seed : int, default=0
+        Seed of the estimators' coalition sampling (not a secret).
+    linear_shortcut : bool, default=True
+        Derive every coalition's first-layer output from the local models' products
+        (see the module docstring).
+    preset : str, default="CKKS_128_N4096_DEPTH2_S24"
+    allow_insecure : bool, default=False
+        Accept ``INSECURE_TEST_*`` presets (tests only).
+    complex_packing : bool, default=True
+        Two product terms per ciphertext in the complex slots (half the ciphertexts,
+        encryptions and products; :func:`fedsec.crypto.matmul.plan_squaring`).
+    progress : callable, optional
+        Called with a short message after every round.
+
+    Returns
+    -------
+    SecureShapleyResult
+        ``protocol="hesv"``, the FSVs and the accounting (bytes per message, time split).
+
+    Warns
+    -----
+    PrivacyWarning
+        With fewer than ``L + 2`` clients (the weaker level of Prop. 6.8).
+    """
+    import time
+
+    where = "hesv_shapley"
+    if not isinstance(record, TrainingRecord):
+        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
+                        f"Got {type(record).__name__} instead.")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
+                         f"Got {estimator!r} instead.")
+    if estimator != "exact":
+        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
+                             f"Got {budget!r} instead.")
+    else:
+        budget = None
+    if not isinstance(linear_shortcut, bool):
+        raise TypeError(f"The 'linear_shortcut' parameter of {where} must be a bool. "
+                        f"Got {linear_shortcut!r} instead.")
+    get_preset(preset, allow_insecure=allow_insecure)
+    spec = record.spec
+    n = record.n_clients
+    sets = check_test_sets(test_sets, n, spec.in_features, where=where)
+    n_layers = len(spec.layers)
+    level = security_level(n, n_layers)
+    if level == "weak":
+        warnings.warn(f"HESV with {n} clients and {n_layers} layers meets only the weak "
+                      f"level of Prop. 6.8 (n >= {n_layers + 2} defeats multi-layer "
+                      "equation-solving attacks too)", PrivacyWarning, stacklevel=2)
+    if not isinstance(complex_packing, bool):
+        raise TypeError(f"The 'complex_packing' parameter of {where} must be a bool. "
+                        f"Got {complex_packing!r} instead.")
+    config = HESVConfig(preset, linear_shortcut, allow_insecure=allow_insecure,
+                        batch_hint=max(len(y) for _, y in sets),
+                        complex_packing=complex_packing)
+    t0 = time.perf_counter()
+    acc = Accounting()
+    with acc.timed("other"):
+        agg, keys = _key_setup(n, config.key_spec(spec), acc)
+    server_ctx = agg.context
+    if server_ctx is None:  # pragma: no cover - set once confirm() succeeded
+        raise ProtocolError("key set-up did not complete")
+    rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
+    server = HESVServer(server_ctx, spec, config, n, rounds, agg.session, level=level)
+    server.acc = acc
+    clients = [HESVClient(i, keys[i], spec, config, n, x, y, level=level)
+               for i, (x, y) in enumerate(sets)]
+    for c in clients:
+        if len(c.y) == 0:
+            continue
+        with acc.timed("encryption"):
+            up = c.upload_data()
+        with acc.timed("other"):
+            server.receive_data(c.index, acc.message(c.name, "server", "hesv/data", up))
+
+    def run(t: int, mask: int) -> float:
+        queue = server.start(t, mask)
+        while queue:
+            to, req = queue.pop()
+            acc.message("server", f"client:{to}", "hesv/request", req)
+            client = clients[to]
+            reply = client.handle(req)
+            acc.message(client.name, "server", "hesv/reply", reply)
+            nxt = server.step(to, reply)
+            if nxt is not None:
+                queue.append(nxt)
+        return server.utility(t, mask)
+
+    ssv = np.zeros((record.n_rounds, n))
+    tables: list[FloatArray] = []
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A9]))
+    models_tested = samples = 0
+    total = sum(len(y) for _, y in sets)
+    for t, rnd in enumerate(record.rounds):
+        with acc.timed("encryption"):
+            ups = [(0, clients[0].upload_model(t, rnd.global_params, kind="global"))]
+            ups += [(cid, clients[cid].upload_model(t, p, kind="local"))
+                    for cid, p in zip(rnd.participants, rnd.local_params, strict=True)]
+        for cid, up in ups:
+            with acc.timed("other"):
+                server.receive_model(cid, acc.message(f"client:{cid}", "server", "hesv/model",
+                                                      up))
+        k = len(rnd.participants)
+
+        def value(mask: int, t: int = t) -> float:
+            return run(t, mask)
+
+        game = _SecureGame(k, value)
+        if estimator == "exact":
+            order = np.argsort(popcounts(k), kind="stable")
+            table = np.zeros(1 << k)
+            for mask in order:
+                table[int(mask)] = game.value(int(mask))
+            phi = shapley_values(table)
+            tables.append(table)
+        else:
+            fn = {"ps": permutation_sampling, "gt": group_testing, "ks": kernel_shap,
+                  "gtg": gtg_shapley}[estimator]
+            phi = fn(game, int(budget or 1), rng)
+        for j, cid in enumerate(rnd.participants):
+            ssv[t, cid] = phi[j]
+        models_tested += len(game.cache)
+        samples += len(game.cache) * total
+        server.end_round(t)
+        if progress is not None:
+            progress(f"round {t + 1}/{record.n_rounds}: {len(game.cache)} models tested")
+    for c in clients:
+        acc.merge(c.acc)
+    seconds = time.perf_counter() - t0
+    return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget, False,
+                               tables if estimator == "exact" else None,
+                               [r.participants for r in record.rounds], models_tested,
+                               samples, seconds, protocol="hesv", accounting=acc)
