@@ -76,9 +76,10 @@ def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys)
     assert "fedsec[learning]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
+@pytest.mark.parametrize("protocol", ["hesv", "secsv", "secretsv"])
 def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> None:
-    code = main([*SMALL, "--protocol", protocol, "--sample-skip", "--json"])
+    skip = [] if protocol == "hesv" else ["--sample-skip"]  # HESV's test data are encrypted
+    code = main([*SMALL, "--protocol", protocol, *skip, "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["protocol"] == protocol
     assert doc["error"] is not None and doc["error"] <= 1e-3  # against NSSV
@@ -86,7 +87,8 @@ def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> 
     assert set(split) >= {"arithmetic", "encryption", "decryption", "share_generation",
                           "communication", "total"}
     assert doc["bytes_total"] == sum(m["bytes"] for m in doc["messages"]) > 0
-    assert {"P", "A", "client"} <= set(doc["bytes_by_role"])
+    roles = {"server", "client"} if protocol == "hesv" else {"P", "A", "client"}
+    assert roles <= set(doc["bytes_by_role"])
 
 
 def test_secure_protocol_option_errors(capsys) -> None:
@@ -94,3 +96,5 @@ def test_secure_protocol_option_errors(capsys) -> None:
     assert "--audit" in capsys.readouterr().err
     assert main([*SMALL, "--no-shortcut"]) == 2
     assert "--no-shortcut" in capsys.readouterr().err
+    assert main([*SMALL, "--protocol", "hesv", "--sample-skip"]) == 2
+    assert "secsv" in capsys.readouterr().err
