@@ -105,8 +105,12 @@ from fedsec.shapley.estimators import (
     kernel_shap,
     permutation_sampling,
 )
-from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS
-from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
+from fedsec.shapley.secure_common import (
+    SecureShapleyResult,
+    TestSets,
+    check_protocol_args,
+    check_test_sets,
+)
 
 __all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
            "decryptor_chain", "security_level", "hesv_shapley"]
@@ -919,22 +923,8 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     import time
 
     where = "hesv_shapley"
-    if not isinstance(record, TrainingRecord):
-        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
-                        f"Got {type(record).__name__} instead.")
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
-                         f"Got {estimator!r} instead.")
-    if estimator != "exact":
-        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
-                             f"Got {budget!r} instead.")
-    else:
-        budget = None
-    if not isinstance(linear_shortcut, bool):
-        raise TypeError(f"The 'linear_shortcut' parameter of {where} must be a bool. "
-                        f"Got {linear_shortcut!r} instead.")
+    budget = check_protocol_args(record, estimator, budget, where=where,
+                                 linear_shortcut=linear_shortcut)
     get_preset(preset, allow_insecure=allow_insecure)
     spec = record.spec
     n = record.n_clients

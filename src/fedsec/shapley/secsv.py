@@ -85,8 +85,12 @@ from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley.accounting import Accounting
-from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
-from fedsec.shapley.secure_common import SecureShapleyResult, TestSets, check_test_sets
+from fedsec.shapley.secure_common import (
+    SecureShapleyResult,
+    TestSets,
+    check_protocol_args,
+    check_test_sets,
+)
 from fedsec.shapley.secure_game import (
     check_decryptor,
     decryptor_chain,
@@ -931,29 +935,10 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
     SecureShapleyResult
     """
     where = "secsv_shapley"
-    if not isinstance(record, TrainingRecord):
-        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
-                        f"Got {type(record).__name__} instead.")
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
-                         f"Got {estimator!r} instead.")
-    if estimator != "exact":
-        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
-                             f"Got {budget!r} instead.")
-    else:
-        budget = None
-    for name, v in (("sample_skip", sample_skip), ("linear_shortcut", linear_shortcut)):
-        if not isinstance(v, bool):
-            raise TypeError(f"The '{name}' parameter of {where} must be a bool. "
-                            f"Got {type(v).__name__} instead.")
+    budget = check_protocol_args(record, estimator, budget, where=where,
+                                 sample_skip=sample_skip, linear_shortcut=linear_shortcut)
     cfg = (config or SecSVConfig()).check()
     sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
-    for t, rnd in enumerate(record.rounds):
-        if estimator == "exact" and len(rnd.participants) > MAX_EXACT_PLAYERS:
-            raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
-                             f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} participants.")
     acc = Accounting()
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):

@@ -19,7 +19,8 @@ from numpy.typing import NDArray
 from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS, Accounting
 from fedsec.shapley.fsv import ShapleyResult
 
-__all__ = ["PROTOCOLS", "SecureShapleyResult", "TestSets", "check_test_sets", "pooled"]
+__all__ = ["PROTOCOLS", "SecureShapleyResult", "TestSets", "check_protocol_args", "check_test_sets",
+           "pooled"]
 
 #: ``nssv`` is the plaintext reference (:func:`fedsec.shapley.fsv.federated_shapley`).
 PROTOCOLS: tuple[str, ...] = ("nssv", "hesv", "secsv", "secretsv")
@@ -80,3 +81,41 @@ def pooled(test_sets: TestSets) -> tuple[NDArray[np.float64], NDArray[np.int64],
     ys = [np.asarray(y).astype(np.int64) for _, y in test_sets]
     owner = np.concatenate([np.full(len(y), i, dtype=np.int64) for i, y in enumerate(ys)])
     return np.concatenate(xs), np.concatenate(ys), owner
+
+
+def check_protocol_args(record: Any, estimator: str, budget: int | None, *, where: str,
+                        **flags: bool) -> int | None:
+    """The arguments every secure Shapley entry point shares; returns the budget in use.
+
+    Checks that ``record`` is a :class:`~fedsec.learning.record.TrainingRecord`, the
+    estimator and its budget (default :data:`~fedsec.shapley.fsv.DEFAULT_BUDGETS`), that
+    each of ``flags`` is a bool, and that exact SSV is asked only of rounds small enough
+    to enumerate.
+    """
+    from fedsec.learning.record import TrainingRecord
+    from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
+
+    if not isinstance(record, TrainingRecord):
+        raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
+                        f"Got {type(record).__name__} instead.")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
+                         f"Got {estimator!r} instead.")
+    if estimator != "exact":
+        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
+                             f"Got {budget!r} instead.")
+    else:
+        budget = None
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"The '{name}' parameter of {where} must be a bool. "
+                            f"Got {type(value).__name__} instead.")
+    if estimator == "exact":
+        for t, rnd in enumerate(record.rounds):
+            if len(rnd.participants) > MAX_EXACT_PLAYERS:
+                raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
+                                 f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} "
+                                 "participants.")
+    return budget
