@@ -742,7 +742,10 @@ def make_targets(world: World) -> list[Target]:
         which then decrypts."""
         ctx = A.public if x[1] else holder_ctx
         ct = ctx.deserialize(x[0], at_top=x[2], scale=A.public.scale if x[2] else None)
-        return ctx.conjugate(ctx.rotate(ct, 1)) if x[1] else ctx.decrypt(ct)
+        if not x[1]:
+            return ctx.decrypt(ct)
+        step = min(ctx.rotations)  # a rotation the protocol's key spec holds a key for
+        return ctx.conjugate(ctx.rotate(ct, step))
 
     targets.append(Target(
         "CKKSContext.deserialize", deserialize, [
