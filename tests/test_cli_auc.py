@@ -129,9 +129,8 @@ def test_exit_codes_for_undefined_and_bad_input(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("argv", "lifts"), [
-    (["-N", "5000"], "--preset CKKS_128_N16384_DEPTH4 (8192 slots)"),
-    (["-N", "9000", "--preset", "CKKS_128_N16384_DEPTH4"], "max-decision-points"),
-    (["-N", "9000", "--security", "malicious"], "PartyPolicy.max_decision_points"),
+    (["-N", "70000"], "--decision-points exact"),
+    (["-N", "70000", "--security", "malicious"], "no option lifts this"),
 ])
 def test_size_limits_name_what_lifts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           argv: list[str], lifts: str) -> None:

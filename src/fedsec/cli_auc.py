@@ -75,26 +75,18 @@ def check_limits(n_points: int | str, total_samples: int, preset: str, security:
                  ) -> None:
     """Refuse sizes the secure AUC cannot take, naming the option or preset that lifts the
     limit (``ValueError``, exit status 2)."""
-    from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES
-    from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
+    from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES, MAX_DECISION_POINTS
 
     if n_points == "exact":  # exact mode sizes its own grid (--max-points)
         n_points = 2
     assert isinstance(n_points, int)
     if n_points < 2:
         raise ValueError(f"--decision-points must be >= 2; got {n_points}")
-    if n_points > DEFAULT_MAX_DECISION_POINTS:
+    if n_points > MAX_DECISION_POINTS:
         raise ValueError(
-            f"--decision-points {n_points} exceeds {DEFAULT_MAX_DECISION_POINTS}, the most a "
-            "party's default policy accepts (PartyPolicy.max_decision_points; on Flower the "
-            "node config key max-decision-points)")
-    slots = PRESETS[preset].slots
-    if security == "semi-honest" and n_points > slots:
-        bigger = [(PRESETS[k].slots, k) for k in _fhauc_presets() if PRESETS[k].slots >= n_points]
-        hint = (f", or choose --preset {min(bigger)[1]} ({min(bigger)[0]} slots)" if bigger
-                else "")
-        raise ValueError(f"--decision-points {n_points} exceeds the {slots} slots of preset "
-                         f"{preset}; use at most {slots}{hint}")
+            f"--decision-points {n_points} exceeds {MAX_DECISION_POINTS}, the most the secure "
+            "AUC takes (no option lifts this); use --decision-points exact, which refines the "
+            "grid only where pairs of both classes fall")
     if total_samples > DEFAULT_MAX_TOTAL_SAMPLES:
         raise ValueError(
             f"the federation holds {total_samples:,} samples; the secure AUC is sized for at "
@@ -393,8 +385,10 @@ def register(sub: Any) -> None:
     add_party_file_options(p)
     p.add_argument("--decision-points", "-N", type=_points_arg, default=100,
                    metavar="N|exact",
-                   help="number of uniform decision points N (default 100; at most the "
-                        "preset's slots in semi-honest mode, and 8192), or 'exact': refine "
+                   help="number of uniform decision points N (default 100; at most 65536; "
+                        "parties on Flower accept at most their policy's max-decision-points, "
+                        "8192 by default; more than the preset's slots take several "
+                        "ciphertexts), or 'exact': refine "
                         "the points until the certified error bound is at most --target")
     p.add_argument("--scores", type=_scores_arg, default="probability",
                    metavar="probability|logit|range:LO:HI",
