@@ -79,7 +79,7 @@ def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys)
 @pytest.mark.parametrize("protocol", ["hesv", "secsv", "secretsv"])
 def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> None:
     skip = [] if protocol == "hesv" else ["--sample-skip"]  # HESV's test data are encrypted
-    code = main([*SMALL, "--protocol", protocol, *skip, "--json"])
+    code = main([*SMALL, "--protocol", protocol, *skip, "--json", "--workers", "1"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["protocol"] == protocol
     assert doc["error"] is not None and doc["error"] <= 1e-3  # against NSSV
@@ -98,3 +98,5 @@ def test_secure_protocol_option_errors(capsys) -> None:
     assert "--no-shortcut" in capsys.readouterr().err
     assert main([*SMALL, "--protocol", "hesv", "--sample-skip"]) == 2
     assert "secsv" in capsys.readouterr().err
+    assert main([*SMALL, "--protocol", "secsv", "--ray-address", "127.0.0.1:1"]) == 2
+    assert "--backend ray" in capsys.readouterr().err

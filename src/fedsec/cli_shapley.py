@@ -69,6 +69,14 @@ def register(sub: Any) -> None:
     p.add_argument("--no-shortcut", action="store_true",
                    help="hesv/secsv: evaluate every coalition's first layer under HE as the "
                         "paper does, instead of deriving it from the n local products")
+    p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
+                   help="secure protocols: evaluate the rounds in up to this many parallel "
+                        "workers (default: the cores available; 1 = in this process)")
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="secure protocols' workers: a local process pool (default) or Ray "
+                        "(needs fedsec[flower-sim]; --ray-address for a running cluster)")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="with --backend ray: the address of a running Ray cluster")
     p.add_argument("--bandwidth", type=float, default=DEFAULT_BANDWIDTH_MBPS, metavar="MBPS",
                    help="simulated link speed for the communication time of secure "
                         f"protocols (default {DEFAULT_BANDWIDTH_MBPS:g} Mbit/s)")
@@ -160,27 +168,23 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
         raise ValueError(f"--bandwidth must be > 0; got {args.bandwidth}")
     test_sets = [(c.x_test, c.y_test) for c in fed.clients]
     common: dict[str, Any] = {"estimator": args.estimator, "budget": args.budget,
-                              "seed": args.seed, "progress": progress}
-    result: SecureShapleyResult
-    if args.protocol == "hesv":
-        from fedsec.shapley.hesv import hesv_shapley
+                              "seed": args.seed}
+    if args.protocol == "hesv" and args.sample_skip:
+        raise ValueError("--sample-skip needs plaintext test data at the servers "
+                         "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
+    if args.protocol in ("hesv", "secsv"):
+        common["linear_shortcut"] = not args.no_shortcut
+    elif args.no_shortcut:
+        raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
+    if args.protocol != "hesv":
+        common["sample_skip"] = args.sample_skip
+    if args.ray_address is not None and args.backend != "ray":
+        raise ValueError("--ray-address applies to --backend ray only")
+    from fedsec.runtime.parallel import shapley_in_parallel
 
-        if args.sample_skip:
-            raise ValueError("--sample-skip needs plaintext test data at the servers "
-                             "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
-        result = hesv_shapley(record, test_sets, linear_shortcut=not args.no_shortcut,
-                              **common)
-    elif args.protocol == "secsv":
-        from fedsec.shapley.secsv import secsv_shapley
-
-        result = secsv_shapley(record, test_sets, sample_skip=args.sample_skip,
-                               linear_shortcut=not args.no_shortcut, **common)
-    else:
-        from fedsec.shapley.secretsv import secretsv_shapley
-
-        if args.no_shortcut:
-            raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
-        result = secretsv_shapley(record, test_sets, sample_skip=args.sample_skip, **common)
+    result: SecureShapleyResult = shapley_in_parallel(
+        args.protocol, record, test_sets, workers=args.workers, backend=args.backend,
+        ray_address=args.ray_address, progress=progress, **common)
     result.bandwidth_mbps = args.bandwidth
     return result
 

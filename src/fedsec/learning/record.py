@@ -149,6 +149,24 @@ class TrainingRecord:
         except (KeyError, ValueError, TypeError, UnicodeDecodeError, AttributeError) as exc:
             raise ProtocolError(f"Malformed training record: {exc!r}") from None
 
+    @property
+    def first_round(self) -> int:
+        """Index of ``rounds[0]`` in the run this record was cut from (0 for a whole run)."""
+        return int((self.meta or {}).get("first_round", 0))
+
+    def slice(self, start: int, stop: int) -> TrainingRecord:
+        """Rounds ``start..stop-1`` as a record of their own (e.g. to evaluate rounds in
+        parallel). Its final model is ``θ^{stop}`` (the next round's global model), and
+        ``first_round`` keeps the rounds' position, so per-round randomness derived from
+        it is the same as in the whole record."""
+        if not 0 <= start < stop <= self.n_rounds:
+            raise ValueError(f"A slice of rounds must satisfy 0 <= start < stop <= "
+                             f"{self.n_rounds}. Got {start}..{stop} instead.")
+        final = self.final_params if stop == self.n_rounds else self.rounds[stop].global_params
+        meta = dict(self.meta or {})
+        meta["first_round"] = self.first_round + start
+        return TrainingRecord(self.spec, self.n_clients, self.rounds[start:stop], final, meta)
+
     def validate(self) -> None:
         """Check ids, weights and shapes (``ValueError``)."""
         if self.n_clients < 1:

@@ -76,6 +76,14 @@ class ShapleyResult:
                     self.skip.to_dict() if self.sample_skip else None}
 
 
+def round_rng(seed: int, record: TrainingRecord, t: int) -> np.random.Generator:
+    """The estimators' sampling stream of round ``t`` of ``record``: derived from the seed
+    and the round's position in the whole run, so evaluating rounds separately (in
+    parallel, or a slice of the record) samples exactly what one pass over all rounds does.
+    Public randomness (coalitions to evaluate), not a secret."""
+    return np.random.default_rng(np.random.SeedSequence([seed, 0x5A9, record.first_round + t]))
+
+
 def _round_ssv(game: RoundGame, estimator: str, budget: int, rng: np.random.Generator
                ) -> tuple[FloatArray, FloatArray | None]:
     if estimator == "exact":
@@ -87,7 +95,7 @@ def _round_ssv(game: RoundGame, estimator: str, budget: int, rng: np.random.Gene
 
 
 def _rounds(record: TrainingRecord, x: FloatArray, y: NDArray[np.int64], estimator: str,
-            budget: int, sample_skip: bool, audit: bool, rng: np.random.Generator,
+            budget: int, sample_skip: bool, audit: bool, seed: int,
             ssv: FloatArray, tables: list[FloatArray], stats: SkipStats, counts: list[int],
             progress: Progress | None) -> None:
     for t, rnd in enumerate(record.rounds):
@@ -95,7 +103,7 @@ def _rounds(record: TrainingRecord, x: FloatArray, y: NDArray[np.int64], estimat
             raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
                              f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} participants.")
         game = RoundGame(record.spec, rnd, x, y, sample_skip=sample_skip, audit=audit)
-        phi, table = _round_ssv(game, estimator, budget, rng)
+        phi, table = _round_ssv(game, estimator, budget, round_rng(seed, record, t))
         for j, c in enumerate(rnd.participants):
             ssv[t, c] = phi[j]
         if table is not None:
@@ -152,12 +160,11 @@ def federated_shapley(record: TrainingRecord, x_test: NDArray[Any], y_test: NDAr
     tables: list[FloatArray] = []
     counts = [0, 0]  # models tested, (model, sample) predictions
     stats = SkipStats(audited=audit and sample_skip)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A9]))
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         # Small matrix products: one BLAS thread is several times faster than contending
         # threads on a busy machine, and gives the same sums everywhere.
-        _rounds(record, x, y, estimator, budget or 0, sample_skip, audit, rng, ssv, tables,
+        _rounds(record, x, y, estimator, budget or 0, sample_skip, audit, seed, ssv, tables,
                 stats, counts, progress)
     seconds = time.perf_counter() - t0
     return ShapleyResult(ssv.sum(axis=0), ssv, estimator, budget, sample_skip,

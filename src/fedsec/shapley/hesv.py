@@ -105,6 +105,7 @@ from fedsec.shapley.estimators import (
     kernel_shap,
     permutation_sampling,
 )
+from fedsec.shapley.fsv import round_rng
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -976,7 +977,6 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
 
     ssv = np.zeros((record.n_rounds, n))
     tables: list[FloatArray] = []
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A9]))
     models_tested = samples = 0
     total = sum(len(y) for _, y in sets)
     for t, rnd in enumerate(record.rounds):
@@ -1004,7 +1004,7 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
         else:
             fn = {"ps": permutation_sampling, "gt": group_testing, "ks": kernel_shap,
                   "gtg": gtg_shapley}[estimator]
-            phi = fn(game, int(budget or 1), rng)
+            phi = fn(game, int(budget or 1), round_rng(seed, record, t))
         for j, cid in enumerate(rnd.participants):
             ssv[t, cid] = phi[j]
         models_tested += len(game.cache)

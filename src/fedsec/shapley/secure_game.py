@@ -19,6 +19,7 @@ from fedsec.errors import ProtocolError
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import shapley_values
 from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.fsv import round_rng
 from fedsec.shapley.secure_common import SecureShapleyResult
 from fedsec.shapley.utility import SkipStats, ascending_table, find_skippable
 
@@ -198,7 +199,6 @@ def run_rounds(run: SecureRun, estimator: str, budget: int, sample_skip: bool, s
     tables: list[NDArray[np.float64]] = []
     stats = SkipStats()
     models = samples = 0
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A9]))
     for t, rnd in enumerate(record.rounds):
         run.upload_round(t)
         game = SecureRoundGame(run, t, sample_skip)
@@ -209,7 +209,7 @@ def run_rounds(run: SecureRun, estimator: str, budget: int, sample_skip: bool, s
         else:
             fn = {"ps": permutation_sampling, "gt": group_testing, "ks": kernel_shap,
                   "gtg": gtg_shapley}[estimator]
-            phi = fn(game, budget, rng)
+            phi = fn(game, budget, round_rng(seed, record, t))
         for j, c in enumerate(rnd.participants):
             ssv[t, c] = phi[j]
         models += game.models_tested
