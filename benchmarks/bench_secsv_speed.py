@@ -24,7 +24,6 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_secsv as bench  # noqa: E402
-
 from fedsec.shapley.secsv import secsv_shapley  # noqa: E402
 
 CASES = {"bank": (1980, 2), "agnews": (720, 10)}
