@@ -20,6 +20,7 @@ encrypt: SecSV's servers multiply ciphertexts by their own plaintext shares and 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import functools
 import os
 import shutil
@@ -34,7 +35,16 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import ArrayLike, NDArray
 
-from fedsec.crypto.ckks import _TMPDIR, _load, _plain_seal_bytes, _save
+from fedsec.crypto.ckks import (
+    _COMPR_NONE,
+    _COMPR_ZSTD,
+    _SEAL_HEADER,
+    _SEAL_MAGIC,
+    _TMPDIR,
+    _load,
+    _save,
+    _zstd,
+)
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.errors import ProtocolError
 
@@ -132,16 +142,54 @@ def _save_ct(ct: Any) -> bytes:
         return fh.read()
 
 
-def _load_ct(ctx: Any, data: bytes) -> Any:
-    header, body = _plain_seal_bytes(data, "BFV ciphertext")
+_PARMS_ID_BYTES = 32
+
+
+def _inflate(body: bytes, want: int) -> bytes | None:
+    """A zstd frame that declares and inflates to exactly ``want`` bytes, else None."""
+    lib = _zstd()
+    if want <= 0 or lib.ZSTD_getFrameContentSize(body, len(body)) != want:
+        return None
+    buf = ctypes.create_string_buffer(want)
+    n = lib.ZSTD_decompress(buf, want, body, len(body))
+    if lib.ZSTD_isError(n) or n != want:
+        return None
+    return buf.raw
+
+
+def _expected_plain(data: bytes, prefix: bytes, size: int) -> bytes | None:
+    """``data`` uncompressed (SEAL's zstd undone, bounded by ``size``) if it is exactly a
+    ciphertext whose bytes before the coefficients equal ``prefix`` (so every header SEAL
+    parses -- the object's, its members', the nested coefficient array's, all at fixed
+    offsets -- is the one this context writes; the rest is raw coefficients, which SEAL
+    copies without parsing), else None. Replaces the scan for nested compressed headers
+    that arbitrary SEAL objects need."""
+    if len(data) < _SEAL_HEADER.size or len(data) > size + (1 << 12):
+        return None
+    magic, hsize, major, minor, compr, _rsvd, total = _SEAL_HEADER.unpack_from(data)
+    if magic != _SEAL_MAGIC or hsize != _SEAL_HEADER.size or total != len(data):
+        return None
+    if compr == _COMPR_ZSTD:
+        body = _inflate(data[_SEAL_HEADER.size:], size - _SEAL_HEADER.size)
+        if body is None:
+            return None
+        data = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0, size) + body
+    elif compr != _COMPR_NONE:
+        return None
+    if len(data) != size or data[:len(prefix)] != prefix:
+        return None
+    return data
+
+
+def _load_plain_ct(ctx: Any, data: bytes) -> Any:
+    """SEAL-load bytes whose every parsed header the caller has checked (no scan)."""
     path = _scratch()
     with open(path, "wb") as fh:
-        fh.write(header)
-        fh.write(body)
+        fh.write(data)
     ct = seal.Ciphertext()
     try:
         ct.load(ctx, path)
-    except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+    except Exception as exc:  # pragma: no cover - framing was checked
         raise ProtocolError(f"invalid BFV ciphertext: {exc}") from None
     return ct
 
@@ -176,6 +224,7 @@ class BFVContext:
         self._symmetric = secret_key is not None
         self._dec = seal.Decryptor(self._ctx, secret_key) if secret_key is not None else None
         self._pk_bytes = _save(public_key) if public_key is not None else None
+        self._prefixes: dict[tuple[bool, bool], tuple[bytes, int]] = {}
 
     # ------------------------------------------------------------------ keys
     @classmethod
@@ -286,12 +335,37 @@ class BFVContext:
         limit = 2 * 8 * len(self._primes) * self.slots + (1 << 12)
         if len(data) > limit:
             raise ProtocolError("BFV ciphertext exceeds the size limit")
-        ct = _load_ct(self._ctx, bytes(data))
+        plain = _expected_plain(bytes(data), *self._prefix(ntt, low))
+        if plain is None:
+            raise ProtocolError("invalid BFV ciphertext: wrong framing, size, form or "
+                                "parameters")
+        ct = _load_plain_ct(self._ctx, plain)
         want = self._pid_low if low else self._pid_list
         if (ct.size() != 2 or ct.is_ntt_form() != ntt or list(ct.parms_id()) != want
                 or not seal.is_valid_for(ct, self._ctx)):
             raise ProtocolError("invalid BFV ciphertext: wrong size, form or parameters")
         return ct
+
+    def _prefix(self, ntt: bool, low: bool) -> tuple[bytes, int]:
+        """The exact uncompressed bytes of a 2-polynomial ciphertext of this form and
+        level before its coefficients (SEAL header, members, nested array header), from
+        SEAL's own save of a zero ciphertext, and the total uncompressed size."""
+        key = (ntt, low)
+        if key not in self._prefixes:
+            ct = seal.Ciphertext()
+            ct.resize(self._ctx, self._pid_low if low else self._pid_list, 2)
+            raw = _save_ct(ct)  # our own bytes (a zero ciphertext: zstd shrinks it a lot)
+            header, body = raw[:_SEAL_HEADER.size], raw[_SEAL_HEADER.size:]
+            if raw[5] == _COMPR_ZSTD:
+                size = int(_zstd().ZSTD_getFrameContentSize(body, len(body)))
+                body = _inflate(body, size) or b""
+                header = _SEAL_HEADER.pack(*_SEAL_HEADER.unpack_from(raw)[:4], _COMPR_NONE,
+                                           0, _SEAL_HEADER.size + len(body))
+            n_coeff = 2 * ct.coeff_modulus_size() * self.slots
+            head = bytearray(header + body[:len(body) - 8 * n_coeff])
+            head[_SEAL_HEADER.size + _PARMS_ID_BYTES] = int(ntt)  # SEAL's is_ntt_form byte
+            self._prefixes[key] = (bytes(head), len(header) + len(body))
+        return self._prefixes[key]
 
     # ------------------------------------------------------------------ arithmetic
     def to_ntt(self, ct: Ciphertext) -> Ciphertext:

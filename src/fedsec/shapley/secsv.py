@@ -666,11 +666,12 @@ class _Run:
                                             self.A.bfv.serialize(a_ct, ntt=True))
                         ct = self.P.product(model_p, layer, x_p, ck, True)
                         self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
-                    ct = self.P.bfv.from_ntt(ct)
+                    if not (layer == 0 and shortcut):  # the shortcut's sum is low already
+                        ct = self.P.bfv.mod_switch_down(self.P.bfv.from_ntt(ct))
                     rmask = self._mask(lp, m, active)
                     if rmask is not None:
                         ct = self.P.bfv.add_plain(ct, rmask)
-                    payload = self.P.bfv.serialize(self.P.bfv.mod_switch_down(ct))
+                    payload = self.P.bfv.serialize(ct)
                 dec = chain[layer]
                 req = wire.encode("secsv/decrypt", {
                     "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
@@ -703,7 +704,10 @@ class _Run:
                 self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
                 if qi != 1:
                     ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
-                self.lin_cache[ck] = ct
+                # Cached in coefficient form one prime down (what a decryption request
+                # carries): every subset's sum is then additions only -- no inverse NTT
+                # and no modulus switch per subset and batch.
+                self.lin_cache[ck] = self.P.bfv.mod_switch_down(self.P.bfv.from_ntt(ct))
             terms.append(self.lin_cache[ck])
         return self.P.bfv.add_many(terms)
 
