@@ -76,6 +76,21 @@ class ShapleyResult:
                     self.skip.to_dict() if self.sample_skip else None}
 
 
+def check_estimator(estimator: str, budget: int | None, where: str) -> int | None:
+    """Validate an estimator name and its per-round budget; the budget in use (``None`` for
+    ``exact``, :data:`DEFAULT_BUDGETS` when not given)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
+                         f"Got {estimator!r} instead.")
+    if estimator == "exact":
+        return None
+    budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
+                         f"Got {budget!r} instead.")
+    return budget
+
+
 def round_rng(seed: int, record: TrainingRecord, t: int) -> np.random.Generator:
     """The estimators' sampling stream of round ``t`` of ``record``: derived from the seed
     and the round's position in the whole run, so evaluating rounds separately (in
@@ -140,16 +155,7 @@ def federated_shapley(record: TrainingRecord, x_test: NDArray[Any], y_test: NDAr
     progress : callable, optional
         Called with a short message after every round.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"The 'estimator' parameter of federated_shapley must be one of "
-                         f"{ESTIMATORS}. Got {estimator!r} instead.")
-    if estimator != "exact":
-        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"The 'budget' parameter of federated_shapley must be an int "
-                             f">= 1. Got {budget!r} instead.")
-    else:
-        budget = None
+    budget = check_estimator(estimator, budget, "federated_shapley")
     x = np.asarray(x_test, dtype=np.float64).reshape(len(x_test), -1)
     y = np.asarray(y_test).astype(np.int64)
     if x.shape[1] != record.spec.in_features:

@@ -93,21 +93,12 @@ def check_protocol_args(record: Any, estimator: str, budget: int | None, *, wher
     to enumerate.
     """
     from fedsec.learning.record import TrainingRecord
-    from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, MAX_EXACT_PLAYERS
+    from fedsec.shapley.fsv import MAX_EXACT_PLAYERS, check_estimator
 
     if not isinstance(record, TrainingRecord):
         raise TypeError(f"The 'record' parameter of {where} must be a TrainingRecord. "
                         f"Got {type(record).__name__} instead.")
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"The 'estimator' parameter of {where} must be one of {ESTIMATORS}. "
-                         f"Got {estimator!r} instead.")
-    if estimator != "exact":
-        budget = DEFAULT_BUDGETS[estimator] if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"The 'budget' parameter of {where} must be an int >= 1. "
-                             f"Got {budget!r} instead.")
-    else:
-        budget = None
+    budget = check_estimator(estimator, budget, where)
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise TypeError(f"The '{name}' parameter of {where} must be a bool. "
