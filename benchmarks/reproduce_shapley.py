@@ -24,7 +24,7 @@ One command, one process, fixed seeds, the same data for every protocol:
 Usage::
 
     PYTHONPATH=src .venv/bin/python benchmarks/reproduce_shapley.py            # full size
-    PYTHONPATH=src .venv/bin/python benchmarks/reproduce_shapley.py --quick    # ~2-3 min
+    PYTHONPATH=src .venv/bin/python benchmarks/reproduce_shapley.py --quick    # ~1 min at load 2
     (--quick: BANK M=300 T=1, AGNEWS M=120 T=1, no CNN, three Table-4 shapes, 1 repeat)
     ... --agnews-t 3 --cnn-m 20 --repeats 3    # sizes can be reduced per task
 
