@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedsec._validation import check_labels_scores
+from fedsec._validation import check_int, check_labels_scores
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.errors import ProtocolError, UndefinedMetricError
 
@@ -150,6 +150,18 @@ def prepare_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
     if len(party_names) != len(data):
         raise ValueError(f"{len(party_names)} names for {len(data)} parties")
     return data, party_names
+
+
+def wants_exact(decision_points: Any, where: str) -> bool:
+    """Check the ``decision_points`` argument of an entry point; True for ``"exact"``."""
+    if isinstance(decision_points, str):
+        if decision_points != "exact":
+            raise ValueError(f"The 'decision_points' parameter of {where} must be an int, a "
+                             f"sequence of numbers or 'exact'. Got {decision_points!r} instead.")
+        return True
+    if isinstance(decision_points, int | np.integer) and not isinstance(decision_points, bool):
+        check_int(int(decision_points), "decision_points", where, min_value=2)
+    return False
 
 
 def apply_score_transform(parties: Sequence[tuple[ArrayLike, ArrayLike]], scores: str

@@ -127,6 +127,7 @@ from fedsec.auc.common import (
     finish_error_bound,
     local_federation,
     prepare_federation,
+    wants_exact,
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
@@ -572,12 +573,7 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     if kwargs:
         raise TypeError(f"unexpected arguments for semi-honest FHAUC: {sorted(kwargs)}")
     parties = apply_score_transform(parties, scores)
-    if isinstance(decision_points, int | np.integer) and not isinstance(decision_points, bool):
-        check_int(int(decision_points), "decision_points", "secure_auc", min_value=2)
-    if isinstance(decision_points, str):
-        if decision_points != "exact":
-            raise ValueError("The 'decision_points' parameter must be an int, a sequence of "
-                             f"numbers or 'exact'. Got {decision_points!r} instead.")
+    if wants_exact(decision_points, "secure_auc"):
         from fedsec.auc.exact import secure_auc_exact
 
         return secure_auc_exact(parties, final=_secure_auc_fixed, security="semi-honest",

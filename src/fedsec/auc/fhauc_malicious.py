@@ -101,6 +101,7 @@ from fedsec.auc.common import (
     check_party_inputs,
     local_federation,
     prepare_federation,
+    wants_exact,
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
@@ -807,18 +808,13 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     of one message per party (equivocation).
     """
     parties = apply_score_transform(parties, scores)
-    if isinstance(decision_points, int | np.integer) and not isinstance(decision_points, bool):
-        check_int(int(decision_points), "decision_points", "secure_auc_malicious", min_value=2)
     # checked here so that messages name this function's arguments
     check_real(tolerance, "tolerance", "secure_auc_malicious", gt=0.0, lt=0.5)
     check_int(runs, "runs", "secure_auc_malicious", min_value=2, max_value=MAX_RUNS)
     check_real(min_bound_bits, "min_bound_bits", "secure_auc_malicious", ge=0.0)
     if splits is not None:
         check_int(splits, "splits", "secure_auc_malicious", min_value=2, max_value=64)
-    if isinstance(decision_points, str):
-        if decision_points != "exact":
-            raise ValueError("The 'decision_points' parameter must be an int, a sequence of "
-                             f"numbers or 'exact'. Got {decision_points!r} instead.")
+    if wants_exact(decision_points, "secure_auc_malicious"):
         from fedsec.auc.exact import secure_auc_exact
 
         return secure_auc_exact(parties, final=secure_auc_malicious, security="malicious",

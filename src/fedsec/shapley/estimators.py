@@ -76,6 +76,17 @@ def permutation_sampling(game: Game, budget: int, rng: np.random.Generator) -> F
     return out
 
 
+def _ends(game: Game) -> tuple[float, float, FloatArray | None]:
+    """``v(∅)``, ``v(I) − v(∅)`` and, for ``k <= 1``, the SSVs themselves (nothing to
+    estimate)."""
+    k = game.k
+    if k == 0:
+        return 0.0, 0.0, np.zeros(0)
+    v0 = game.value(0)
+    total = game.value((1 << k) - 1) - v0
+    return v0, total, np.array([total]) if k == 1 else None
+
+
 def _gt_size_probs(k: int) -> FloatArray:
     sizes = np.arange(1, k)
     q = 1.0 / sizes + 1.0 / (k - sizes)
@@ -89,12 +100,9 @@ def group_testing(game: Game, budget: int, rng: np.random.Generator) -> FloatArr
 
     n_samples = _check_budget(budget, "group_testing")
     k = game.k
-    if k == 0:
-        return np.zeros(0)
-    v0 = game.value(0)
-    total = game.value((1 << k) - 1) - v0
-    if k == 1:
-        return np.array([total])
+    v0, total, trivial = _ends(game)
+    if trivial is not None:
+        return trivial
     q = _gt_size_probs(k)
     z = float(np.sum(1.0 / np.arange(1, k) + 1.0 / (k - np.arange(1, k))))  # Z in Jia et al.
     beta = np.zeros((n_samples, k))
@@ -141,12 +149,9 @@ def kernel_shap(game: Game, budget: int, rng: np.random.Generator) -> FloatArray
     """KS: efficiency-constrained least squares on ``budget`` kernel-sampled coalitions."""
     n_samples = _check_budget(budget, "kernel_shap")
     k = game.k
-    if k == 0:
-        return np.zeros(0)
-    v0 = game.value(0)
-    total = game.value((1 << k) - 1) - v0
-    if k == 1:
-        return np.array([total])
+    v0, total, trivial = _ends(game)
+    if trivial is not None:
+        return trivial
     p = _kernel_size_probs(k)
     z = np.zeros((n_samples, k))
     u = np.zeros(n_samples)
