@@ -1,0 +1,890 @@
+"""Fuzz targets for the secure Shapley roles: HESV, SecSV and SecretSV (test-side scaffold).
+
+:func:`build_shapley_world` plays one small honest run of each protocol step by step
+(4 clients, a two-layer model ``dense(3,4,square) -> dense(4,2)``, 3 test samples per
+client, one round) and keeps every message and every role's state between steps (a few
+seconds). :func:`make_shapley_targets` turns that into :class:`~fuzz_targets.Target`
+objects, one per entry point where a role consumes another role's bytes:
+
+* **HESV** - the server's ``receive_data``, ``receive_model`` and ``step`` (each reply
+  kind: activated features, predicted labels, count) and the clients' ``decrypt_layer``,
+  ``count`` and ``handle``;
+* **SecSV** - the client's ``receive_plan`` and ``decrypt_layer``; P's choice of the
+  fixed point from the clients' bounds; P's and A's ``receive_data`` and ``receive_model``;
+  inside one evaluation (messages substituted in flight), A's encrypted product to P, the
+  decryption request to the client, its re-shares and label shares to P and A;
+* **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
+  dealer's triple) and ``beaver`` (the other server's opening); the client's
+  ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
+  re-shares, label shares, A's label difference).
+
+Producers: *outsider* (wire-level mutations of a valid message: truncation, bit flips,
+length fields, kinds, versions, metadata), *meta* (one metadata key dropped or set to a
+hostile value, blobs intact), *blob* (a ciphertext or share replaced by one from another
+context, level or scale, zero-length, huge, or the blob count changed), *replay* (a valid
+message of another step, evaluation or role). Oracles check what must hold when a hostile
+message is accepted: a client never decrypts against Prop. 6.8's rules for itself, the
+HESV server's counts stay within the batch and nothing is counted twice, a model is never
+stored under a key its message does not own, and an evaluation returns one boolean per
+sample.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from fuzz_mutations import Mutator, Pools
+from fuzz_targets import Case, Target, _encode_loose
+
+from fedsec.crypto import sharing as sh
+from fedsec.crypto import wire
+from fedsec.crypto.ckks import CKKSContext
+from fedsec.errors import ProtocolError
+from fedsec.learning.model import LayerSpec, ModelSpec
+from fedsec.learning.record import RoundRecord, TrainingRecord
+from fedsec.shapley import secretsv as ssv
+from fedsec.shapley import secsv as sv
+from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
+from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
+
+__all__ = ["ShapleyWorld", "build_shapley_world", "make_shapley_targets",
+           "shapley_meta_cases", "SHAPLEY_TARGETS", "HESV_PRESET_TEST"]
+
+HESV_PRESET_TEST = "INSECURE_TEST_N2048_DEPTH2_S24"
+N_CLIENTS = 4
+MASKS = (0b0011, 0b0010)  # an aggregated model (no owner) and client 1's local model
+
+
+# ---------------------------------------------------------------------- recording
+class Recorder(Accounting):
+    """Accounting that keeps every message in order and can substitute one in flight:
+    ``swap = (kind, k, fn)`` replaces the ``k``-th message of ``kind`` by ``fn(payload)``."""
+
+    def __init__(self, keep: bool = True) -> None:
+        super().__init__()
+        self.log: list[tuple[str, str, str, bytes]] = []
+        self.keep = keep
+        self.swap: tuple[str, int, Callable[[bytes], bytes]] | None = None
+        self._seen: dict[str, int] = {}
+        self.swapped: bytes | None = None
+
+    def message(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
+        if self.swap is not None and kind == self.swap[0]:
+            k = self._seen.get(kind, 0)
+            self._seen[kind] = k + 1
+            if k == self.swap[1]:
+                payload = self.swap[2](bytes(payload))
+                self.swapped = payload
+                return payload  # not counted: hostile bytes may be anything
+        if self.keep:
+            self.log.append((sender, receiver, kind, bytes(payload)))
+        return bytes(payload)
+
+    def of(self, kind: str, sender: str | None = None, receiver: str | None = None
+           ) -> list[tuple[str, str, bytes]]:
+        return [(s, r, p) for s, r, k, p in self.log if k == kind
+                and (sender is None or s == sender) and (receiver is None or r == receiver)]
+
+
+def _tiny_record() -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]:
+    rng = np.random.default_rng(11)
+    spec = ModelSpec("tiny2", (LayerSpec.dense(3, 4, "square"), LayerSpec.dense(4, 2)))
+    params = [spec.init_params(rng) for _ in range(N_CLIENTS + 1)]
+    rnd = RoundRecord(params[0], tuple(range(N_CLIENTS)), tuple(params[1:]),
+                      np.arange(1.0, N_CLIENTS + 1.0))
+    record = TrainingRecord(spec, N_CLIENTS, (rnd,), params[0])
+    sets = [(rng.normal(size=(3, 3)), rng.integers(0, 2, 3).astype(np.int64))
+            for _ in range(N_CLIENTS)]
+    return record, sets
+
+
+# ---------------------------------------------------------------------- cloning roles
+def clone_hserver(s: HESVServer) -> HESVServer:
+    c = copy.copy(s)
+    c.data = dict(s.data)
+    c.models = dict(s.models)
+    c._first = dict(s._first)  # noqa: SLF001
+    c._agg = dict(s._agg)  # noqa: SLF001
+    c._evals = {k: dataclasses.replace(v) for k, v in s._evals.items()}  # noqa: SLF001
+    c._counts = dict(s._counts)  # noqa: SLF001
+    c._pending = dict(s._pending)  # noqa: SLF001
+    c.decryptions = dict(s.decryptions)
+    c.acc = Accounting()
+    return c
+
+
+def clone_hclient(s: HESVClient) -> HESVClient:
+    c = copy.copy(s)
+    c._seen = {k: set(v) for k, v in s._seen.items()}  # noqa: SLF001
+    c.acc = Accounting()
+    return c
+
+
+def clone_sserver(s: Any) -> Any:
+    """A SecSV server (P or A)."""
+    c = copy.copy(s)
+    for name in ("xbound", "models", "_plain_cache", "_agg_cache", "_scaled", "_scalars"):
+        setattr(c, name, dict(getattr(s, name)))
+    return c
+
+
+def clone_srun(run: Any) -> Any:
+    c = copy.copy(run)
+    c.P, c.A = clone_sserver(run.P), clone_sserver(run.A)
+    c.lin_cache = dict(run.lin_cache)
+    c.acc = Recorder(keep=False)
+    c.clients = [copy.copy(x) for x in run.clients]
+    return c
+
+
+def clone_tserver(s: Any) -> Any:
+    """A SecretSV server."""
+    return dataclasses.replace(s, xbound=dict(s.xbound), models=dict(s.models),
+                               bounds=dict(s.bounds))
+
+
+def clone_trun(run: Any) -> Any:
+    c = copy.copy(run)
+    c.P, c.A = clone_tserver(run.P), clone_tserver(run.A)
+    c.acc = Recorder(keep=False)
+    return c
+
+
+# ---------------------------------------------------------------------- the corpus
+@dataclass
+class HStep:
+    """The server just before ``step(sender, reply)`` of an honest evaluation."""
+
+    server: HESVServer
+    sender: int
+    reply: bytes
+    kind: str
+    m: int
+
+
+@dataclass
+class HRequest:
+    """A client just before it answers ``request``."""
+
+    client: HESVClient
+    request: bytes
+    kind: str
+
+
+@dataclass
+class ShapleyWorld:
+    record: TrainingRecord
+    sets: list[tuple[np.ndarray, np.ndarray]]
+    # HESV
+    h_cfg: HESVConfig
+    h_session: str
+    h_server_empty: HESVServer
+    h_server_ready: HESVServer
+    h_clients: list[HESVClient]
+    h_data: list[bytes]
+    h_models: list[tuple[int, bytes]]
+    h_steps: list[HStep]
+    h_requests: list[HRequest]
+    h_counts: dict[int, int]             # honest count per mask
+    h_foreign_ct: list[bytes]            # other context, wrong level, wrong scale, ...
+    # SecSV
+    s_run: Any
+    s_rec: Recorder
+    s_plan: bytes
+    s_bounds: list[bytes]
+    s_data_p: list[bytes]
+    s_data_a: list[bytes]
+    s_models: list[bytes]
+    s_server_p_empty: Any
+    s_clients_noplan: list[Any]
+    s_eval: dict[int, tuple[Recorder, np.ndarray]]   # per mask: its messages and result
+    s_foreign_ct: list[bytes]
+    # SecretSV
+    t_run: Any
+    t_data_p: list[bytes]
+    t_data_a: list[bytes]
+    t_models_p: list[bytes]
+    t_server_empty: Any
+    t_eval: dict[int, tuple[Recorder, np.ndarray]]
+    t_open: tuple[Any, Any, bytes, bytes]            # (w, x) of P and A's first triples
+    pools: Pools = field(default_factory=Pools)
+    build_seconds: float = 0.0
+
+
+def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    cfg = HESVConfig(HESV_PRESET_TEST, batch_hint=4, allow_insecure=True)
+    agg, keys = _key_setup(N_CLIENTS, cfg.key_spec(record.spec), Accounting())
+    assert agg.context is not None
+    rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
+    server = HESVServer(agg.context, record.spec, cfg, N_CLIENTS, rounds, agg.session)
+    empty = clone_hserver(server)
+    clients = [HESVClient(i, keys[i], record.spec, cfg, N_CLIENTS, *sets[i])
+               for i in range(N_CLIENTS)]
+    data = [c.upload_data() for c in clients]
+    for i, d in enumerate(data):
+        server.receive_data(i, d)
+    rnd = record.rounds[0]
+    models = [(0, clients[0].upload_model(0, rnd.global_params, kind="global"))]
+    models += [(cid, clients[cid].upload_model(0, p))
+               for cid, p in zip(rnd.participants, rnd.local_params, strict=True)]
+    for cid, up in models:
+        server.receive_model(cid, up)
+    ready = clone_hserver(server)
+    fresh_clients = [clone_hclient(c) for c in clients]
+    steps: list[HStep] = []
+    requests: list[HRequest] = []
+    counts = {}
+    for mask in MASKS:
+        queue = server.start(0, mask)
+        while queue:
+            to, req = queue.pop()
+            requests.append(HRequest(clone_hclient(clients[to]), req, wire.decode(req).kind))
+            reply = clients[to].handle(req)
+            msg = wire.decode(reply)
+            steps.append(HStep(clone_hserver(server), to, reply, msg.kind,
+                               int(msg.meta.get("m", 0) or 0)))
+            nxt = server.step(to, reply)
+            if nxt is not None:
+                queue.append(nxt)
+        counts[mask] = server._counts[(0, mask)]  # noqa: SLF001
+    # ciphertexts a hostile peer may substitute
+    holder = keys[0].context
+    other = CKKSContext.generate("INSECURE_TEST_N4096_DEPTH2", allow_insecure=True)
+    top = holder.encrypt(np.ones(4))
+    low = holder.encrypt_to_bytes_at(np.ones(4), holder.last_parms_id)
+    foreign = [holder.serialize(top), low,
+               holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 30)),
+               holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 12)),
+               holder.serialize(agg.context.square(agg.context.encrypt(np.ones(4)),
+                                                   rescale=False)),
+               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20)]
+    return {"h_cfg": cfg, "h_session": agg.session, "h_server_empty": empty,
+            "h_server_ready": ready, "h_clients": fresh_clients, "h_data": data,
+            "h_models": models, "h_steps": steps, "h_requests": requests,
+            "h_counts": counts, "h_foreign_ct": foreign}
+
+
+def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    rec = Recorder()
+    cfg = sv.SecSVConfig().check()
+    run = sv._setup(record, sets, cfg, rec, True)  # noqa: SLF001
+    plan = rec.of("plan")[0][2]
+    bounds = [p for _, _, p in rec.of("bounds")]
+    data_p = [p for _, _, p in rec.of("data", receiver="P")]
+    data_a = [p for _, _, p in rec.of("data", receiver="A")]
+    p_empty = sv.PrincipalServer(run.P.bfv, record.spec, N_CLIENTS, run.P.plan, cfg)
+    noplan = []
+    for c in run.clients:
+        x = copy.copy(c)
+        x.plan = None
+        noplan.append(x)
+    n_log = len(rec.log)
+    run.upload_round(0)
+    models = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
+    evals = {}
+    for mask in MASKS:
+        r2 = clone_srun(run)
+        r2.acc = Recorder()
+        out = r2.evaluate(0, mask, None)
+        evals[mask] = (r2.acc, out)
+    bfv = run.P.bfv
+    client_bfv = run.clients[0].bfv
+    ct = client_bfv.encrypt(np.ones(bfv.slots, dtype=np.uint64))
+    foreign = [bfv.serialize(ct), bfv.serialize(ct, ntt=True),
+               bfv.serialize(bfv.mod_switch_down(ct)), b"", b"\x00" * (1 << 20),
+               wire.decode(models[0]).blobs[0]]
+    return {"s_run": run, "s_rec": rec, "s_plan": plan, "s_bounds": bounds,
+            "s_data_p": data_p, "s_data_a": data_a, "s_models": models,
+            "s_server_p_empty": p_empty, "s_clients_noplan": noplan, "s_eval": evals,
+            "s_foreign_ct": foreign}
+
+
+def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
+              ) -> dict[str, Any]:
+    rec = Recorder()
+    n, n_layers = record.n_clients, len(record.spec.layers)
+    groups, strong = plan_groups(n, n_layers)
+    clients = [ssv._Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]  # noqa: SLF001
+    P, A = ssv._Server("P", record.spec), ssv._Server("A", record.spec)  # noqa: SLF001
+    empty = clone_tserver(P)
+    data_p, data_a = [], []
+    for c in clients:
+        bp, ba = c.share_data(rec)
+        data_p.append(bp)
+        data_a.append(ba)
+    P.receive_data(data_p)
+    A.receive_data(data_a)
+    order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
+    run = ssv._Run(record, rec, clients, P, A, ssv.Dealer(), groups, strong, order,  # noqa: SLF001
+                   leader=0)
+    n_log = len(rec.log)
+    run.upload_round(0)
+    models_p = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
+    evals = {}
+    for mask in MASKS:
+        r2 = clone_trun(run)
+        r2.acc = Recorder()
+        out = r2.evaluate(0, mask, None)
+        evals[mask] = (r2.acc, out)
+    # the first product of an evaluation, for open_share/beaver
+    log = evals[MASKS[0]][0]
+    tp = log.of("triple", receiver="P")[0][2]
+    ta = log.of("triple", receiver="A")[0][2]
+    return {"t_run": run, "t_data_p": data_p, "t_data_a": data_a, "t_models_p": models_p,
+            "t_server_empty": empty, "t_eval": evals, "t_open": (None, None, tp, ta)}
+
+
+def build_shapley_world() -> ShapleyWorld:
+    """One honest run of HESV, SecSV and SecretSV, step by step (a few seconds)."""
+    t0 = time.perf_counter()
+    record, sets = _tiny_record()
+    parts: dict[str, Any] = {}
+    parts.update(_hesv(record, sets))
+    parts.update(_secsv(record, sets))
+    parts.update(_secretsv(record, sets))
+    world = ShapleyWorld(record, sets, **parts)
+    pools = world.pools
+    for m in (world.h_data + [b for _, b in world.h_models] + [s.reply for s in world.h_steps]
+              + [r.request for r in world.h_requests] + [world.s_plan] + world.s_bounds
+              + world.s_data_p[:1] + world.s_models[:2] + world.t_data_p[:1]
+              + world.t_models_p[:2]):
+        pools.add_message(m)
+    for log, _ in list(world.s_eval.values()) + list(world.t_eval.values()):
+        for _, _, _, p in log.log:
+            if len(p) < 1 << 18:
+                pools.add_message(p)
+    world.build_seconds = time.perf_counter() - t0
+    return world
+
+
+# ---------------------------------------------------------------------- producers
+class Hostile:
+    """Hostile variants of one valid message: wire-level, metadata, blobs, replays."""
+
+    def __init__(self, foreign_blobs: Sequence[bytes]) -> None:
+        self.foreign = list(foreign_blobs)
+
+    def outsider(self, m: Mutator, data: bytes) -> bytes:
+        return m.mutate_many(data)
+
+    def meta(self, m: Mutator, data: bytes) -> bytes:
+        """One metadata key dropped, or set to a hostile or nudged value; blobs intact."""
+        msg = wire.decode(data)
+        meta = dict(msg.meta)
+        keys = sorted(meta)
+        r = m.rng.random()
+        if keys and r < 0.25:
+            del meta[m.rng.choice(keys)]
+        elif keys and r < 0.85:
+            k = m.rng.choice(keys)
+            meta[k] = m.value(meta[k])
+        else:
+            meta = m.meta(meta)
+        return _encode_loose(msg.kind, meta, list(msg.blobs))
+
+    def blob(self, m: Mutator, data: bytes) -> bytes:
+        """A blob replaced (another context, level or scale, empty, huge, another blob of
+        the message), or the blob count changed."""
+        msg = wire.decode(data)
+        blobs = list(msg.blobs)
+        rng = m.rng
+        op = rng.randrange(6)
+        if blobs and op <= 2:
+            k = rng.randrange(len(blobs))
+            blobs[k] = rng.choice(self.foreign + blobs) if op < 2 else \
+                rng.choice((b"", b"\x00", blobs[k][:-8], blobs[k] + b"\x00" * 8,
+                            rng.randbytes(len(blobs[k]))))
+        elif op == 3 and blobs:
+            del blobs[rng.randrange(len(blobs))]
+        elif op == 4:
+            blobs.insert(rng.randrange(len(blobs) + 1),
+                         rng.choice(blobs + self.foreign) if blobs else b"x")
+        else:
+            blobs = blobs[::-1] if len(blobs) > 1 else blobs * 2
+        return _encode_loose(msg.kind, dict(msg.meta), blobs)
+
+    def any(self, m: Mutator, data: bytes, replays: Sequence[bytes] = ()) -> tuple[bytes, str]:
+        r = m.rng.random()
+        if r < 0.35:
+            return self.outsider(m, data), "outsider"
+        if r < 0.6:
+            return self.meta(m, data), "meta"
+        if r < 0.85 or not replays:
+            return self.blob(m, data), "blob"
+        return m.rng.choice(list(replays)), "replay"
+
+
+def _ok_bools(n: int) -> Callable[[Any], str | None]:
+    def check(out: Any) -> str | None:
+        if not isinstance(out, np.ndarray) or out.dtype != bool or out.shape != (n,):
+            return f"an evaluation returned {type(out).__name__} {getattr(out, 'shape', '')}"
+        return None
+    return check
+
+
+def _meta_of(data: bytes) -> dict[str, Any] | None:
+    try:
+        return dict(wire.decode(data).meta)
+    except ProtocolError:
+        return None
+
+
+# ---------------------------------------------------------------------- oracles
+def _hesv_decrypt_oracle(before: HESVClient, request: bytes, n_layers: int
+                         ) -> Callable[[Any], str | None]:
+    """What a client must have refused, from the request it accepted and what it had
+    decrypted before (Prop. 6.8, strong level)."""
+    meta = _meta_of(request) or {}
+    key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
+    seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
+        isinstance(v, int) for v in key) else set()
+    me = before.index
+
+    def check(_out: Any) -> str | None:
+        layer = meta.get("layer")
+        if meta.get("model_owner") == me:
+            return "decrypted an output of its own local model"
+        if meta.get("owner") == me and layer is not None:
+            return "decrypted an output of its own batch"
+        if seen and layer is not None:
+            return f"decrypted layer {layer} after layers {sorted(seen)} of one evaluation"
+        return None
+    return check
+
+
+def _hesv_count_oracle(before: HESVClient, request: bytes, n_layers: int
+                       ) -> Callable[[Any], str | None]:
+    meta = _meta_of(request) or {}
+    key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
+    seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
+        isinstance(v, int) for v in key) else set()
+
+    def check(out: Any) -> str | None:
+        if meta.get("owner") == before.index:
+            return "counted the difference of its own batch"
+        if n_layers + 1 in seen:
+            return "counted Y - Ŷ after seeing Ŷ"
+        cnt = wire.decode(out).meta.get("count")
+        m = meta.get("m")
+        if not isinstance(cnt, int) or not isinstance(m, int) or not 0 <= cnt <= m:
+            return f"count {cnt!r} outside 0..{m!r}"
+        return None
+    return check
+
+
+def _hesv_step_oracle(before: HESVServer, total: int) -> Callable[[Any], str | None]:
+    counts0 = dict(before._counts)  # noqa: SLF001
+
+    def check(server: Any) -> str | None:
+        for key, v in server._counts.items():  # noqa: SLF001
+            if not 0 <= v <= total:
+                return f"count {v} of {key} outside 0..{total}"
+            if server._pending.get(key, 0) < 0:  # noqa: SLF001
+                return f"{key}: more batches counted than evaluated"
+            if v < counts0.get(key, 0):
+                return f"count of {key} decreased"
+        return None
+    return check
+
+
+def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str | None]:
+    def check(server: Any) -> str | None:
+        for b in server.data.get(sender, []):
+            for ct in b.b:
+                if ct.scale != ctx.scale or ct.parms_id() != ctx.top_parms_id:
+                    return "stored a data ciphertext of another scale or level"
+            if b.y.scale != ctx.scale or b.y.parms_id() != ctx.last_parms_id:
+                return "stored a label ciphertext of another scale or level"
+        return None
+    return check
+
+
+def _hesv_model_oracle(ctx: CKKSContext, sender: int, before: set[Any]
+                       ) -> Callable[[Any], str | None]:
+    def check(server: Any) -> str | None:
+        for key, layers in server.models.items():
+            if key in before:
+                continue
+            if key[1] not in (sender, "global") or (key[1] == "global" and sender != 0):
+                return f"client {sender} stored a model under {key}"
+            for blocks in layers:
+                for cts in blocks:
+                    for ct in cts:
+                        if ct.scale != ctx.scale:
+                            return "stored a model ciphertext of another scale"
+        return None
+    return check
+
+
+def _decryptor_oracle(me: int, request_meta: dict[str, Any] | None, n_layers: int
+                      ) -> Callable[[Any], str | None]:
+    """SecSV/SecretSV: the client must refuse what the request itself shows breaks Prop.
+    6.8 for it."""
+    meta = request_meta or {}
+
+    def check(_out: Any) -> str | None:
+        owners, mowners = meta.get("batch_owners"), meta.get("model_owners")
+        layer, prev = meta.get("layer"), meta.get("previous")
+        try:
+            check_decryptor(me, layer, n_layers, owners, mowners, prev)  # type: ignore[arg-type]
+        except ProtocolError as exc:
+            return f"decrypted against its own rule: {exc}"
+        except Exception:  # noqa: BLE001 - the meta was odd; nothing to compare
+            return None
+        return None
+    return check
+
+
+def _all_clients_oracle(n: int, rows: int) -> Callable[[Any], str | None]:
+    def check(server: Any) -> str | None:
+        if sorted(server.xbound) != list(range(n)) or len(server.y) != rows:
+            return (f"accepted data shares of clients {sorted(server.xbound)} "
+                    f"({len(server.y)} rows; {rows} expected)")
+        return None
+    return check
+
+
+def _model_key_oracle(stored_before: set[Any], owner_of: Callable[[bytes], Any],
+                      data: bytes) -> Callable[[Any], str | None]:
+    owner = owner_of(data)
+
+    def check(server: Any) -> str | None:
+        new = set(server.models) - stored_before
+        for rnd, key in new:
+            if key != "global" and key != f"c{owner}":
+                return f"a model of owner {owner!r} stored under {key!r}"
+            if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd != 0:
+                return f"a model stored for round {rnd!r} (the run has round 0 only)"
+        return None
+    return check
+
+
+def _tmodel_oracle(stored_before: set[Any]) -> Callable[[Any], str | None]:
+    def check(server: Any) -> str | None:
+        for key in set(server.models) - stored_before:
+            rnd, name = key
+            if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 0:
+                return f"a model stored for round {rnd!r}"
+            if any(b < 1 for bd in server.bounds[key] for b in bd):
+                return f"model bounds {server.bounds[key]!r} accepted"
+        return None
+    return check
+
+
+# ---------------------------------------------------------------------- targets
+SHAPLEY_TARGETS = (
+    "HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step",
+    "HESVClient.decrypt_layer", "HESVClient.count", "HESVClient.handle",
+    "SecSVClient.receive_plan", "SecSVClient.decrypt_layer", "secsv._pick_fixed_point",
+    "SecSVServer.receive_data", "SecSVServer.receive_model", "SecSV.evaluate[in-flight]",
+    "SecretSVServer.receive_data", "SecretSVServer.receive_model",
+    "SecretSVServer.open_share", "SecretSVServer.beaver", "SecretSVClient.reconstruct",
+    "SecretSV.evaluate[in-flight]",
+)
+
+
+def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
+    """One :class:`Target` per entry point where a Shapley role reads another's bytes."""
+    h = Hostile(w.h_foreign_ct)
+    hs = Hostile(w.s_foreign_ct)
+    ht = Hostile([b"", b"\x00" * 8, b"\x00" * (1 << 20)])
+    n_layers = len(w.record.spec.layers)
+    n_samples = sum(len(y) for _, y in w.sets)
+    ctx = w.h_server_ready.ctx
+    targets: list[Target] = []
+
+    # -- HESV server ---------------------------------------------------------------------
+    def h_data_call(x: tuple[int, bytes]) -> Any:
+        server = clone_hserver(w.h_server_empty)
+        server.receive_data(*x)
+        return server
+
+    def h_data(m: Mutator) -> Case:
+        i = m.rng.randrange(N_CLIENTS)
+        data, name = h.any(m, w.h_data[i], w.h_data[:i] + w.h_data[i + 1:])
+        return Case((i, data), name, _stored_scales_oracle(ctx, i))
+
+    targets.append(Target("HESVServer.receive_data", h_data_call, [("any", 1, h_data)],
+                          weight=1.0))
+
+    def h_model_call(x: tuple[int, bytes]) -> Any:
+        server = clone_hserver(w.h_server_ready)
+        server.models = {}
+        server.receive_model(*x)
+        return server
+
+    def h_model(m: Mutator) -> Case:
+        k = m.rng.randrange(len(w.h_models))
+        sender, valid = w.h_models[k]
+        others = [b for j, (_, b) in enumerate(w.h_models) if j != k]
+        data, name = h.any(m, valid, others)
+        if m.rng.random() < 0.1:  # the right bytes from the wrong client
+            sender, name = m.rng.randrange(N_CLIENTS), "wrong-sender"
+        return Case((sender, data), name, _hesv_model_oracle(ctx, sender, set()))
+
+    targets.append(Target("HESVServer.receive_model", h_model_call, [("any", 1, h_model)],
+                          weight=1.0))
+
+    def h_step_call(x: tuple[int, int, bytes]) -> Any:
+        k, sender, reply = x
+        server = clone_hserver(w.h_steps[k].server)
+        server.step(sender, reply)
+        return server
+
+    def h_step(m: Mutator) -> Case:
+        k = m.rng.randrange(len(w.h_steps))
+        st = w.h_steps[k]
+        sender = st.sender
+        data, name = h.any(m, st.reply, [s.reply for s in w.h_steps if s.reply != st.reply])
+        if m.rng.random() < 0.1:
+            sender, data, name = m.rng.randrange(N_CLIENTS), st.reply, "wrong-sender"
+        return Case((k, sender, data), name, _hesv_step_oracle(st.server, n_samples))
+
+    targets.append(Target("HESVServer.step", h_step_call, [("any", 1, h_step)],
+                          allowed=(ProtocolError,), weight=2.0))
+
+    # -- HESV clients --------------------------------------------------------------------
+    layer_reqs = [r for r in w.h_requests if r.kind == "hesv/layer"]
+    diff_reqs = [r for r in w.h_requests if r.kind == "hesv/diff"]
+
+    def h_decrypt(m: Mutator) -> Case:
+        r = m.rng.choice(layer_reqs)
+        client = r.client
+        data, name = h.any(m, r.request, [x.request for x in layer_reqs])
+        if m.rng.random() < 0.15:  # an honest request to another client
+            client, data, name = m.rng.choice(w.h_clients + [x.client for x in layer_reqs]), \
+                r.request, "misrouted"
+        return Case((client, data), name, _hesv_decrypt_oracle(client, data, n_layers))
+
+    targets.append(Target("HESVClient.decrypt_layer",
+                          lambda x: clone_hclient(x[0]).decrypt_layer(x[1]),
+                          [("any", 1, h_decrypt)], weight=1.5))
+
+    def h_count(m: Mutator) -> Case:
+        r = m.rng.choice(diff_reqs)
+        client = r.client
+        data, name = h.any(m, r.request, [x.request for x in diff_reqs])
+        if m.rng.random() < 0.15:
+            client, data, name = m.rng.choice(w.h_clients + [x.client for x in w.h_requests]), \
+                r.request, "misrouted"
+        return Case((client, data), name, _hesv_count_oracle(client, data, n_layers))
+
+    targets.append(Target("HESVClient.count", lambda x: clone_hclient(x[0]).count(x[1]),
+                          [("any", 1, h_count)], weight=1.0))
+
+    targets.append(Target("HESVClient.handle", lambda x: clone_hclient(x[0]).handle(x[1]), [
+        ("foreign", 1, lambda m: (m.rng.choice(w.h_clients), m.rng.choice(w.pools.messages))),
+        ("outsider", 2, lambda m: (lambda r: (r.client, m.mutate_many(r.request)))(
+            m.rng.choice(w.h_requests))),
+    ], weight=0.5))
+
+    # -- SecSV clients ---------------------------------------------------------------------
+    run = w.s_run
+
+    def s_plan_call(x: tuple[int, bytes]) -> Any:
+        c = copy.copy(w.s_clients_noplan[x[0]])
+        c.receive_plan(x[1])
+        return c
+
+    targets.append(Target("SecSVClient.receive_plan", s_plan_call, [
+        ("any", 1, lambda m: (lambda d: Case((m.rng.randrange(N_CLIENTS), d[0]), d[1]))(
+            hs.any(m, w.s_plan, [w.s_bounds[0]]))),
+    ], weight=0.7))
+
+    s_reqs = [(int(r.split(":")[1]), p) for log, _ in w.s_eval.values()
+              for _, r, p in log.of("decrypt")]
+
+    def s_decrypt(m: Mutator) -> Case:
+        me, valid = m.rng.choice(s_reqs)
+        data, name = hs.any(m, valid, [p for _, p in s_reqs])
+        if m.rng.random() < 0.15:
+            me, data, name = m.rng.randrange(N_CLIENTS), valid, "misrouted"
+        return Case((me, data), name, _decryptor_oracle(me, _meta_of(data), n_layers))
+
+    targets.append(Target("SecSVClient.decrypt_layer",
+                          lambda x: run.clients[x[0]].decrypt_layer(x[1], Accounting()),
+                          [("any", 1, s_decrypt)],
+                          allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
+
+    def s_fixed(m: Mutator) -> Case:
+        msgs = list(w.s_bounds)
+        r = m.rng.random()
+        if r < 0.8:
+            k = m.rng.randrange(len(msgs))
+            msgs[k], name = hs.any(m, msgs[k], msgs[:k] + msgs[k + 1:])
+        else:
+            msgs, name = m.message_list(msgs), "list"
+        return Case(msgs, name)
+
+    targets.append(Target("secsv._pick_fixed_point", lambda msgs: sv._pick_fixed_point(  # noqa: SLF001
+        msgs, w.record, run.cfg, run.P.bfv.t), [("any", 1, s_fixed)],
+        allowed=(ProtocolError, sh.FixedPointOverflow), weight=0.7))
+
+    # -- SecSV servers ---------------------------------------------------------------------
+    def s_data_call(msgs: list[bytes]) -> Any:
+        server = clone_sserver(w.s_server_p_empty)
+        server.receive_data(msgs)
+        return server
+
+    def s_data(m: Mutator) -> Case:
+        msgs = list(m.rng.choice((w.s_data_p, w.s_data_a)))
+        r = m.rng.random()
+        if r < 0.75:
+            k = m.rng.randrange(len(msgs))
+            msgs[k], name = hs.any(m, msgs[k], msgs[:k] + msgs[k + 1:])
+        else:
+            msgs, name = m.message_list(msgs), "list"
+        return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+
+    targets.append(Target("SecSVServer.receive_data", s_data_call, [("any", 1, s_data)],
+                          weight=1.0))
+
+    def s_owner(data: bytes) -> Any:
+        return (_meta_of(data) or {}).get("owner")
+
+    def s_model_call(data: bytes) -> Any:
+        server = clone_sserver(run.P)
+        server.models = {}
+        server.receive_model(data)
+        return server
+
+    def s_model(m: Mutator) -> Case:
+        k = m.rng.randrange(len(w.s_models))
+        data, name = hs.any(m, w.s_models[k], w.s_models[:k] + w.s_models[k + 1:])
+        return Case(data, name, _model_key_oracle(set(), s_owner, data))
+
+    targets.append(Target("SecSVServer.receive_model", s_model_call, [("any", 1, s_model)],
+                          weight=0.7))
+
+    # -- in flight: every message of one SecSV evaluation --------------------------------
+    def in_flight(evals: dict[int, tuple[Recorder, np.ndarray]], hostile: Hostile,
+                  clone: Callable[[Any], Any], base: Any, raw_kinds: set[str]
+                  ) -> tuple[Callable[[Any], Any], Callable[[Mutator], Case]]:
+        def call(x: tuple[int, str, int, bytes]) -> Any:
+            mask, kind, k, data = x
+            r = clone(base)
+            r.acc.swap = (kind, k, lambda _old: data)
+            return r.evaluate(0, mask, None)
+
+        def produce(m: Mutator) -> Case:
+            mask = m.rng.choice(MASKS)
+            log, honest = evals[mask]
+            kinds = sorted({k for _, _, k, _ in log.log})
+            kind = m.rng.choice(kinds)
+            same = [p for _, _, k2, p in log.log if k2 == kind]
+            k = m.rng.randrange(len(same))
+            valid = same[k]
+            if kind in raw_kinds:  # raw bytes (not framed): mutate, resize, replay
+                r = m.rng.random()
+                if r < 0.6:
+                    data, name = m.mutate_many(valid), "outsider"
+                elif r < 0.8:
+                    data, name = m.rng.choice(hostile.foreign + [valid[:-8], valid * 2]), \
+                        "blob"
+                else:
+                    data, name = m.rng.choice(same), "replay"
+            else:
+                data, name = hostile.any(m, valid, [p for p in same if p != valid])
+            return Case((mask, kind, k, data), f"{kind}:{name}", _ok_bools(n_samples))
+        return call, produce
+
+    call, produce = in_flight(w.s_eval, hs, clone_srun, run, {"product"})
+    targets.append(Target("SecSV.evaluate[in-flight]", call, [("any", 1, produce)],
+                          allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
+
+    # -- SecretSV servers ------------------------------------------------------------------
+    trun = w.t_run
+
+    def t_data_call(msgs: list[bytes]) -> Any:
+        server = clone_tserver(w.t_server_empty)
+        server.receive_data(msgs)
+        return server
+
+    def t_data(m: Mutator) -> Case:
+        msgs = list(m.rng.choice((w.t_data_p, w.t_data_a)))
+        if m.rng.random() < 0.75:
+            k = m.rng.randrange(len(msgs))
+            msgs[k], name = ht.any(m, msgs[k], msgs[:k] + msgs[k + 1:])
+        else:
+            msgs, name = m.message_list(msgs), "list"
+        return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+
+    targets.append(Target("SecretSVServer.receive_data", t_data_call, [("any", 1, t_data)],
+                          weight=1.0))
+
+    def t_model_call(data: bytes) -> Any:
+        server = clone_tserver(trun.P)
+        server.models, server.bounds = {}, {}
+        server.receive_model(data)
+        return server
+
+    def t_model(m: Mutator) -> Case:
+        k = m.rng.randrange(len(w.t_models_p))
+        data, name = ht.any(m, w.t_models_p[k], w.t_models_p[:k] + w.t_models_p[k + 1:])
+        return Case(data, name, _tmodel_oracle(set()))
+
+    targets.append(Target("SecretSVServer.receive_model", t_model_call,
+                          [("any", 1, t_model)], weight=0.7))
+
+    tp, ta = w.t_open[2], w.t_open[3]
+    d_out, d_in, mm = wire.decode(tp).meta["shape"]
+    wz = np.zeros((d_out, d_in), dtype=np.uint64)
+    xz = np.zeros((d_in, mm), dtype=np.uint64)
+    triples = [p for log, _ in w.t_eval.values() for _, _, p in log.of("triple")]
+    targets.append(Target("SecretSVServer.open_share",
+                          lambda data: trun.P.open_share(wz, xz, data), [
+                              ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
+                                  ht.any(m, m.rng.choice((tp, ta)), triples))),
+                          ], weight=0.7))
+    open_p, uvc_p = trun.P.open_share(wz, xz, tp)
+    open_a, _ = trun.A.open_share(wz, xz, ta)
+    opens = [p for log, _ in w.t_eval.values() for _, _, p in log.of("open")]
+    bias = np.zeros(d_out, dtype=np.uint64)
+    targets.append(Target("SecretSVServer.beaver",
+                          lambda data: trun.P.beaver(open_p, data, uvc_p, bias, True), [
+                              ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
+                                  ht.any(m, open_a, opens))),
+                          ], weight=0.7))
+
+    # -- SecretSV client -------------------------------------------------------------------
+    outputs = []
+    for log, _ in w.t_eval.values():
+        ps, as_ = log.of("output", sender="P"), log.of("output", sender="A")
+        for (_, r, p), (_, r2, a) in zip(ps, as_, strict=True):
+            assert r == r2
+            outputs.append((int(r.split(":")[1]), p, a))
+
+    def t_reconstruct(m: Mutator) -> Case:
+        me, p, a = m.rng.choice(outputs)
+        which = m.rng.random()
+        others = [o[1] for o in outputs]
+        if which < 0.4:
+            p, name = ht.any(m, p, others)
+        elif which < 0.8:
+            a, name = ht.any(m, a, others)
+        elif which < 0.9:  # both servers agree on hostile metadata
+            p, name = ht.meta(m, p), "meta-both"
+            msg = wire.decode(a)
+            pm = _meta_of(p)
+            a = _encode_loose(msg.kind, pm if pm is not None else dict(msg.meta),
+                              list(msg.blobs))
+        else:
+            me, name = m.rng.randrange(N_CLIENTS), "misrouted"
+        return Case((me, p, a), name, _decryptor_oracle(me, _meta_of(p), n_layers))
+
+    targets.append(Target("SecretSVClient.reconstruct",
+                          lambda x: trun.clients[x[0]].reconstruct(x[1], x[2], Accounting()),
+                          [("any", 1, t_reconstruct)], weight=1.5))
+
+    call, produce = in_flight(w.t_eval, ht, clone_trun, trun, {"label-diff"})
+    targets.append(Target("SecretSV.evaluate[in-flight]", call, [("any", 1, produce)],
+                          allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
+    return targets
