@@ -313,7 +313,8 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     n, n_layers = record.n_clients, len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
     clients = [ssv._Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]  # noqa: SLF001
-    P, A = ssv._Server("P", record.spec), ssv._Server("A", record.spec)  # noqa: SLF001
+    P = ssv._Server("P", record.spec, n_clients=n)  # noqa: SLF001
+    A = ssv._Server("A", record.spec, n_clients=n)  # noqa: SLF001
     empty = clone_tserver(P)
     data_p, data_a = [], []
     for c in clients:
@@ -561,8 +562,8 @@ def _model_key_oracle(stored_before: set[Any], owner_of: Callable[[bytes], Any],
         for rnd, key in new:
             if key != "global" and key != f"c{owner}":
                 return f"a model of owner {owner!r} stored under {key!r}"
-            if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd != 0:
-                return f"a model stored for round {rnd!r} (the run has round 0 only)"
+            if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
+                return f"a model stored for round {rnd!r}"
         return None
     return check
 
@@ -888,3 +889,101 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     targets.append(Target("SecretSV.evaluate[in-flight]", call, [("any", 1, produce)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
     return targets
+
+
+# ---------------------------------------------------------------------- metadata cases
+MetaBuild = Callable[[dict[str, Any]], Case]
+
+
+def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], MetaBuild]]:
+    """Per case: the target it runs on, the metadata of one message that target reads
+    (from the honest run), and a function that rebuilds the target's input around other
+    metadata (blobs intact) as a :class:`Case` with the oracle success must pass."""
+    n_layers = len(w.record.spec.layers)
+    n_samples = sum(len(y) for _, y in w.sets)
+    ctx = w.h_server_ready.ctx
+
+    def meta(data: bytes) -> dict[str, Any]:
+        return dict(wire.decode(data).meta)
+
+    def rebuild(data: bytes, m: dict[str, Any]) -> bytes:
+        msg = wire.decode(data)
+        return _encode_loose(msg.kind, m, list(msg.blobs))
+
+    step = next(s for s in w.h_steps if s.kind == "hesv/activated")
+    pstep = next(s for s in w.h_steps if s.kind == "hesv/predicted")
+    cstep = next(s for s in w.h_steps if s.kind == "hesv/count")
+    layer_req = next(r for r in w.h_requests if r.kind == "hesv/layer")
+    diff_req = next(r for r in w.h_requests if r.kind == "hesv/diff")
+    s_log = w.s_eval[MASKS[0]][0]
+    s_me, s_req = next((int(r.split(":")[1]), p) for _, r, p in s_log.of("decrypt"))
+    t_log = w.t_eval[MASKS[0]][0]
+    (_, t_to, t_p), (_, _, t_a) = t_log.of("output", sender="P")[0], \
+        t_log.of("output", sender="A")[0]
+    t_me = int(t_to.split(":")[1])
+    tp = w.t_open[2]
+    sm = w.s_models[1]
+    hsender, hmodel = w.h_models[1]
+
+    def hstep(st: HStep) -> tuple[str, dict[str, Any], MetaBuild]:
+        k = w.h_steps.index(st)
+        return ("HESVServer.step", meta(st.reply), lambda m: Case(
+            (k, st.sender, rebuild(st.reply, m)), "sweep",
+            _hesv_step_oracle(st.server, n_samples)))
+
+    def hdecrypt(m: dict[str, Any]) -> Case:
+        data = rebuild(layer_req.request, m)
+        return Case((layer_req.client, data), "sweep",
+                    _hesv_decrypt_oracle(layer_req.client, data, n_layers))
+
+    def hcount(m: dict[str, Any]) -> Case:
+        data = rebuild(diff_req.request, m)
+        return Case((diff_req.client, data), "sweep",
+                    _hesv_count_oracle(diff_req.client, data, n_layers))
+
+    def sdecrypt(m: dict[str, Any]) -> Case:
+        return Case((s_me, rebuild(s_req, m)), "sweep", _decryptor_oracle(s_me, m, n_layers))
+
+    def treconstruct(m: dict[str, Any]) -> Case:
+        return Case((t_me, rebuild(t_p, m), rebuild(t_a, m)), "sweep",
+                    _decryptor_oracle(t_me, m, n_layers))
+
+    def smodel(m: dict[str, Any]) -> Case:
+        data = rebuild(sm, m)
+        return Case(data, "sweep", _model_key_oracle(set(), lambda d: (
+            _meta_of(d) or {}).get("owner"), data))
+
+    return {
+        "HESVServer.receive_data": ("HESVServer.receive_data", meta(w.h_data[1]), lambda m: Case(
+            (1, rebuild(w.h_data[1], m)), "sweep", _stored_scales_oracle(ctx, 1))),
+        "HESVServer.receive_model": ("HESVServer.receive_model", meta(hmodel), lambda m: Case(
+            (hsender, rebuild(hmodel, m)), "sweep", _hesv_model_oracle(ctx, hsender, set()))),
+        "HESVServer.step[activated]": hstep(step),
+        "HESVServer.step[predicted]": hstep(pstep),
+        "HESVServer.step[count]": hstep(cstep),
+        "HESVClient.decrypt_layer": ("HESVClient.decrypt_layer", meta(layer_req.request),
+                                     hdecrypt),
+        "HESVClient.count": ("HESVClient.count", meta(diff_req.request), hcount),
+        "SecSVClient.receive_plan": ("SecSVClient.receive_plan", meta(w.s_plan),
+                                     lambda m: Case((0, rebuild(w.s_plan, m)), "sweep")),
+        "SecSVClient.decrypt_layer": ("SecSVClient.decrypt_layer", meta(s_req), sdecrypt),
+        "secsv._pick_fixed_point": ("secsv._pick_fixed_point", meta(w.s_bounds[0]),
+                                    lambda m: Case([rebuild(w.s_bounds[0], m),
+                                                    *w.s_bounds[1:]], "sweep")),
+        "SecSVServer.receive_data": ("SecSVServer.receive_data", meta(w.s_data_p[0]),
+                                     lambda m: Case([rebuild(w.s_data_p[0], m),
+                                                     *w.s_data_p[1:]], "sweep",
+                                                    _all_clients_oracle(N_CLIENTS, n_samples))),
+        "SecSVServer.receive_model": ("SecSVServer.receive_model", meta(sm), smodel),
+        "SecretSVServer.receive_data": ("SecretSVServer.receive_data", meta(w.t_data_p[0]),
+                                        lambda m: Case([rebuild(w.t_data_p[0], m),
+                                                        *w.t_data_p[1:]], "sweep",
+                                                       _all_clients_oracle(N_CLIENTS,
+                                                                           n_samples))),
+        "SecretSVServer.receive_model": ("SecretSVServer.receive_model", meta(w.t_models_p[1]),
+                                         lambda m: Case(rebuild(w.t_models_p[1], m), "sweep",
+                                                        _tmodel_oracle(set()))),
+        "SecretSVServer.open_share": ("SecretSVServer.open_share", meta(tp),
+                                      lambda m: Case(rebuild(tp, m), "sweep")),
+        "SecretSVClient.reconstruct": ("SecretSVClient.reconstruct", meta(t_p), treconstruct),
+    }

@@ -485,13 +485,18 @@ class HESVClient:
             vals = [self.ctx.decrypt(c).real for c in cts]
         with self.acc.timed("other"):
             h = activate(lp.activation, lp.decode_outputs(vals, m))
+        if not np.isfinite(h).all():
+            raise ProtocolError("the decrypted layer output is not finite")
         meta = self._meta(round=t, mask=mask, owner=owner, batch=batch, layer=layer)
         if layer < n_layers:
             nxt = self.plans[layer]
             with self.acc.timed("other"):
                 vecs = nxt.encode_inputs(h)
             with self.acc.timed("encryption"):
-                blobs = [self.ctx.encrypt_to_bytes(v) for v in vecs]
+                try:
+                    blobs = [self.ctx.encrypt_to_bytes(v) for v in vecs]
+                except ValueError:  # SEAL: beyond what the parameters can encode
+                    raise ProtocolError("the decrypted layer output is out of range") from None
             return wire.encode("hesv/activated", meta, blobs)
         labels = np.argmax(h, axis=1).astype(np.float64)
         seen.add(n_layers + 1)  # knows the predictions: may not also see Y - Ŷ
@@ -615,7 +620,8 @@ class HESVServer:
         batches, pos = [], 0
         for m in sizes:
             size = len(lp.chunks(m)) * lp.plan.b_count + 1
-            cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs[pos:pos + size - 1]]
+            cts = [self.ctx.deserialize(b, at_top=True, scale=self.ctx.scale)
+                   for b in msg.blobs[pos:pos + size - 1]]
             cts.append(self._label_ct(msg.blobs[pos + size - 1]))
             pos += size
             batches.append(_Batch(m, cts[:-1], cts[-1]))
@@ -623,7 +629,7 @@ class HESVServer:
 
     def _label_ct(self, blob: bytes) -> Ciphertext:
         """Labels travel at the lowest level (a third of the bytes)."""
-        ct = self.ctx.deserialize(blob)
+        ct = self.ctx.deserialize(blob, scale=self.ctx.scale)  # fresh: the context's scale
         if ct.parms_id() != self.ctx.last_parms_id:
             raise ProtocolError("label ciphertext is not at the lowest level")
         return ct
@@ -642,7 +648,7 @@ class HESVServer:
         need = [lp.plan.row_blocks * lp.plan.a_count for lp in self.plans]
         if len(msg.blobs) != sum(need):
             raise ProtocolError("model upload has the wrong number of ciphertexts")
-        cts = [self.ctx.deserialize(b, at_top=True) for b in msg.blobs]
+        cts = [self.ctx.deserialize(b, at_top=True, scale=self.ctx.scale) for b in msg.blobs]
         layers, pos = [], 0
         for lp in self.plans:
             blocks = []
@@ -786,13 +792,16 @@ class HESVServer:
             expected = ev.chain[ev.layer - 1] if msg.kind != "hesv/count" else ev.chain[-1]
             if sender != expected:
                 raise ProtocolError("reply from a client that was not asked")
+            if msg.kind != "hesv/count" and msg.meta.get("layer") != ev.layer:
+                raise ProtocolError("reply to another layer of this evaluation (a replay)")
         n_layers = len(self.plans)
         if msg.kind == "hesv/activated" and ev.layer < n_layers:
             lp = self.plans[ev.layer]
             if len(msg.blobs) != lp.plan.b_count * len(lp.chunks(ev.m)):
                 raise ProtocolError("activated features have the wrong number of ciphertexts")
             with self.acc.timed("other"):
-                b = [self.ctx.deserialize(x, at_top=True) for x in msg.blobs]
+                b = [self.ctx.deserialize(x, at_top=True, scale=self.ctx.scale)
+                     for x in msg.blobs]
             ev.layer += 1
             with self.acc.timed("arithmetic"):
                 cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b,

@@ -66,6 +66,7 @@ _FRAC_MODEL = 20
 _FRAC_DATA = 20
 _FRAC_HIDDEN = 16
 _MAX = 1 << 63
+_MAX_ROWS = 1 << 24  # test samples per client a server accepts
 
 
 def _pow2_ceil(v: int) -> int:
@@ -126,6 +127,7 @@ class _Server:
     xbound: dict[int, int] = field(default_factory=dict)
     models: dict[tuple[int, str], list[tuple[U64, U64]]] = field(default_factory=dict)
     bounds: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
+    n_clients: int | None = None  # when set, data shares must come from exactly these
 
     def receive_data(self, blobs: Sequence[bytes]) -> None:
         xs, ys, ow = [], [], []
@@ -134,13 +136,18 @@ class _Server:
             msg = wire.decode(data, expect="secretsv/data", max_bytes=1 << 34)
             c, rows, bound = (msg.meta.get(k) for k in ("client", "rows", "bound"))
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                       for v in (c, rows, bound)) or len(msg.blobs) != 2:
+                       for v in (c, rows, bound)) or len(msg.blobs) != 2 or c in self.xbound:
                 raise ProtocolError("malformed data share")
             assert isinstance(c, int) and isinstance(rows, int) and isinstance(bound, int)
+            if rows > _MAX_ROWS or not 0 < bound < _MAX or c >= (self.n_clients or 1 << 16):
+                raise ProtocolError("malformed data share: client, rows or bound out of range")
             self.xbound[c] = bound
             xs.append(_arr(msg.blobs[0], (rows, d), "data share"))
             ys.append(_arr(msg.blobs[1], (rows,), "label share"))
             ow.append(np.full(rows, c, dtype=np.int64))
+        if not xs or (self.n_clients is not None
+                      and sorted(self.xbound) != list(range(self.n_clients))):
+            raise ProtocolError("data shares must come from every client, once each")
         self.x, self.y, self.owner = np.concatenate(xs), np.concatenate(ys), np.concatenate(ow)
 
     def receive_model(self, data: bytes) -> None:
@@ -148,17 +155,18 @@ class _Server:
         rnd, key, bounds = msg.meta.get("round"), msg.meta.get("key"), msg.meta.get("bounds")
         shapes = [s for ly in self.spec.layers for s in
                   ((ly.out_features, ly.in_features), (ly.out_features,))]
-        if not isinstance(rnd, int) or not isinstance(key, str) or not isinstance(
-                bounds, list) or len(bounds) != len(self.spec.layers) or len(
-                msg.blobs) != len(shapes):
+        if isinstance(rnd, bool) or not isinstance(rnd, int) or not 0 <= rnd < 1 << 20 \
+                or not isinstance(key, str) or not isinstance(bounds, list) or len(
+                bounds) != len(self.spec.layers) or len(msg.blobs) != len(shapes):
             raise ProtocolError("malformed model share")
+        if not all(isinstance(b, list) and len(b) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v < _MAX for v in b)
+                for b in bounds):
+            raise ProtocolError("malformed model bounds")
         arrs = [_arr(b, s, "model share") for b, s in zip(msg.blobs, shapes, strict=True)]
         self.models[(rnd, key)] = [(arrs[2 * k], arrs[2 * k + 1])
                                    for k in range(len(self.spec.layers))]
-        try:
-            self.bounds[(rnd, key)] = [(int(b[0]), int(b[1])) for b in bounds]
-        except (TypeError, ValueError, IndexError):
-            raise ProtocolError("malformed model bounds") from None
+        self.bounds[(rnd, key)] = [(int(b[0]), int(b[1])) for b in bounds]
 
     def aggregated(self, rnd: int, keys: Sequence[str], q: Sequence[int], layer: int
                    ) -> tuple[U64, U64]:
@@ -173,9 +181,10 @@ class _Server:
     def open_share(self, w: U64, x: U64, triple: bytes) -> tuple[bytes, tuple[U64, U64, U64]]:
         """Beaver step 1: this server's shares of ``E = W − U`` and ``F = X − V``."""
         msg = wire.decode(triple, expect="secretsv/triple", max_bytes=1 << 34)
-        d_out, d_in, m = msg.meta.get("shape", [0, 0, 0])
-        if (d_out, d_in) != w.shape or (d_in, m) != x.shape or len(msg.blobs) != 3:
+        if msg.meta.get("shape") != [*w.shape, x.shape[1]] or w.shape[1] != x.shape[0] \
+                or len(msg.blobs) != 3:
             raise ProtocolError("triple does not fit the product")
+        (d_out, d_in), m = w.shape, x.shape[1]
         u = _arr(msg.blobs[0], (d_out, d_in), "triple")
         v = _arr(msg.blobs[1], (d_in, m), "triple")
         c = _arr(msg.blobs[2], (d_out, m), "triple")
@@ -188,6 +197,8 @@ class _Server:
         u, v, c = uvc
         a = wire.decode(mine, expect="secretsv/open", max_bytes=1 << 34)
         b = wire.decode(theirs, expect="secretsv/open", max_bytes=1 << 34)
+        if len(a.blobs) != 2 or len(b.blobs) != 2:
+            raise ProtocolError("malformed opening: two blobs expected")
         e = _arr(a.blobs[0], u.shape, "opening") + _arr(b.blobs[0], u.shape, "opening")
         f = _arr(a.blobs[1], v.shape, "opening") + _arr(b.blobs[1], v.shape, "opening")
         z: U64 = e @ v + u @ f + c + bias[:, None]
@@ -252,7 +263,8 @@ class _Client:
         assert isinstance(layer, int) and isinstance(d, int) and isinstance(m, int)
         assert isinstance(bound, int) and isinstance(scale, int) and isinstance(wsum, int)
         if not 0 <= layer < n_layers or d != self.spec.layers[layer].out_features \
-                or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or wsum < 1:
+                or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or not 1 <= wsum <= 1 << 40 \
+                or not 0 <= scale <= 62:
             raise ProtocolError("malformed output request")
         owners, mowners, previous = (meta.get("batch_owners"), meta.get("model_owners"),
                                      meta.get("previous"))
@@ -437,7 +449,7 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         clients = [_Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]
-        P, A = _Server("P", record.spec), _Server("A", record.spec)
+        P, A = _Server("P", record.spec, n_clients=n), _Server("A", record.spec, n_clients=n)
         to_p, to_a = [], []
         for c in clients:
             bp, ba = c.share_data(acc)

@@ -210,6 +210,14 @@ def _u64(data: bytes, shape: tuple[int, ...], what: str) -> U64:
     return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
 
 
+def _blob(data: bytes, kind: str) -> bytes:
+    """The one blob of a ``kind`` message (labels, label differences)."""
+    msg = wire.decode(data, expect=kind, max_bytes=1 << 26)
+    if len(msg.blobs) != 1:
+        raise ProtocolError(f"malformed {kind} message: one blob expected")
+    return msg.blobs[0]
+
+
 def _int_meta(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
     v = meta.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -438,6 +446,8 @@ class _Server:
             xs.append(x)
             ys.append(y)
             owners.append(np.full(rows, c, dtype=np.int64))
+        if sorted(self.xbound) != list(range(self.n)):
+            raise ProtocolError("data shares must come from every client, once each")
         self.x, self.y = np.concatenate(xs), np.concatenate(ys)
         self.owner = np.concatenate(owners)
 
@@ -448,7 +458,7 @@ class _Server:
         owner = _int_meta(msg.meta, "owner", 0, self.n - 1)
         bounds = msg.meta.get("bounds")
         if not isinstance(key, str) or not isinstance(bounds, list) or len(bounds) != len(
-                self.plan.layers):
+                self.plan.layers) or key not in ("global", f"c{owner}"):
             raise ProtocolError("malformed model message")
         need = sum(lp.n_cts() + 1 for lp in self.plan.layers)
         if len(msg.blobs) != need:
@@ -725,18 +735,16 @@ class _Run:
                  ) -> BoolArray:
         """Alg. 4, steps 12-14: A sends Ŷ'' − Y''; P reconstructs Ŷ − Y exactly."""
         t = self.P.bfv.t
-        la = _u64(wire.decode(to_a, expect="secsv/labels", max_bytes=1 << 26).blobs[0],
-                  (m,), "label share")
+        la = _u64(_blob(to_a, "secsv/labels"), (m,), "label share")
         with self.acc.timed("arithmetic"):
             diff_a = sh.sub_mod(la, self.A.y[brows], t)
         payload = self._msg("A", "P", "label-diff", wire.encode(
             "secsv/label-diff", {"m": m}, [diff_a.tobytes()]))
-        msg = wire.decode(payload, expect="secsv/label-diff", max_bytes=1 << 26)
-        lp_ = _u64(wire.decode(to_p, expect="secsv/labels", max_bytes=1 << 26).blobs[0],
-                   (m,), "label share")
+        diff_b = _blob(payload, "secsv/label-diff")
+        lp_ = _u64(_blob(to_p, "secsv/labels"), (m,), "label share")
         with self.acc.timed("arithmetic"):
             diff = sh.add_mod(sh.sub_mod(lp_, self.P.y[brows], t),
-                              _u64(msg.blobs[0], (m,), "label difference"), t)
+                              _u64(diff_b, (m,), "label difference"), t)
             ok: BoolArray = sh.centre(diff, t) == 0
         return ok
 
@@ -869,15 +877,15 @@ def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: Se
         msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
         x = msg.meta.get("x")
         models = msg.meta.get("models")
-        if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 1024:
+        if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 128:
             raise ProtocolError("malformed bounds message")
         ex = max(ex, x)
         for entry in models:
             try:
                 rnd, key, layers = entry
                 eb, eg = layers[0]
-                ok = all(isinstance(v, int) and -64 <= v <= 1024 for v in (rnd, eb, eg))
-            except (TypeError, ValueError, IndexError):
+                ok = all(isinstance(v, int) and -64 <= v <= 128 for v in (rnd, eb, eg))
+            except (TypeError, ValueError, IndexError, KeyError):  # KeyError: a dict
                 ok = False
             if not ok or not isinstance(key, str):
                 raise ProtocolError("malformed bounds message")
