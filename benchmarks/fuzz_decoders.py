@@ -10,6 +10,13 @@ rejects); it exits 1 if there is any.
 
     python benchmarks/fuzz_decoders.py                     # 50,000 executions
     python benchmarks/fuzz_decoders.py --executions 5000   # a quick look
+
+``--part shapley`` fuzzes the secure Shapley roles instead (HESV, SecSV, SecretSV:
+``tests/fuzz/fuzz_shapley.py``, 18 targets, ``--executions`` of them, then a sweep of every
+metadata key of one message per entry point with every sweep value); its results go under
+the ``"shapley"`` key of the same JSON file, leaving the key set-up/AUC part in place.
+
+    python benchmarks/fuzz_decoders.py --part shapley      # 50,000 executions
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
+import fuzz_shapley  # noqa: E402
 import fuzz_targets  # noqa: E402
 from fuzz_mutations import SWEEP_VALUES  # noqa: E402
 
@@ -56,6 +64,80 @@ def sweep(world: fuzz_targets.World, targets: dict[str, fuzz_targets.Target]
     return count, outcomes, bad
 
 
+def _variants(valid: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for key in sorted(valid):
+        out.append({k: v for k, v in valid.items() if k != key})
+        for value in SWEEP_VALUES:
+            out.append({**valid, key: value})
+            v = valid[key]
+            if isinstance(v, list) and v:
+                for i in {0, len(v) - 1}:
+                    out.append({**valid, key: [*v[:i], value, *v[i + 1:]]})
+    return out
+
+
+def shapley_sweep(world: fuzz_shapley.ShapleyWorld, targets: dict[str, fuzz_targets.Target]
+                  ) -> tuple[int, Counter[str], list[str]]:
+    """The Shapley roles' metadata sweep (:func:`fuzz_shapley.shapley_meta_cases`)."""
+    count, outcomes, bad = 0, Counter[str](), []
+    for case, (name, valid, build) in fuzz_shapley.shapley_meta_cases(world).items():
+        for meta in _variants(valid):
+            outcome, problem, _ = fuzz_targets.execute(targets[name], build(meta))
+            count += 1
+            outcomes[outcome] += 1
+            if problem is not None:
+                bad.append(f"{case}: {problem.splitlines()[0]}")
+    return count, outcomes, bad
+
+
+def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
+    import os
+    import resource
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    world = fuzz_shapley.build_shapley_world()
+    targets = fuzz_shapley.make_shapley_targets(world)
+    print(f"corpus: HESV, SecSV and SecretSV runs, {len(world.pools.messages)} messages, "
+          f"{len(targets)} targets ({world.build_seconds:.1f} s)", file=sys.stderr)
+    report = fuzz_targets.run(world, targets, executions=args.executions, seed=args.seed,
+                              slow_seconds=args.slow,
+                              progress=lambda line: print(line, file=sys.stderr))
+    n_sweep, sweep_outcomes, sweep_bad = shapley_sweep(world, {t.name: t for t in targets})
+    part: dict[str, Any] = report.as_dict()
+    part.update({
+        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "wall_seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
+        "loadavg": os.getloadavg(),
+        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
+                           "violations": sweep_bad},
+        "total_executions": report.executions + n_sweep,
+    })
+    doc: dict[str, Any] = {}
+    if args.json.exists():
+        doc = json.loads(args.json.read_text())
+    doc["shapley"] = part
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: part[k] for k in ("executions", "total_executions", "exceptions",
+                                           "peak_rss_growth_mb", "seconds", "wall_seconds",
+                                           "cpu_seconds", "loadavg")}
+                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
+    print()
+    print(table(report))
+    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
+    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
+                  for v in report.violations] + sweep_bad
+    print(f"violations: {len(violations)}")
+    for line in violations[:20]:
+        print("  " + line)
+    return 1 if violations else 0
+
+
 def table(report: fuzz_targets.Report) -> str:
     kinds = sorted({k for s in report.stats.values() for k in s.outcomes})
     head = ["target", "executions", *kinds, "noted", "mean ms", "max ms"]
@@ -79,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", type=float, default=10.0, help="seconds that make a call a "
                     "violation (a hard limit of 60 s stops hangs)")
     ap.add_argument("--json", type=Path, default=RESULTS)
+    ap.add_argument("--part", choices=("auc", "shapley"), default="auc",
+                    help="the key set-up and AUC decoders (default) or the secure Shapley "
+                    "roles (results under the JSON's 'shapley' key)")
     args = ap.parse_args(argv)
+    if args.part == "shapley":
+        return main_shapley(args, argv)
 
     t0 = time.perf_counter()
     world = fuzz_targets.build_world()

@@ -264,7 +264,7 @@ class _Client:
         assert isinstance(bound, int) and isinstance(scale, int) and isinstance(wsum, int)
         if not 0 <= layer < n_layers or d != self.spec.layers[layer].out_features \
                 or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or not 1 <= wsum <= 1 << 40 \
-                or not 0 <= scale <= 62:
+                or scale != _FRAC_MODEL + (_FRAC_DATA if layer == 0 else _FRAC_HIDDEN):
             raise ProtocolError("malformed output request")
         owners, mowners, previous = (meta.get("batch_owners"), meta.get("model_owners"),
                                      meta.get("previous"))

@@ -341,11 +341,9 @@ class SecSVClient:
         divisor_log2 = _int_meta(meta, "scale_bits", 0, 62)
         weight_sum = _int_meta(meta, "weight_sum", 1, 1 << 40)
         bound = _int_meta(meta, "bound", 1, (self.bfv.t - 1) // 2)
-        if len(msg.blobs) != 2:
+        if len(msg.blobs) != 2 or len(msg.blobs[1]) != (m + 7) // 8:  # one bit per column
             raise ProtocolError("malformed decryption request: blobs")
         active_bits = np.unpackbits(np.frombuffer(msg.blobs[1], dtype=np.uint8))
-        if active_bits.size < m:
-            raise ProtocolError("malformed decryption request: active columns")
         active = active_bits[:m].astype(bool)
         ct = self.bfv.deserialize(msg.blobs[0], low=True)
         t = self.bfv.t
@@ -360,6 +358,8 @@ class SecSVClient:
             vals = sh.centre(rd.read_grid(total, lp.d_out, plan.width, m), t)[:, active]
             if vals.size and int(np.abs(vals).max()) > bound:
                 raise ProtocolError("decrypted values exceed the announced bound")
+            if divisor_log2 != plan.frac_model + plan.frac_inputs[layer]:  # the plan fixes it
+                raise ProtocolError("malformed decryption request: scale_bits")
             real = vals.astype(np.float64) / (float(weight_sum) * 2.0 ** divisor_log2)
             act = self.spec.layers[layer].activation
             out = activate(act, real)
