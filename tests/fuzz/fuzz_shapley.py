@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

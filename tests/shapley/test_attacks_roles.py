@@ -323,3 +323,45 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
         with pytest.raises(ProtocolError):
             server.receive_model(_re(model, **bad))
     server.receive_model(model)
+
+
+# ====================================================================== Flower runtime
+def test_regression_flower_train_replies_with_hostile_numbers() -> None:
+    """Regression: RecordingFedAvg.aggregate_train let OverflowError out for a client id
+    of inf and ValueError for a NaN or infinite weight, and recorded negative weights."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pytest.importorskip("flwr", reason="Flower is optional: fedsec[flower]")
+        from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+        from flwr.supercore.task_identity import TaskIdentity
+
+    from fedsec.learning.model import LayerSpec, ModelSpec
+    from fedsec.runtime import flower_shapley as fs
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    try:
+        spec = ModelSpec("t", (LayerSpec.dense(3, 2),))
+        params = spec.init_params(np.random.default_rng(0))
+
+        def aggregate(cid: Any, weight: Any) -> Any:
+            out = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=5,
+                          message_type="train")
+            reply = Message(RecordDict({
+                "arrays": fs.params_to_arrays(params),
+                "metrics": MetricRecord({"num-examples": weight}),
+                fs.FEDSEC_KEY: ConfigRecord({fs.CLIENT_ID: cid})}), reply_to=out)
+            strategy = fs.RecordingFedAvg(spec, 2)
+            strategy._keys, strategy._current = ["0", "1"], params  # noqa: SLF001
+            return strategy, strategy.aggregate_train(1, [reply])
+
+        strategy, (arrays, _) = aggregate(1, 3)
+        assert arrays is not None and strategy.server.rounds[0].participants == (1,)
+        for cid, weight in ((float("inf"), 3), (0, float("nan")), (0, float("inf")),
+                            (0, -5.0)):
+            with pytest.raises(ProtocolError):
+                aggregate(cid, weight)
+    finally:
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved

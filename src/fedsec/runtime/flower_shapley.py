@@ -149,9 +149,11 @@ class RecordingFedAvg(FedAvg):
                 arrays = next(iter(content.array_records.values()))
                 metrics = next(iter(content.metric_records.values()))
                 weight = float(metrics[self.weighted_by_key])  # type: ignore[arg-type]
-            except (KeyError, StopIteration, TypeError, ValueError) as exc:
+            except (KeyError, StopIteration, TypeError, ValueError, OverflowError) as exc:
                 raise ProtocolError(f"A train reply lacks the fedsec client id, arrays or "
                                     f"'{self.weighted_by_key}': {exc!r}") from None
+            if not weight >= 0 or weight == float("inf"):  # NaN, negative or infinite
+                raise ProtocolError(f"Client {cid} reports '{self.weighted_by_key}' = {weight}.")
             if cid in updates:
                 raise ProtocolError(f"Two train replies claim client id {cid}.")
             if not 0 <= cid < self.server.n_clients:
