@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -430,6 +431,33 @@ def _ok_bools(n: int) -> Callable[[Any], str | None]:
     return check
 
 
+def _same_message(a: bytes, b: bytes) -> bool:
+    """Whether ``a`` decodes to the same message as ``b`` (a framing-neutral change)."""
+    try:
+        return wire.decode(a) == wire.decode(b)
+    except ProtocolError:
+        return False
+
+
+def _in_flight_oracle(honest: np.ndarray, n: int, meta_only: bool
+                      ) -> Callable[[Any], str | None]:
+    """One boolean per sample; and an accepted message with the same content (a
+    framing-neutral change), or a client's share whose metadata alone changed (its values
+    are this run's honest ones), must not change the evaluation: SecSV and SecretSV are
+    exact, so the result must be exactly the honest one."""
+    shape = _ok_bools(n)
+
+    def check(result: Any) -> str | None:
+        out, same = result
+        bad = shape(out)
+        if bad is None and (meta_only or any(same)) and not np.array_equal(out, honest):
+            return (f"an accepted {'metadata change' if meta_only else 'same message'} "
+                    f"changed the result silently: {int((out != honest).sum())} of "
+                    f"{len(honest)} samples differ")
+        return bad
+    return check
+
+
 def _meta_of(data: bytes) -> dict[str, Any] | None:
     try:
         return dict(wire.decode(data).meta)
@@ -768,11 +796,30 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     def in_flight(evals: dict[int, tuple[Recorder, np.ndarray]], hostile: Hostile,
                   clone: Callable[[Any], Any], base: Any, raw_kinds: set[str]
                   ) -> tuple[Callable[[Any], Any], Callable[[Mutator], Case]]:
-        def call(x: tuple[int, str, int, bytes]) -> Any:
-            mask, kind, k, data = x
+        """The ``k``-th message of a kind, mutated *in flight* (the bytes of this very
+        evaluation: shares and masks are fresh in every run), or replaced by the one of
+        the honest corpus run (a replay)."""
+        def call(x: tuple[int, str, int, str, float, bytes]) -> Any:
+            mask, kind, k, how, sub, replay = x
             r = clone(base)
-            r.acc.swap = (kind, k, lambda _old: data)
-            return r.evaluate(0, mask, None)
+            same: list[bool] = []
+
+            def swap(old: bytes) -> bytes:
+                if how == "replay":
+                    new = replay
+                else:
+                    mm = Mutator(random.Random(sub), w.pools)  # noqa: S311 - fuzzing
+                    if kind in raw_kinds:
+                        new = mm.mutate_many(old) if how == "outsider" else mm.rng.choice(
+                            hostile.foreign + [old[:-8], old * 2])
+                    else:
+                        new = {"outsider": hostile.outsider, "meta": hostile.meta,
+                               "blob": hostile.blob}[how](mm, old)
+                same.append(_same_message(new, old))
+                return new
+
+            r.acc.swap = (kind, k, swap)
+            return r.evaluate(0, mask, None), same
 
         def produce(m: Mutator) -> Case:
             mask = m.rng.choice(MASKS)
@@ -781,19 +828,15 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             kind = m.rng.choice(kinds)
             same = [p for _, _, k2, p in log.log if k2 == kind]
             k = m.rng.randrange(len(same))
-            valid = same[k]
-            if kind in raw_kinds:  # raw bytes (not framed): mutate, resize, replay
-                r = m.rng.random()
-                if r < 0.6:
-                    data, name = m.mutate_many(valid), "outsider"
-                elif r < 0.8:
-                    data, name = m.rng.choice(hostile.foreign + [valid[:-8], valid * 2]), \
-                        "blob"
-                else:
-                    data, name = m.rng.choice(same), "replay"
+            r = m.rng.random()
+            if kind in raw_kinds:
+                how = "outsider" if r < 0.6 else "blob" if r < 0.8 else "replay"
             else:
-                data, name = hostile.any(m, valid, [p for p in same if p != valid])
-            return Case((mask, kind, k, data), f"{kind}:{name}", _ok_bools(n_samples))
+                how = "outsider" if r < 0.35 else "meta" if r < 0.6 else "blob" \
+                    if r < 0.85 else "replay"
+            replay = m.rng.choice(same)
+            oracle = _in_flight_oracle(honest, n_samples, kind == "share" and how == "meta")
+            return Case((mask, kind, k, how, m.rng.random(), replay), f"{kind}:{how}", oracle)
         return call, produce
 
     call, produce = in_flight(w.s_eval, hs, clone_srun, run, {"product"})
