@@ -95,3 +95,26 @@ def test_shapley_metadata_sweep(shapley_world: ShapleyWorld,
         if bad is not None:
             failures.append(f"{key}={meta.get(key, '<missing>')!r:.60}: {bad.splitlines()[0]}")
     assert not failures, "\n".join(failures[:10])
+
+
+#: Hypothesis examples per metadata case (several keys changed at once).
+META_EXAMPLES = 20
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_shapley_hostile_metadata(shapley_world: ShapleyWorld,
+                                  shapley_targets: dict[str, Target], case: str) -> None:
+    from fuzz_strategies import hostile_meta
+    from hypothesis import HealthCheck, given, settings
+
+    name, valid, build = shapley_meta_cases(shapley_world)[case]
+    target = shapley_targets[name]
+
+    @settings(max_examples=META_EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(meta=hostile_meta(valid))
+    def check(meta: dict) -> None:  # type: ignore[type-arg]
+        _, bad, _ = execute(target, build(meta))
+        assert bad is None, f"{case} with metadata {meta!r:.300}: {bad}"
+
+    check()
