@@ -16,7 +16,9 @@ objects, one per entry point where a role consumes another role's bytes:
 * **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
   dealer's triple) and ``beaver`` (the other server's opening); the client's
   ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
-  re-shares, label shares, A's label difference).
+  re-shares, label shares, A's label difference);
+* **Flower runtime** - ``RecordingFedAvg.aggregate_train`` on train replies with hostile
+  client ids, weights and arrays.
 
 Producers: *outsider* (wire-level mutations of a valid message: truncation, bit flips,
 length fields, kinds, versions, metadata), *meta* (one metadata key dropped or set to a
@@ -56,7 +58,7 @@ from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
 from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
 
 __all__ = ["ShapleyWorld", "build_shapley_world", "make_shapley_targets",
-           "shapley_meta_cases", "SHAPLEY_TARGETS", "HESV_PRESET_TEST"]
+           "shapley_meta_cases", "SHAPLEY_TARGETS", "FLOWER_TARGETS", "HESV_PRESET_TEST"]
 
 HESV_PRESET_TEST = "INSECURE_TEST_N2048_DEPTH2_S24"
 N_CLIENTS = 4
@@ -615,8 +617,9 @@ SHAPLEY_TARGETS = (
     "SecSVServer.receive_data", "SecSVServer.receive_model", "SecSV.evaluate[in-flight]",
     "SecretSVServer.receive_data", "SecretSVServer.receive_model",
     "SecretSVServer.open_share", "SecretSVServer.beaver", "SecretSVClient.reconstruct",
-    "SecretSV.evaluate[in-flight]",
+    "SecretSV.evaluate[in-flight]", "RecordingFedAvg.aggregate_train",
 )
+FLOWER_TARGETS = {"RecordingFedAvg.aggregate_train"}  # left out without Flower installed
 
 
 def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
@@ -930,6 +933,9 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     call, produce = in_flight(w.t_eval, ht, clone_trun, trun, {"label-diff"})
     targets.append(Target("SecretSV.evaluate[in-flight]", call, [("any", 1, produce)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
+    flower = flower_target(w)
+    if flower is not None:
+        targets.append(flower)
     return targets
 
 
@@ -1029,3 +1035,113 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
                                       lambda m: Case(rebuild(tp, m), "sweep")),
         "SecretSVClient.reconstruct": ("SecretSVClient.reconstruct", meta(t_p), treconstruct),
     }
+
+
+# ---------------------------------------------------------------------- Flower runtime
+def flower_target(w: ShapleyWorld) -> Target | None:
+    """``RecordingFedAvg.aggregate_train``: train replies with hostile client ids, weights
+    and arrays (None without Flower installed)."""
+    import contextlib
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from flwr.app import (
+                Array,
+                ArrayRecord,
+                ConfigRecord,
+                Message,
+                MetricRecord,
+                RecordDict,
+            )
+            from flwr.supercore.task_identity import TaskIdentity
+
+            from fedsec.runtime import flower_shapley as fs
+    except ImportError:  # pragma: no cover - fedsec[flower] not installed
+        return None
+
+    spec = w.record.spec
+    params = [np.asarray(p) for p in w.record.rounds[0].local_params[0]]
+
+    @contextlib.contextmanager
+    def identity() -> Any:
+        saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)  # noqa: SLF001
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+        try:
+            yield
+        finally:
+            TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved  # noqa: SLF001
+
+    cids: tuple[Any, ...] = (0, 1, 3, 4, -1, 2**63 - 1, 1.5, float("inf"), float("nan"), "1",
+                             b"1", True, [1], None)
+    weights: tuple[Any, ...] = (3, 1, 0, -1, 0.5, float("nan"), float("inf"), -float("inf"),
+                                1e308, 2**62, "3", True, None)
+
+    def arrays(m: Mutator) -> list[Any]:
+        op = m.rng.randrange(9)
+        ps = [p.copy() for p in params]
+        if op == 0:
+            ps = ps[:-1]
+        elif op == 1:
+            ps[0] = ps[0].ravel()
+        elif op == 2:
+            ps[m.rng.randrange(len(ps))].flat[0] = m.rng.choice((np.nan, np.inf, -np.inf))
+        elif op == 3:
+            ps = [p.astype(m.rng.choice((np.float16, np.int64, np.complex128, np.bool_)))
+                  for p in ps]
+        elif op == 4:
+            ps.append(np.zeros(3))
+        elif op == 5:
+            ps = []
+        return ps
+
+    def produce(m: Mutator) -> Case:
+        cid, weight = m.rng.choice(cids), m.rng.choice(weights)
+        ps = arrays(m)
+        with identity(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=5,
+                          message_type="train")
+            content = RecordDict()
+            with contextlib.suppress(Exception):  # Flower refuses some values itself
+                content["arrays"] = ArrayRecord({str(k): Array(p) for k, p in enumerate(ps)})
+            with contextlib.suppress(Exception):
+                content["metrics"] = MetricRecord({} if weight is None else
+                                                  {"num-examples": weight})
+            with contextlib.suppress(Exception):
+                content[fs.FEDSEC_KEY] = ConfigRecord({} if cid is None else
+                                                      {fs.CLIENT_ID: cid})
+            reply = Message(content, reply_to=out)
+        return Case([reply], f"cid={cid!r:.20} weight={weight!r:.20}", oracle)
+
+    def oracle(strategy: Any) -> str | None:
+        for rnd in strategy.server.rounds:
+            if not all(0 <= c < N_CLIENTS for c in rnd.participants):
+                return f"participants {rnd.participants} recorded"
+            if not np.all(np.isfinite(rnd.weights)) or np.any(np.asarray(rnd.weights) < 0):
+                return f"weights {rnd.weights} recorded"
+            for local in rnd.local_params:
+                if not all(np.all(np.isfinite(p)) for p in local):
+                    return "a non-finite local model recorded"
+        return None
+
+    def call(replies: list[Any]) -> Any:
+        import logging
+
+        strategy = fs.RecordingFedAvg(spec, N_CLIENTS)
+        strategy._keys, strategy._current = [str(k) for k in range(len(params))], params  # noqa: SLF001
+        logging.getLogger("flwr").disabled = True
+        try:
+            with identity():
+                strategy.aggregate_train(1, replies)
+        finally:
+            logging.getLogger("flwr").disabled = False
+        return strategy
+
+    from flwr.serverapp.exception import InconsistentMessageReplies
+
+    # Flower's own refusal of replies without exactly one ArrayRecord and MetricRecord (an
+    # AppExitException: the ServerApp exits by design) is reported, not a violation
+    return Target("RecordingFedAvg.aggregate_train", call, [("any", 1, produce)],
+                  noted=(InconsistentMessageReplies,), weight=0.5)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fuzz_mutations import SWEEP_VALUES
-from fuzz_shapley import SHAPLEY_TARGETS, ShapleyWorld, shapley_meta_cases
+from fuzz_shapley import FLOWER_TARGETS, SHAPLEY_TARGETS, ShapleyWorld, shapley_meta_cases
 from fuzz_targets import Target, execute, run
 
 #: Executions of the mutation schedule per target in the suite.
@@ -27,7 +27,7 @@ SUITE_SWEEP = (None, True, -1, 2**64, 10**300, 1e300, float("nan"), float("inf")
 
 
 def test_every_shapley_target_is_listed(shapley_targets: dict[str, Target]) -> None:
-    assert set(shapley_targets) == set(SHAPLEY_TARGETS)
+    assert set(shapley_targets) in (set(SHAPLEY_TARGETS), set(SHAPLEY_TARGETS) - FLOWER_TARGETS)
 
 
 def test_world_is_honest(shapley_world: ShapleyWorld) -> None:
@@ -45,6 +45,8 @@ def test_world_is_honest(shapley_world: ShapleyWorld) -> None:
 @pytest.mark.parametrize("name", SHAPLEY_TARGETS)
 def test_shapley_mutation_schedule(shapley_world: ShapleyWorld,
                                    shapley_targets: dict[str, Target], name: str) -> None:
+    if name not in shapley_targets:
+        pytest.skip("Flower is not installed (fedsec[flower])")
     report = run(shapley_world, [shapley_targets[name]], executions={name: PER_TARGET},
                  seed=8, slow_seconds=10.0)
     stats = report.stats[name]

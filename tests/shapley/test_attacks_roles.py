@@ -328,7 +328,8 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
 # ====================================================================== Flower runtime
 def test_regression_flower_train_replies_with_hostile_numbers() -> None:
     """Regression: RecordingFedAvg.aggregate_train let OverflowError out for a client id
-    of inf and ValueError for a NaN or infinite weight, and recorded negative weights."""
+    of inf, ValueError for a NaN or infinite weight, ZeroDivisionError for a zero weight
+    and ComplexWarning for complex arrays, and recorded negative weights and NaN models."""
     import warnings
 
     with warnings.catch_warnings():
@@ -360,8 +361,15 @@ def test_regression_flower_train_replies_with_hostile_numbers() -> None:
         strategy, (arrays, _) = aggregate(1, 3)
         assert arrays is not None and strategy.server.rounds[0].participants == (1,)
         for cid, weight in ((float("inf"), 3), (0, float("nan")), (0, float("inf")),
-                            (0, -5.0)):
+                            (0, -5.0), (0, 0)):  # 0: Flower's metrics divided by zero
             with pytest.raises(ProtocolError):
                 aggregate(cid, weight)
+        good = params
+        for bad in ([p.astype(np.complex128) for p in good],  # ComplexWarning, then cast
+                    [np.full_like(good[0], np.nan), good[1]]):
+            params = bad
+            with pytest.raises(ProtocolError, match="finite real"):
+                aggregate(1, 3)
+        params = good
     finally:
         TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved

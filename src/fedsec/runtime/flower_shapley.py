@@ -88,6 +88,8 @@ def params_to_arrays(params: Sequence[NDArray[Any]]) -> ArrayRecord:
 def arrays_to_params(arrays: ArrayRecord, spec: ModelSpec | None = None) -> Params:
     """Parameters from an ``ArrayRecord`` in key order (shapes checked against ``spec``)."""
     params = [np.asarray(arrays[key].numpy()) for key in arrays]
+    if not all(p.dtype.kind in "fiu" and np.isfinite(p).all() for p in params):
+        raise ProtocolError("Model arrays must be finite real numbers.")
     if spec is not None:
         try:
             spec.check_params(params)
@@ -152,7 +154,7 @@ class RecordingFedAvg(FedAvg):
             except (KeyError, StopIteration, TypeError, ValueError, OverflowError) as exc:
                 raise ProtocolError(f"A train reply lacks the fedsec client id, arrays or "
                                     f"'{self.weighted_by_key}': {exc!r}") from None
-            if not weight >= 0 or weight == float("inf"):  # NaN, negative or infinite
+            if not 0 < weight < float("inf"):  # NaN, zero (Flower divides), negative, inf
                 raise ProtocolError(f"Client {cid} reports '{self.weighted_by_key}' = {weight}.")
             if cid in updates:
                 raise ProtocolError(f"Two train replies claim client id {cid}.")
