@@ -92,7 +92,13 @@ from fedsec.crypto import wire
 from fedsec.crypto.ckks import Ciphertext, CKKSContext
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, PartyKeys
-from fedsec.crypto.matmul import SquaringPlan, plan_squaring, squaring_product
+from fedsec.crypto.matmul import (
+    FoldedPlan,
+    SquaringPlan,
+    matrix_product,
+    plan_folded,
+    plan_squaring,
+)
 from fedsec.crypto.params import get_preset
 from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LinearLayer, ModelSpec, activate
@@ -124,6 +130,13 @@ MAX_MESSAGE_BYTES = 256 << 20
 #: Costs (ms) for choosing layouts: HESV charges each output ciphertext its transfer and
 #: decryption.
 _HESV_COSTS = {"mul": 0.25, "relin": 1.8, "rot": 2.1, "rescale": 0.5, "enc": 1.8, "out": 6.0}
+#: Costs (ms) for the layers after the first, whose inputs a client re-encrypts for every
+#: coalition and batch: measured one by one on this machine class (N = 4096, three
+#: primes): "enc" = encrypt + serialize + the server's load; "out" = serialize + load +
+#: decrypt of an output; "rescale" twice (weighted models); "agg" = aggregating one model
+#: ciphertext per coalition (about 2.5 weighted terms), spread over all test samples.
+_HIDDEN_COSTS = {"mul": 0.16, "relin": 0.7, "rot": 0.71, "rescale": 0.4, "enc": 1.55,
+                 "out": 0.8, "agg": 0.25}
 _MAX_BATCHES = 1 << 16
 
 
@@ -215,7 +228,7 @@ class LayerPlan:
     """
 
     spec_kind: str
-    plan: SquaringPlan
+    plan: SquaringPlan | FoldedPlan
     cols: int
     activation: str
     in_shape: tuple[int, ...] = ()
@@ -293,6 +306,39 @@ def _first_layer_cost(p: SquaringPlan, cols: int, batch_hint: int) -> float:
                                                                 * c["out"])
 
 
+def _hidden_cost(p: SquaringPlan | FoldedPlan, batch_hint: int, n_clients: int = 5) -> float:
+    """Modelled cost per sample of a layer after the first (re-encrypted inputs): the
+    products a batch of ``batch_hint`` samples needs (padding included) and the
+    per-coalition aggregation of the model's ciphertexts, spread over every client's
+    samples."""
+    c = _HIDDEN_COSTS
+    chunks = math.ceil(batch_hint / p.capacity)
+    per_product = p.cost(c, encrypt_b=True) * p.capacity
+    agg = p.row_blocks * p.a_count * c["agg"] / n_clients
+    return (chunks * per_product + agg) / batch_hint
+
+
+def _hidden_candidates(d_out: int, d_in: int, slots: int, packed: bool
+                       ) -> list[SquaringPlan | FoldedPlan]:
+    """Rotation-free squares and folded layouts (whose outputs hold exactly ``A B``)."""
+    out: list[SquaringPlan | FoldedPlan] = []
+    for d in range(1, math.isqrt(slots) + 1):
+        try:
+            out.append(plan_squaring(d_out, d_in, slots, block=d, rotations=False,
+                                     packed=packed))
+        except ValueError:
+            continue
+    rows_options = sorted({math.ceil(d_out / j) for j in range(1, d_out + 1)})
+    g = 1
+    while g <= slots:
+        for rows in rows_options:
+            if rows * g <= slots:
+                out.append(plan_folded(d_out, d_in, slots, rows=rows, groups=g,
+                                       packed=packed))
+        g *= 2
+    return out
+
+
 def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool,
                  first_rotations: bool = False) -> list[LayerPlan]:
     plans = []
@@ -309,7 +355,19 @@ def _layer_plans(spec: ModelSpec, slots: int, batch_hint: int, packed: bool,
         else:
             raise ValueError(f"HESV evaluates dense and conv2d layers; {spec.name} has a "
                              f"{layer.kind} layer.")
-        best: tuple[float, SquaringPlan] | None = None
+        best: tuple[float, SquaringPlan | FoldedPlan] | None = None
+        if index > 0 and cols == 1:
+            # inputs re-encrypted per coalition and batch: squares or the folded layout
+            for cand in _hidden_candidates(d_out, d_in, slots, packed):
+                if len(cand.rotations()) > 24:
+                    continue
+                cost = _hidden_cost(cand, max(1, batch_hint))
+                if best is None or cost < best[0]:
+                    best = (cost, cand)
+            if best is None:  # pragma: no cover - the folded layout always fits
+                raise ValueError(f"no layout for a {layer.kind} layer of {spec.name}")
+            plans.append(LayerPlan(layer.kind, best[1], cols, layer.activation, **extra))
+            continue
         rotate = first_rotations and index == 0
         for d in range(1, math.isqrt(slots) + 1):
             try:
@@ -580,6 +638,8 @@ class HESVServer:
         self.plans = config.plans(spec)
         self.batch = config.batch_size(spec)
         first = self.plans[0].plan
+        if not isinstance(first, SquaringPlan):  # pragma: no cover - planner invariant
+            raise ValueError("the first layer is laid out as Matrix-Squaring squares")
         # With a rotate-and-sum (first layer, shortcut only), slots outside each tile's
         # first rows*d hold partial sums: the weighting zeroes them before anyone decrypts.
         self._valid_slots: FloatArray | None = None
@@ -697,9 +757,12 @@ class HESVServer:
             self._agg = {}  # one coalition at a time
             ws = [(1.0, "global")] if mask == 0 else [(w, c) for c, w in
                                                        self._weights(t, mask)]
-            agg = []
+            agg: list[list[list[Ciphertext]]] = []
             for li, lp in enumerate(self.plans):
-                blocks = []
+                blocks: list[list[Ciphertext]] = []
+                if li == 0 and self.config.linear_shortcut:
+                    agg.append(blocks)  # the shortcut never uses θ_S's first layer
+                    continue
                 for j in range(lp.plan.row_blocks):
                     blocks.append([self.ctx.add_many([self.ctx.multiply_const(
                         self.models[(t, c)][li][j][k], w,
@@ -717,7 +780,7 @@ class HESVServer:
         per = plan.b_count
         out: list[Ciphertext] = []
         for k in range(len(b) // per):
-            outs = squaring_product(self.ctx, plan, model, b[k * per:(k + 1) * per])
+            outs = matrix_product(self.ctx, plan, model, b[k * per:(k + 1) * per])
             out.extend(self.ctx.rescale(o) for o in outs) if weighted else out.extend(outs)
         return out
 
