@@ -662,6 +662,8 @@ class HESVServer:
         self.models: dict[tuple[int, int | str], list[list[list[Ciphertext]]]] = {}
         self._first: dict[tuple[int, int | str, int, int], list[Ciphertext]] = {}
         self._agg: dict[tuple[int, int], list[list[list[Ciphertext]]]] = {}
+        self._weighted: dict[tuple[int, int | str], tuple[list[list[list[Ciphertext]]],
+                                                          list[list[list[Ciphertext]]]]] = {}
         self._evals: dict[tuple[int, int, int, int], _Eval] = {}
         self._counts: dict[tuple[int, int], int] = {}
         self._pending: dict[tuple[int, int], int] = {}
@@ -754,28 +756,68 @@ class HESVServer:
             out.append(self.ctx.add_many([self._scaled(cts[k], w) for w, cts in terms]))
         return out
 
+    def _weighted_model(self, t: int, key: int | str) -> list[list[list[Ciphertext]]]:
+        """Model ``key`` of round ``t``, the layers θ_S aggregates multiplied by its share
+        ``w_i / W_t`` of the round's FedAvg weight (the global model: 1), encoded at scale
+        ``q`` and not rescaled. Once per model upload: the stored copy of those layers is
+        released (nothing else reads them)."""
+        layers = self.models[(t, key)]
+        hit = self._weighted.get((t, key))
+        if hit is not None and hit[0] is layers:
+            return hit[1]
+        if key == "global":
+            weight = 1.0
+        else:
+            parts, w = self.rounds[t]
+            weight = float(w[parts.index(int(key))]) / float(np.sum(w))
+        out: list[list[list[Ciphertext]]] = []
+        for li, blocks in enumerate(layers):
+            if li == 0 and self.config.linear_shortcut:
+                out.append([])  # the shortcut never uses θ_S's first layer
+                continue
+            out.append([[self.ctx.multiply_const(ct, weight,
+                                                 scale=float(self.ctx.rescale_prime(ct)))
+                         for ct in block] for block in blocks])
+            layers[li] = []
+        self._weighted[(t, key)] = (layers, out)
+        return out
+
     def _model_layer(self, t: int, mask: int, layer: int) -> list[list[Ciphertext]]:
         """``[[θ_S^(l)]]`` times the last prime ``q`` (aggregated once per coalition).
 
         The weights are encoded at scale ``q`` and *not* rescaled: the product with the
         data is rescaled twice instead (see :meth:`_product`), so the rounding of a rescale
-        never lands on the model's parameters -- it would be multiplied by every input."""
+        never lands on the model's parameters -- it would be multiplied by every input.
+        Each model is weighted once per round by ``w_i / W_t``
+        (:meth:`_weighted_model`); a coalition's sum is renormalised to
+        ``ω_{i|S} = w_i / W_S`` for free, by recording its CKKS scale divided by
+        ``W_t / W_S`` (the ciphertext is untouched: no noise, no level) -- additions only
+        per coalition instead of ``|S|`` plaintext products per ciphertext."""
         key = (t, mask)
         if key not in self._agg:
             self._agg = {}  # one coalition at a time
-            ws = [(1.0, "global")] if mask == 0 else [(w, c) for c, w in
-                                                       self._weights(t, mask)]
+            if mask == 0:
+                members: list[int | str] = ["global"]
+                factor = 1.0
+            else:
+                parts, w = self.rounds[t]
+                sel = [j for j in range(len(parts)) if mask >> j & 1]
+                members = [parts[j] for j in sel]
+                factor = float(np.sum(w)) / float(sum(w[j] for j in sel))
+            models = [self._weighted_model(t, c) for c in members]
             agg: list[list[list[Ciphertext]]] = []
             for li, lp in enumerate(self.plans):
                 blocks: list[list[Ciphertext]] = []
                 if li == 0 and self.config.linear_shortcut:
-                    agg.append(blocks)  # the shortcut never uses θ_S's first layer
+                    agg.append(blocks)
                     continue
                 for j in range(lp.plan.row_blocks):
-                    blocks.append([self.ctx.add_many([self.ctx.multiply_const(
-                        self.models[(t, c)][li][j][k], w,
-                        scale=float(self.ctx.rescale_prime(self.models[(t, c)][li][j][k])))
-                        for w, c in ws]) for k in range(lp.plan.a_count)])
+                    row = []
+                    for k in range(lp.plan.a_count):
+                        ct = self.ctx.add_many([m[li][j][k] for m in models])  # a new object
+                        ct.scale = float(ct.scale) / factor
+                        row.append(ct)
+                    blocks.append(row)
                 agg.append(blocks)
             self._agg[key] = agg
         return self._agg[key][layer - 1]
@@ -912,6 +954,7 @@ class HESVServer:
         self._first = {k: v for k, v in self._first.items() if k[0] != t}
         self._agg = {}
         self.models = {k: v for k, v in self.models.items() if k[0] != t}
+        self._weighted = {k: v for k, v in self._weighted.items() if k[0] != t}
 
 
 # ---------------------------------------------------------------------- driver
