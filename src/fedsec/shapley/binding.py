@@ -198,11 +198,11 @@ class Requests:
     def answer(self, meta: dict[str, Any], expected: Context, *, what: str) -> Context:
         """Check an answer: it echoes an open id issued for ``expected``'s evaluation and
         its context is ``expected``; the id is then closed (each answered once)."""
+        got = check_context(meta, expected, what=what)
         rid, issued = self.peek(meta, what=what)
         if issued.at(step=expected.step) != expected:
             raise ReplayRefused(f"{what} answers a request of another evaluation",
                                 check="request-id")
-        got = check_context(meta, expected, what=what)
         del self._open[rid]
         return got
 

@@ -751,12 +751,12 @@ class PrincipalServer(_Server):
     def _answer(self, data: bytes, kind: str, step: str, layer: int) -> wire.Message:
         ev = self._need_eval()
         msg = wire.decode(data, expect=kind, max_bytes=1 << 28)
-        _rid, issued = self.requests.peek(msg.meta, what=kind)
         expected = ev.ctx.at(layer=layer, step=step)
+        check_context(msg.meta, expected, what=kind)
+        _rid, issued = self.requests.peek(msg.meta, what=kind)
         if issued.at(step=step) != expected:
             raise ReplayRefused(f"{kind} answers a request of another evaluation or layer",
                                 check="request-id")
-        check_context(msg.meta, expected, what=kind)
         return msg
 
     def receive_share(self, data: bytes, layer: int, d: int, m: int) -> tuple[U64, int]:
