@@ -76,6 +76,8 @@ class Recorder(Accounting):
         self.log: list[tuple[str, str, str, bytes]] = []
         self.keep = keep
         self.swap: tuple[str, int, Callable[[bytes], bytes]] | None = None
+        #: several substitutions at once: ``(kind, k) -> fn``
+        self.swaps: dict[tuple[str, int], Callable[[bytes], bytes]] = {}
         self._seen: dict[str, int] = {}
         self.swapped: bytes | None = None
         #: called with every message before it is delivered (e.g. to snapshot the roles)
@@ -84,11 +86,15 @@ class Recorder(Accounting):
     def message(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
         if self.hook is not None:
             self.hook(sender, receiver, kind, bytes(payload))
-        if self.swap is not None and kind == self.swap[0]:
+        swaps = dict(self.swaps)
+        if self.swap is not None:
+            swaps[(self.swap[0], self.swap[1])] = self.swap[2]
+        if any(kd == kind for kd, _ in swaps):
             k = self._seen.get(kind, 0)
             self._seen[kind] = k + 1
-            if k == self.swap[1]:
-                payload = self.swap[2](bytes(payload))
+            fn = swaps.get((kind, k))
+            if fn is not None:
+                payload = fn(bytes(payload))
                 self.swapped = payload
                 return payload  # not counted: hostile bytes may be anything
         if self.keep:

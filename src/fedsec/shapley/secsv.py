@@ -742,7 +742,7 @@ class PrincipalServer(_Server):
         if request_id(msg.meta, "re") != ev.ev:
             raise ReplayRefused("product of another evaluation", check="request-id")
         if (layer, step) in ev.products:
-            raise ReplayRefused("product received twice", check="step")
+            raise ReplayRefused("product received twice", check="request-id")
         if len(msg.blobs) != 1:
             raise ProtocolError("malformed product: one blob expected")
         ev.products.add((layer, step))
