@@ -137,6 +137,7 @@ def clone_hserver(s: HESVServer) -> HESVServer:
 def clone_hclient(s: HESVClient) -> HESVClient:
     c = copy.copy(s)
     c._seen = {k: set(v) for k, v in s._seen.items()}  # noqa: SLF001
+    c._answered = s._answered.copy()  # noqa: SLF001
     c.acc = Accounting()
     return c
 
