@@ -367,3 +367,62 @@ def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
     with pytest.raises(ReplayRefused) as e:
         snap.P.receive_share(to_p, 4, m)
     assert e.value.check == "layer"
+
+
+# ---------------------------------------------------------------------- HESV
+@pytest.fixture(scope="module")
+def hworld() -> fz.ShapleyWorld:
+    return fz.build_shapley_world()
+
+
+def _hre(data: bytes, **meta: Any) -> bytes:
+    msg = wire.decode(data)
+    return fz._encode_loose(msg.kind, {**msg.meta, **meta}, list(msg.blobs))  # noqa: SLF001
+
+
+def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
+    from fedsec.errors import PolicyViolation
+
+    w = hworld
+    # a difference request answered twice: refused by its id (nothing else remembers it)
+    diff = next(r for r in w.h_requests if r.kind == "hesv/diff")
+    client = fz.clone_hclient(diff.client)
+    client.count(diff.request)
+    with pytest.raises(ReplayRefused) as e:
+        client.count(diff.request)
+    assert e.value.check == "request-id"
+    fz.clone_hclient(diff.client).count(diff.request)  # a fresh client state answers it
+    # a request of an earlier round than the client already served
+    req = next(r for r in w.h_requests if r.kind == "hesv/layer")
+    client = fz.clone_hclient(req.client)
+    client._round = 1  # noqa: SLF001 - as after serving round 1 (rounds run in order)
+    with pytest.raises(ReplayRefused) as e:
+        client.decrypt_layer(req.request)
+    assert e.value.check == "round"
+    fz.clone_hclient(req.client).decrypt_layer(req.request)  # round 0 is current: fine
+    # an honest request delivered to a client that is not its chain member, but that
+    # Prop. 6.8 alone would let decrypt (not an owner, nothing of this evaluation seen)
+    meta = wire.decode(req.request).meta
+    asked = req.client.index
+    bystander = next(c for c in w.h_clients if c.index not in (asked, meta["owner"])
+                     and c.index != meta.get("model_owner"))
+    with pytest.raises(PolicyViolation, match="not the chain's decryptor"):
+        fz.clone_hclient(bystander).decrypt_layer(req.request)
+
+
+def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
+    from fedsec.shapley.binding import new_request_id
+
+    w = hworld
+    for kind in ("hesv/activated", "hesv/predicted", "hesv/count"):
+        st = next(s for s in w.h_steps if s.kind == kind)
+        # a reply echoing another request's id (stale, or of another evaluation)
+        with pytest.raises(ReplayRefused) as e:
+            fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, re=new_request_id()))
+        assert e.value.check == "request-id"
+        with pytest.raises(ProtocolError):  # no id at all (what every reply was before)
+            fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, re=None))
+        server = fz.clone_hserver(st.server)
+        server.step(st.sender, st.reply)  # the genuine reply is taken ...
+        with pytest.raises(ProtocolError):  # ... once
+            server.step(st.sender, st.reply)
