@@ -11,8 +11,9 @@ objects, one per entry point where a role consumes another role's bytes:
   ``count`` and ``handle``;
 * **SecSV** - the client's ``receive_plan`` and ``decrypt_layer``; P's choice of the
   fixed point from the clients' bounds; P's and A's ``receive_data`` and ``receive_model``;
-  inside one evaluation (messages substituted in flight), A's encrypted product to P, the
-  decryption request to the client, its re-shares and label shares to P and A;
+  inside one evaluation (messages substituted in flight), P's evaluation announcement to
+  A, A's encrypted products to P, the decryption request to the client, its re-shares and
+  label shares to P and A, A's label difference;
 * **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
   dealer's triple) and ``beaver`` (the other server's opening); the client's
   ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
@@ -24,7 +25,11 @@ Producers: *outsider* (wire-level mutations of a valid message: truncation, bit 
 length fields, kinds, versions, metadata), *meta* (one metadata key dropped or set to a
 hostile value, blobs intact), *blob* (a ciphertext or share replaced by one from another
 context, level or scale, zero-length, huge, or the blob count changed), *replay* (a valid
-message of another step, evaluation or role). Oracles check what must hold when a hostile
+message of another step, evaluation or role -- since messages are bound to their context
+(:mod:`fedsec.shapley.binding`) these are refused as ``ReplayRefused``, a
+``ProtocolError``). Roles are cloned with their memory (ids issued and answered, the
+evaluation in flight), and P and A are snapshotted mid-evaluation where a decoder needs
+that state (a first Beaver product; just before they read a client's shares). Oracles check what must hold when a hostile
 message is accepted: a client never decrypts against Prop. 6.8's rules for itself, the
 HESV server's counts stay within the batch and nothing is counted twice, a model is never
 stored under a key its message does not own, and an evaluation returns one boolean per

@@ -58,6 +58,17 @@ be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concer
 model it owns, the last output of its own batch, or two consecutive layers of one
 evaluation), so a server that routes wrongly is stopped by the clients.
 
+Replays and splices (:mod:`fedsec.shapley.binding`): every message names the key set-up's
+session, and the decryption-chain messages their round, coalition, batch owner, batch and
+layer. Each layer or difference request carries a fresh 128-bit id; the reply must echo
+the id of the request in flight (the server takes each reply once, of the client it
+asked, for the layer in flight). A client answers each id once, refuses a request of a
+round earlier than one it already served (rounds are evaluated in order within a
+session), and checks that it is the chain's member for the step: the chain is derived on
+both sides from public data (:func:`chain_start`), so a request misrouted to any other
+client is refused (:class:`~fedsec.errors.PolicyViolation`). Metadata are not
+authenticated: binding stops genuine bytes used out of context, not a forging server.
+
 Layouts
 -------
 Every layer is a Matrix-Squaring product (:mod:`fedsec.crypto.matmul`), several squares
@@ -115,7 +126,7 @@ from fedsec.shapley.secure_common import (
 )
 
 __all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
-           "decryptor_chain", "security_level", "hesv_shapley"]
+           "chain_start", "decryptor_chain", "security_level", "hesv_shapley"]
 
 HESV_PRESET = "CKKS_128_N4096_DEPTH2_S24"
 FloatArray = NDArray[np.float64]

@@ -20,6 +20,19 @@ client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares an
 ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
 output on a batch of other clients' samples, as in SecSV. Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
+
+Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
+set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer --
+drawn by the in-process runner here; in a deployment each role sends its own and checks
+it is hashed in). Every message is bound to the session and its round, coalition, batch
+group, layer and step (data, model, triple and opening shares name their recipient or
+sender); each server checks what it reads against its own state: A decodes P's batch
+order and each announced evaluation (fresh id, this round, rows of one group); a triple
+must be of the evaluation and layer in flight and its id unused (a re-used triple would
+let the other server difference two openings); an opening must be the *other* server's
+(a server's own opening reflected back is refused); re-shares and label shares are taken
+once per layer of the evaluation in flight. A client reconstructs each (evaluation,
+layer) once and never an adjacent layer of an evaluation it served.
 """
 
 from __future__ import annotations
@@ -686,9 +699,9 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
     acc = Accounting()
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        # No keys, so no key set-up: the session is the hash of a fresh nonce from every
-        # role (clients, P, A, dealer); binding every message to it stops replays from
-        # other runs (fedsec.shapley.binding)
+        # No keys, so no key set-up: the session is the hash of a fresh nonce per role
+        # (clients, P, A, dealer; drawn here for the in-process roles); binding every
+        # message to it stops replays from other runs (fedsec.shapley.binding)
         session = session_from_nonces(PROTOCOL, [new_nonce() for _ in range(n + 3)])
         clients = [_Client(i, n, record.spec, x, y, session=session)
                    for i, (x, y) in enumerate(sets)]

@@ -60,6 +60,21 @@ a batch of other clients' samples (and, at the last layer, predicted labels), as
 paper; BFV ciphertexts are not circuit-private (noise is not flooded), which the paper's
 CKKS protocol does not provide either. Sizes and parameters in messages are checked by
 their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
+
+Replays and splices (:mod:`fedsec.shapley.binding`): every message carries its context
+(the key set-up's session, ``secsv``, round, coalition, batch, layer, step -- with the
+recipient for what P and A get in different copies) and is checked by its receiver
+against its own state. P issues an id per evaluation (announced to A in ``secsv/eval``)
+and per decryption request; the client echoes both; P takes each answer once and only for
+the evaluation and layer in flight, A takes one re-share per layer of the evaluation it
+was told about, then the label share. A decodes and checks P's batch list (every sample
+once) and each evaluation (this round, a fresh id, a batch it knows). A client answers
+each request id once and refuses a layer of an evaluation of which it decrypted the same
+or an adjacent layer (its own memory, not P's ``previous`` claim); it cannot tell the
+round, coalition or batch P *should* ask about (it has no schedule), so a withheld and
+later replayed request of another evaluation is decrypted but its answer is refused by P
+and A. Binding stops genuine bytes used out of context; it does not authenticate them (no
+MAC), which a malicious server or an attacker forging metadata would need.
 """
 
 from __future__ import annotations
