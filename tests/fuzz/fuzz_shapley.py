@@ -29,11 +29,11 @@ message of another step, evaluation or role -- since messages are bound to their
 (:mod:`fedsec.shapley.binding`) these are refused as ``ReplayRefused``, a
 ``ProtocolError``). Roles are cloned with their memory (ids issued and answered, the
 evaluation in flight), and P and A are snapshotted mid-evaluation where a decoder needs
-that state (a first Beaver product; just before they read a client's shares). Oracles check what must hold when a hostile
-message is accepted: a client never decrypts against Prop. 6.8's rules for itself, the
-HESV server's counts stay within the batch and nothing is counted twice, a model is never
-stored under a key its message does not own, and an evaluation returns one boolean per
-sample.
+that state (a first Beaver product; just before they read a client's shares). Oracles
+check what must hold when a hostile message is accepted: a client never decrypts against
+Prop. 6.8's rules for itself, the HESV server's counts stay within the batch and nothing
+is counted twice, a model is never stored under a key its message does not own, and an
+evaluation returns one boolean per sample.
 """
 
 from __future__ import annotations
