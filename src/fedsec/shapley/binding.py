@@ -196,8 +196,8 @@ class Requests:
         return rid, self._open[rid]
 
     def answer(self, meta: dict[str, Any], expected: Context, *, what: str) -> Context:
-        """Check an answer: it echoes an open id issued for ``expected``'s evaluation and
-        its context is ``expected``; the id is then closed (each answered once)."""
+        """Check an answer: its context is ``expected`` and it echoes an open id issued
+        for the same context (bar the step); the id is then closed (one answer each)."""
         got = check_context(meta, expected, what=what)
         rid, issued = self.peek(meta, what=what)
         if issued.at(step=expected.step) != expected:
@@ -205,9 +205,6 @@ class Requests:
                                 check="request-id")
         del self._open[rid]
         return got
-
-    def close(self, rid: str) -> None:
-        self._open.pop(rid, None)
 
 
 class Answered:

@@ -766,12 +766,7 @@ class PrincipalServer(_Server):
     def _answer(self, data: bytes, kind: str, step: str, layer: int) -> wire.Message:
         ev = self._need_eval()
         msg = wire.decode(data, expect=kind, max_bytes=1 << 28)
-        expected = ev.ctx.at(layer=layer, step=step)
-        check_context(msg.meta, expected, what=kind)
-        _rid, issued = self.requests.peek(msg.meta, what=kind)
-        if issued.at(step=step) != expected:
-            raise ReplayRefused(f"{kind} answers a request of another evaluation or layer",
-                                check="request-id")
+        self.requests.answer(msg.meta, ev.ctx.at(layer=layer, step=step), what=kind)
         return msg
 
     def receive_share(self, data: bytes, layer: int, d: int, m: int) -> tuple[U64, int]:
@@ -783,7 +778,6 @@ class PrincipalServer(_Server):
         x = _u64(msg.blobs[0], (d, m), "re-share")
         if x.size and int(x.max()) >= self.bfv.t:
             raise ProtocolError("share out of range")
-        self.requests.close(request_id(msg.meta, "re"))
         return x, b
 
     def compare(self, to_p: bytes, diff_a: bytes, brows: NDArray[np.int64], m: int
@@ -809,7 +803,6 @@ class PrincipalServer(_Server):
         t = self.bfv.t
         diff = sh.add_mod(sh.sub_mod(lp_, self.y[brows], t), diff_b, t)
         ok: BoolArray = sh.centre(diff, t) == 0
-        self.requests.close(request_id(msg.meta, "re"))
         self.eval = None
         return ok
 
