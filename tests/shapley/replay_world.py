@@ -54,6 +54,7 @@ class Run:
     """One protocol run: the roles ready to evaluate round 0 / round 1."""
 
     before: dict[int, Any]  # round -> the run just before its evaluations
+    setup: fz.Recorder  # the set-up's messages and every model upload
     logs: dict[tuple[int, int], tuple[fz.Recorder, np.ndarray]] = field(default_factory=dict)
 
 
@@ -66,11 +67,12 @@ def _evaluate(base: Any, clone: Callable[[Any], Any], t: int, mask: int
 
 
 def _rounds(run: Any, clone: Callable[[Any], Any]) -> Run:
+    setup = run.acc
     run.upload_round(0)
     r0 = clone(run)
     run.end_round(0)
     run.upload_round(1)
-    out = Run({0: r0, 1: clone(run)})
+    out = Run({0: r0, 1: clone(run)}, setup)
     for t, mask in ((0, MAIN), (0, OTHER_MASK), (1, MAIN)):
         out.logs[(t, mask)] = _evaluate(out.before[t], clone, t, mask)
     return out
@@ -97,11 +99,12 @@ def secretsv_run(rec: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]])
     P = ssv._Server("P", rec.spec, n_clients=n, session=session)  # noqa: SLF001
     A = ssv._Server("A", rec.spec, n_clients=n, session=session)  # noqa: SLF001
     to_p, to_a = zip(*(c.share_data(acc) for c in clients), strict=True)
-    P.receive_data(list(to_p))
-    A.receive_data(list(to_a))
+    P.receive_data([acc.message(f"client:{i}", "P", "data", d) for i, d in enumerate(to_p)])
+    A.receive_data([acc.message(f"client:{i}", "A", "data", d) for i, d in enumerate(to_a)])
     order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    A.receive_order(wire.encode("secretsv/batches", bind(
-        {"order": [o.tolist() for o in order]}, Context(session, "secretsv", step="batches"))))
+    A.receive_order(acc.message("P", "A", "batches", wire.encode("secretsv/batches", bind(
+        {"order": [o.tolist() for o in order]}, Context(session, "secretsv",
+                                                         step="batches")))))
     return ssv._Run(rec, acc, clients, P, A, ssv.Dealer(session=session), groups,  # noqa: SLF001
                     strong, order, leader=0)
 

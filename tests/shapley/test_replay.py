@@ -426,3 +426,78 @@ def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
         server.step(st.sender, st.reply)  # the genuine reply is taken ...
         with pytest.raises(ProtocolError):  # ... once
             server.step(st.sender, st.reply)
+
+
+# ---------------------------------------------------------------------- set-up inputs
+def _refused(call: Callable[[], Any], check: str) -> None:
+    with pytest.raises(ReplayRefused) as e:
+        call()
+    assert e.value.check == check, e.value
+
+
+def test_secsv_setup_inputs_bound(secsv: list[rw.Run]) -> None:
+    """Data shares, models, the plan, the batch list and the bounds from another session
+    (or round, or meant for the other server) are refused; spliced (the genuine binding
+    on the foreign content) they were accepted -- nothing else tells them apart."""
+    from fedsec.shapley import secsv as sv
+
+    mine, other = secsv[0].setup, secsv[1].setup
+    run = secsv[0].before[0]
+    cfg, spec = run.cfg, run.record.spec
+
+    def server(cls: Any) -> Any:
+        return cls(run.P.bfv, spec, rw.N, run.P.plan, cfg, session=run.P.session)
+
+    data_p = [p for _, _, p in mine.of("data", receiver="P")]
+    data_a = [p for _, _, p in mine.of("data", receiver="A")]
+    foreign = other.of("data", receiver="P")[0][2]
+    _refused(lambda: server(sv.PrincipalServer).receive_data([foreign, *data_p[1:]]),
+             "session")
+    _refused(lambda: server(sv.PrincipalServer).receive_data([data_a[0], *data_p[1:]]), "step")
+    server(sv.PrincipalServer).receive_data([rw.splice(foreign, data_p[0]), *data_p[1:]])
+    server(sv.AuxiliaryServer).receive_data(data_a)
+    # models: round 0's are expected; round 1's and another session's are refused
+    models = [p for _, r, p in mine.of("model", receiver="P")]
+    n_models = len(models) // 2
+    p_srv = fz.clone_sserver(run.P)
+    p_srv.models = {}
+    _refused(lambda: p_srv.receive_model(models[n_models]), "round")
+    _refused(lambda: p_srv.receive_model(other.of("model", receiver="P")[0][2]), "session")
+    assert p_srv.receive_model(rw.splice(other.of("model", receiver="P")[0][2], models[0]))
+    assert p_srv.receive_model(models[0])
+    # the plan (clients), the batch list (A), the bounds (P)
+    client = fz.clone_sclient(run.clients[0])
+    _refused(lambda: client.receive_plan(other.of("plan")[0][2]), "session")
+    client.receive_plan(mine.of("plan")[0][2])
+    a_srv = fz.clone_sserver(run.A)
+    _refused(lambda: a_srv.receive_batches(other.of("batches")[0][2]), "session")
+    a_srv.receive_batches(mine.of("batches")[0][2])
+    bounds = [p for _, _, p in mine.of("bounds")]
+    _refused(lambda: sv._pick_fixed_point([other.of("bounds")[0][2], *bounds[1:]],  # noqa: SLF001
+                                          run.record, cfg, run.P.bfv.t,
+                                          session=run.P.session), "session")
+
+
+def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
+    mine, other = secretsv[0].setup, secretsv[1].setup
+    run = secretsv[0].before[0]
+    empty = fz.clone_tserver(run.P)
+    empty.xbound, empty.models, empty.bounds = {}, {}, {}
+    data_p = [p for _, _, p in mine.of("data", receiver="P")]
+    data_a = [p for _, _, p in mine.of("data", receiver="A")]
+    foreign = other.of("data", receiver="P")[0][2]
+    _refused(lambda: fz.clone_tserver(empty).receive_data([foreign, *data_p[1:]]), "session")
+    _refused(lambda: fz.clone_tserver(empty).receive_data([data_a[0], *data_p[1:]]), "step")
+    fz.clone_tserver(empty).receive_data([rw.splice(foreign, data_p[0]), *data_p[1:]])
+    models = [p for _, r, p in mine.of("model", receiver="P")]
+    models_a = [p for _, r, p in mine.of("model", receiver="A")]
+    n_models = len(models) // 2
+    srv = fz.clone_tserver(empty)
+    _refused(lambda: srv.receive_model(models[n_models]), "round")
+    _refused(lambda: srv.receive_model(models_a[0]), "step")  # A's share of the model
+    _refused(lambda: srv.receive_model(other.of("model", receiver="P")[0][2]), "session")
+    srv.receive_model(rw.splice(models_a[0], models[0]))  # accepted without binding
+    srv.receive_model(models[0])
+    a_srv = fz.clone_tserver(run.A)
+    _refused(lambda: a_srv.receive_order(other.of("batches")[0][2]), "session")
+    a_srv.receive_order(mine.of("batches")[0][2])
