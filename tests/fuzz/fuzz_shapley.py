@@ -11,8 +11,9 @@ objects, one per entry point where a role consumes another role's bytes:
   ``count`` and ``handle``;
 * **SecSV** - the client's ``receive_plan`` and ``decrypt_layer``; P's choice of the
   fixed point from the clients' bounds; P's and A's ``receive_data`` and ``receive_model``;
-  inside one evaluation (messages substituted in flight), A's encrypted product to P, the
-  decryption request to the client, its re-shares and label shares to P and A;
+  inside one evaluation (messages substituted in flight), P's evaluation announcement to
+  A, A's encrypted products to P, the decryption request to the client, its re-shares and
+  label shares to P and A, A's label difference;
 * **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
   dealer's triple) and ``beaver`` (the other server's opening); the client's
   ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
@@ -24,11 +25,15 @@ Producers: *outsider* (wire-level mutations of a valid message: truncation, bit 
 length fields, kinds, versions, metadata), *meta* (one metadata key dropped or set to a
 hostile value, blobs intact), *blob* (a ciphertext or share replaced by one from another
 context, level or scale, zero-length, huge, or the blob count changed), *replay* (a valid
-message of another step, evaluation or role). Oracles check what must hold when a hostile
-message is accepted: a client never decrypts against Prop. 6.8's rules for itself, the
-HESV server's counts stay within the batch and nothing is counted twice, a model is never
-stored under a key its message does not own, and an evaluation returns one boolean per
-sample.
+message of another step, evaluation or role -- since messages are bound to their context
+(:mod:`fedsec.shapley.binding`) these are refused as ``ReplayRefused``, a
+``ProtocolError``). Roles are cloned with their memory (ids issued and answered, the
+evaluation in flight), and P and A are snapshotted mid-evaluation where a decoder needs
+that state (a first Beaver product; just before they read a client's shares). Oracles
+check what must hold when a hostile message is accepted: a client never decrypts against
+Prop. 6.8's rules for itself, the HESV server's counts stay within the batch and nothing
+is counted twice, a model is never stored under a key its message does not own, and an
+evaluation returns one boolean per sample.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.binding import Context, bind, new_nonce, session_from_nonces
 from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
 from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
 
@@ -75,15 +81,25 @@ class Recorder(Accounting):
         self.log: list[tuple[str, str, str, bytes]] = []
         self.keep = keep
         self.swap: tuple[str, int, Callable[[bytes], bytes]] | None = None
+        #: several substitutions at once: ``(kind, k) -> fn``
+        self.swaps: dict[tuple[str, int], Callable[[bytes], bytes]] = {}
         self._seen: dict[str, int] = {}
         self.swapped: bytes | None = None
+        #: called with every message before it is delivered (e.g. to snapshot the roles)
+        self.hook: Callable[[str, str, str, bytes], None] | None = None
 
     def message(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
-        if self.swap is not None and kind == self.swap[0]:
+        if self.hook is not None:
+            self.hook(sender, receiver, kind, bytes(payload))
+        swaps = dict(self.swaps)
+        if self.swap is not None:
+            swaps[(self.swap[0], self.swap[1])] = self.swap[2]
+        if any(kd == kind for kd, _ in swaps):
             k = self._seen.get(kind, 0)
             self._seen[kind] = k + 1
-            if k == self.swap[1]:
-                payload = self.swap[2](bytes(payload))
+            fn = swaps.get((kind, k))
+            if fn is not None:
+                payload = fn(bytes(payload))
                 self.swapped = payload
                 return payload  # not counted: hostile bytes may be anything
         if self.keep:
@@ -126,15 +142,30 @@ def clone_hserver(s: HESVServer) -> HESVServer:
 def clone_hclient(s: HESVClient) -> HESVClient:
     c = copy.copy(s)
     c._seen = {k: set(v) for k, v in s._seen.items()}  # noqa: SLF001
+    c._answered = s._answered.copy()  # noqa: SLF001
     c.acc = Accounting()
     return c
 
 
 def clone_sserver(s: Any) -> Any:
-    """A SecSV server (P or A)."""
+    """A SecSV server (P or A), with its evaluation state (ids issued and seen)."""
     c = copy.copy(s)
     for name in ("xbound", "models", "_plain_cache", "_agg_cache", "_scaled", "_scalars"):
         setattr(c, name, dict(getattr(s, name)))
+    if s.eval is not None:
+        c.eval = dataclasses.replace(s.eval, products=set(s.eval.products))
+    if hasattr(s, "requests"):
+        c.requests = s.requests.copy()
+    if hasattr(s, "_evals_seen"):
+        c._evals_seen = set(s._evals_seen)  # noqa: SLF001
+    return c
+
+
+def clone_sclient(x: Any) -> Any:
+    """A SecSV client with its memory (requests answered, layers decrypted)."""
+    c = copy.copy(x)
+    c._answered = x._answered.copy()  # noqa: SLF001
+    c._seen = {k: set(v) for k, v in x._seen.items()}  # noqa: SLF001
     return c
 
 
@@ -143,19 +174,27 @@ def clone_srun(run: Any) -> Any:
     c.P, c.A = clone_sserver(run.P), clone_sserver(run.A)
     c.lin_cache = dict(run.lin_cache)
     c.acc = Recorder(keep=False)
-    c.clients = [copy.copy(x) for x in run.clients]
+    c.clients = [clone_sclient(x) for x in run.clients]
     return c
 
 
 def clone_tserver(s: Any) -> Any:
-    """A SecretSV server."""
+    """A SecretSV server, with its evaluation state."""
     return dataclasses.replace(s, xbound=dict(s.xbound), models=dict(s.models),
-                               bounds=dict(s.bounds))
+                               bounds=dict(s.bounds), evals_seen=set(s.evals_seen),
+                               triples_used=set(s.triples_used),
+                               eval=None if s.eval is None else dataclasses.replace(s.eval))
+
+
+def clone_tclient(x: Any) -> Any:
+    return dataclasses.replace(x, answered=set(x.answered),
+                               seen={k: set(v) for k, v in x.seen.items()})
 
 
 def clone_trun(run: Any) -> Any:
     c = copy.copy(run)
     c.P, c.A = clone_tserver(run.P), clone_tserver(run.A)
+    c.clients = [clone_tclient(x) for x in run.clients]
     c.acc = Recorder(keep=False)
     return c
 
@@ -216,7 +255,10 @@ class ShapleyWorld:
     t_models_p: list[bytes]
     t_server_empty: Any
     t_eval: dict[int, tuple[Recorder, np.ndarray]]
-    t_open: tuple[Any, Any, bytes, bytes]            # (w, x) of P and A's first triples
+    t_open: tuple[Any, Any, bytes, bytes]  # P and A in a first layer, and its triples
+    # the run just before P and A read a client's shares (mask MASKS[0]): run, P's, A's
+    s_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
+    t_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
     pools: Pools = field(default_factory=Pools)
     build_seconds: float = 0.0
 
@@ -274,6 +316,24 @@ def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> 
             "h_counts": counts, "h_foreign_ct": foreign}
 
 
+def _share_snapshots(run: Any, clone: Callable[[Any], Any],
+                     out: list[tuple[Any, bytes, bytes]]) -> Callable[[str, str, str, bytes],
+                                                                      None]:
+    """A recorder hook keeping ``(run, share to P, share to A)`` each time a client's
+    shares are on their way (P and A have not read them yet)."""
+    pending: list[bytes] = []
+
+    def hook(sender: str, receiver: str, kind: str, payload: bytes) -> None:
+        if kind != "share":
+            return
+        if receiver == "P":
+            pending[:] = [payload]
+        elif pending:
+            snap = clone(run)
+            out.append((snap, pending[0], payload))
+    return hook
+
+
 def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     rec = Recorder()
     cfg = sv.SecSVConfig().check()
@@ -282,7 +342,8 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     bounds = [p for _, _, p in rec.of("bounds")]
     data_p = [p for _, _, p in rec.of("data", receiver="P")]
     data_a = [p for _, _, p in rec.of("data", receiver="A")]
-    p_empty = sv.PrincipalServer(run.P.bfv, record.spec, N_CLIENTS, run.P.plan, cfg)
+    p_empty = sv.PrincipalServer(run.P.bfv, record.spec, N_CLIENTS, run.P.plan, cfg,
+                                 session=run.P.session)
     noplan = []
     for c in run.clients:
         x = copy.copy(c)
@@ -291,10 +352,12 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     n_log = len(rec.log)
     run.upload_round(0)
     models = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
-    evals = {}
+    evals, at_share = {}, []
     for mask in MASKS:
         r2 = clone_srun(run)
         r2.acc = Recorder()
+        if mask == MASKS[0]:
+            r2.acc.hook = _share_snapshots(r2, clone_srun, at_share)
         out = r2.evaluate(0, mask, None)
         evals[mask] = (r2.acc, out)
     bfv = run.P.bfv
@@ -306,7 +369,7 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     return {"s_run": run, "s_rec": rec, "s_plan": plan, "s_bounds": bounds,
             "s_data_p": data_p, "s_data_a": data_a, "s_models": models,
             "s_server_p_empty": p_empty, "s_clients_noplan": noplan, "s_eval": evals,
-            "s_foreign_ct": foreign}
+            "s_foreign_ct": foreign, "s_at_share": at_share}
 
 
 def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
@@ -314,9 +377,11 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     rec = Recorder()
     n, n_layers = record.n_clients, len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
-    clients = [ssv._Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]  # noqa: SLF001
-    P = ssv._Server("P", record.spec, n_clients=n)  # noqa: SLF001
-    A = ssv._Server("A", record.spec, n_clients=n)  # noqa: SLF001
+    session = session_from_nonces("secretsv", [new_nonce() for _ in range(n + 3)])
+    clients = [ssv._Client(i, n, record.spec, x, y, session=session)  # noqa: SLF001
+               for i, (x, y) in enumerate(sets)]
+    P = ssv._Server("P", record.spec, n_clients=n, session=session)  # noqa: SLF001
+    A = ssv._Server("A", record.spec, n_clients=n, session=session)  # noqa: SLF001
     empty = clone_tserver(P)
     data_p, data_a = [], []
     for c in clients:
@@ -326,23 +391,30 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     P.receive_data(data_p)
     A.receive_data(data_a)
     order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    run = ssv._Run(record, rec, clients, P, A, ssv.Dealer(), groups, strong, order,  # noqa: SLF001
-                   leader=0)
+    A.receive_order(wire.encode("secretsv/batches", bind(
+        {"order": [o.tolist() for o in order]}, Context(session, "secretsv", step="batches"))))
+    run = ssv._Run(record, rec, clients, P, A, ssv.Dealer(session=session), groups,  # noqa: SLF001
+                   strong, order, leader=0)
     n_log = len(rec.log)
     run.upload_round(0)
     models_p = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
-    evals = {}
+    evals, at_share = {}, []
     for mask in MASKS:
         r2 = clone_trun(run)
         r2.acc = Recorder()
+        if mask == MASKS[0]:
+            r2.acc.hook = _share_snapshots(r2, clone_trun, at_share)
         out = r2.evaluate(0, mask, None)
         evals[mask] = (r2.acc, out)
-    # the first product of an evaluation, for open_share/beaver
-    log = evals[MASKS[0]][0]
-    tp = log.of("triple", receiver="P")[0][2]
-    ta = log.of("triple", receiver="A")[0][2]
+    # both servers at the first product of an evaluation, and its triples (open_share/beaver)
+    p_at, a_at = clone_tserver(run.P), clone_tserver(run.A)
+    a_at.open_eval(p_at.announce_eval(MASKS[0], 0, order[0]))
+    ly = record.spec.layers[0]
+    tp, ta = run.dealer.triple(ly.out_features, ly.in_features, len(order[0]), Accounting(),
+                               Context(session, "secretsv", 0, MASKS[0], 0, 0))
     return {"t_run": run, "t_data_p": data_p, "t_data_a": data_a, "t_models_p": models_p,
-            "t_server_empty": empty, "t_eval": evals, "t_open": (None, None, tp, ta)}
+            "t_server_empty": empty, "t_eval": evals, "t_open": (p_at, a_at, tp, ta),
+            "t_at_share": at_share}
 
 
 def build_shapley_world() -> ShapleyWorld:
@@ -741,7 +813,8 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         return Case((me, data), name, _decryptor_oracle(me, _meta_of(data), n_layers))
 
     targets.append(Target("SecSVClient.decrypt_layer",
-                          lambda x: run.clients[x[0]].decrypt_layer(x[1], Accounting()),
+                          lambda x: clone_sclient(run.clients[x[0]]).decrypt_layer(
+                              x[1], Accounting()),
                           [("any", 1, s_decrypt)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
 
@@ -756,7 +829,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         return Case(msgs, name)
 
     targets.append(Target("secsv._pick_fixed_point", lambda msgs: sv._pick_fixed_point(  # noqa: SLF001
-        msgs, w.record, run.cfg, run.P.bfv.t), [("any", 1, s_fixed)],
+        msgs, w.record, run.cfg, run.P.bfv.t, session=run.P.session), [("any", 1, s_fixed)],
         allowed=(ProtocolError, sh.FixedPointOverflow), weight=0.7))
 
     # -- SecSV servers ---------------------------------------------------------------------
@@ -842,7 +915,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             return Case((mask, kind, k, how, m.rng.random(), replay), f"{kind}:{how}", oracle)
         return call, produce
 
-    call, produce = in_flight(w.s_eval, hs, clone_srun, run, {"product"})
+    call, produce = in_flight(w.s_eval, hs, clone_srun, run, set())  # every kind framed
     targets.append(Target("SecSV.evaluate[in-flight]", call, [("any", 1, produce)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
 
@@ -886,16 +959,18 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     xz = np.zeros((d_in, mm), dtype=np.uint64)
     triples = [p for log, _ in w.t_eval.values() for _, _, p in log.of("triple")]
     targets.append(Target("SecretSVServer.open_share",
-                          lambda data: trun.P.open_share(wz, xz, data), [
+                          lambda data: clone_tserver(w.t_open[0]).open_share(wz, xz, data), [
                               ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
                                   ht.any(m, m.rng.choice((tp, ta)), triples))),
                           ], weight=0.7))
-    open_p, uvc_p = trun.P.open_share(wz, xz, tp)
-    open_a, _ = trun.A.open_share(wz, xz, ta)
+    p_open, a_open = clone_tserver(w.t_open[0]), clone_tserver(w.t_open[1])
+    open_p, uvc_p = p_open.open_share(wz, xz, tp)
+    open_a, _ = a_open.open_share(wz, xz, ta)
     opens = [p for log, _ in w.t_eval.values() for _, _, p in log.of("open")]
     bias = np.zeros(d_out, dtype=np.uint64)
     targets.append(Target("SecretSVServer.beaver",
-                          lambda data: trun.P.beaver(open_p, data, uvc_p, bias, True), [
+                          lambda data: clone_tserver(p_open).beaver(open_p, data, uvc_p, bias,
+                                                                    True), [
                               ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
                                   ht.any(m, open_a, opens))),
                           ], weight=0.7))
@@ -927,10 +1002,11 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         return Case((me, p, a), name, _decryptor_oracle(me, _meta_of(p), n_layers))
 
     targets.append(Target("SecretSVClient.reconstruct",
-                          lambda x: trun.clients[x[0]].reconstruct(x[1], x[2], Accounting()),
+                          lambda x: clone_tclient(trun.clients[x[0]]).reconstruct(
+                              x[1], x[2], Accounting()),
                           [("any", 1, t_reconstruct)], weight=1.5))
 
-    call, produce = in_flight(w.t_eval, ht, clone_trun, trun, {"label-diff"})
+    call, produce = in_flight(w.t_eval, ht, clone_trun, trun, set())  # every kind framed
     targets.append(Target("SecretSV.evaluate[in-flight]", call, [("any", 1, produce)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
     flower = flower_target(w)

@@ -25,6 +25,7 @@ from fedsec.crypto import wire  # noqa: E402
 from fedsec.errors import PolicyViolation, ProtocolError  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 from fedsec.shapley.accounting import Accounting  # noqa: E402
+from fedsec.shapley.binding import context_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def _s_request(w: fz.ShapleyWorld, layer: int = 0) -> tuple[int, bytes]:
 
 def test_secsv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> None:
     me, req = _s_request(w, 1)
-    client = w.s_run.clients[me]
+    client = fz.clone_sclient(w.s_run.clients[me])
     acc = Accounting()
     for bad, why in (({"model_owners": [me]}, "own the model"),
                      ({"batch_owners": [me]}, "last layer"),
@@ -178,7 +179,8 @@ def test_secsv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> N
             client.decrypt_layer(_re(req, **bad), acc)
     me0, req0 = _s_request(w, 0)
     with pytest.raises(ProtocolError, match="i_2 = i_1"):
-        w.s_run.clients[me0].decrypt_layer(_re(req0, batch_owners=[me0]), acc)
+        fz.clone_sclient(w.s_run.clients[me0]).decrypt_layer(_re(req0, batch_owners=[me0]),
+                                                             acc)
     to_p, to_a = client.decrypt_layer(req, acc)  # the honest request goes through
     assert wire.decode(to_p).kind == wire.decode(to_a).kind == "secsv/labels"
 
@@ -187,7 +189,7 @@ def test_regression_secsv_request_checks(w: fz.ShapleyWorld) -> None:
     """Regressions: an oversized active-column bitmap (16 MB unpacked to 128 MB) and a
     divisor other than the plan's were accepted."""
     me, req = _s_request(w, 0)
-    client = w.s_run.clients[me]
+    client = fz.clone_sclient(w.s_run.clients[me])
     msg = wire.decode(req)
     with pytest.raises(ProtocolError, match="blobs"):
         client.decrypt_layer(_re(req, blobs=[msg.blobs[0], b"\xff" * (1 << 20)]),
@@ -197,17 +199,19 @@ def test_regression_secsv_request_checks(w: fz.ShapleyWorld) -> None:
 
 
 def test_secsv_share_holders_sending_wrong_shapes(w: fz.ShapleyWorld) -> None:
-    run = fz.clone_srun(w.s_run)
-    log = w.s_eval[0b0011][0]
-    reshare = next(p for _, r, k, p in log.log if k == "share" and r == "P"
-                   and wire.decode(p).kind == "secsv/reshare")
+    snap, reshare, to_a = next(x for x in w.s_at_share
+                               if wire.decode(x[1]).kind == "secsv/reshare")
     m = wire.decode(reshare).meta["m"]
-    x, _ = run._reshare(reshare, 4, m)  # noqa: SLF001 - the honest share parses
+    layer = context_of(wire.decode(reshare).meta).layer
+    for bad in (_re(reshare, blobs=[b"\x00" * 8 * 4 * (m + 1)]),  # a share of another shape
+                _re(reshare, m=m + 1)):
+        with pytest.raises(ProtocolError):
+            fz.clone_sserver(snap.P).receive_share(bad, layer, 4, m)
+        with pytest.raises(ProtocolError):
+            fz.clone_sserver(snap.A).receive_share(bad, layer, 4, m)
+    x, _ = fz.clone_sserver(snap.P).receive_share(reshare, layer, 4, m)  # honest: parses
     assert x.shape == (4, m)
-    with pytest.raises(ProtocolError):  # a share of another shape
-        run._reshare(_re(reshare, blobs=[b"\x00" * 8 * 4 * (m + 1)]), 4, m)  # noqa: SLF001
-    with pytest.raises(ProtocolError):
-        run._reshare(_re(reshare, m=m + 1), 4, m)  # noqa: SLF001
+    assert fz.clone_sserver(snap.A).receive_share(to_a, layer, 4, m).shape == (4, m)
     data = wire.decode(w.s_data_p[0])
     with pytest.raises(ProtocolError):  # rows that do not match the bytes
         fz.clone_sserver(w.s_server_p_empty).receive_data(
@@ -236,13 +240,15 @@ def test_regression_secsv_server_decoders(w: fz.ShapleyWorld) -> None:
     with pytest.raises(ProtocolError):
         server.receive_model(_re(model, owner=2))
     assert server.receive_model(model) == (0, "c1")
-    run = fz.clone_srun(w.s_run)
-    log = w.s_eval[0b0011][0]
-    labels = [p for _, r, k, p in log.log if k == "share" and wire.decode(p).kind
-              == "secsv/labels"]
-    brows = np.arange(wire.decode(labels[0]).meta["m"])
+    snap, to_p, to_a = next(x for x in w.s_at_share
+                            if wire.decode(x[1]).kind == "secsv/labels")
+    m = wire.decode(to_p).meta["m"]
+    diff = fz.clone_sserver(snap.A).label_diff(to_a, m)
+    brows = np.arange(m)
     with pytest.raises(ProtocolError, match="one blob"):
-        run._compare(_re(labels[0], blobs=[]), labels[1], brows, len(brows))  # noqa: SLF001
+        fz.clone_sserver(snap.P).compare(_re(to_p, blobs=[]), diff, brows, m)
+    with pytest.raises(ProtocolError, match="one blob"):
+        fz.clone_sserver(snap.P).compare(to_p, _re(diff, blobs=[]), brows, m)
 
 
 def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
@@ -253,7 +259,7 @@ def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
 
     def pick(first: bytes) -> Any:
         return sv._pick_fixed_point([first, *b[1:]], w.record, w.s_run.cfg,  # noqa: SLF001
-                                    w.s_run.P.bfv.t)
+                                    w.s_run.P.bfv.t, session=w.s_run.P.session)
 
     entry = meta["models"][0]
     with pytest.raises(ProtocolError):
@@ -269,7 +275,7 @@ def test_secretsv_servers_disagreeing_or_misrouting(w: fz.ShapleyWorld) -> None:
     log = w.t_eval[0b0011][0]
     (_, to, p), (_, _, a) = log.of("output", sender="P")[0], log.of("output", sender="A")[0]
     me = int(to.split(":")[1])
-    client = w.t_run.clients[me]
+    client = fz.clone_tclient(w.t_run.clients[me])
     with pytest.raises(ProtocolError, match="different requests"):
         client.reconstruct(p, _re(a, bound=wire.decode(a).meta["bound"] * 2), Accounting())
     with pytest.raises(ProtocolError):  # output shares for the wrong shape
@@ -277,7 +283,7 @@ def test_secretsv_servers_disagreeing_or_misrouting(w: fz.ShapleyWorld) -> None:
     meta = wire.decode(p).meta
     owner = meta["batch_owners"][0]
     with pytest.raises(ProtocolError, match="own samples"):
-        w.t_run.clients[owner].reconstruct(p, a, Accounting())
+        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(p, a, Accounting())
     to_p, _ = client.reconstruct(p, a, Accounting())
     assert wire.decode(to_p).kind == "secretsv/reshare"
 
@@ -287,7 +293,7 @@ def test_regression_secretsv_reconstruct_metadata(w: fz.ShapleyWorld) -> None:
     than the protocol's (OverflowError for 10000, FixedPointOverflow for 0)."""
     log = w.t_eval[0b0011][0]
     (_, to, p), (_, _, a) = log.of("output", sender="P")[0], log.of("output", sender="A")[0]
-    client = w.t_run.clients[int(to.split(":")[1])]
+    client = fz.clone_tclient(w.t_run.clients[int(to.split(":")[1])])
     for bad in ({"weight_sum": 10**400}, {"scale_bits": 10000}, {"scale_bits": 0}):
         with pytest.raises(ProtocolError, match="malformed"):
             client.reconstruct(_re(p, **bad), _re(a, **bad), Accounting())
@@ -299,16 +305,17 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
     duplicated or missing (silently fewer samples) or with 2^62 rows; model bounds as a
     dict (KeyError), negative, or a round that is a bool."""
     run = w.t_run
-    tp = w.t_open[2]
+    p_at, a_at, tp, ta = w.t_open
     d_out, d_in, m = wire.decode(tp).meta["shape"]
     wz, xz = np.zeros((d_out, d_in), np.uint64), np.zeros((d_in, m), np.uint64)
     for shape in (5, [d_out, d_in], [d_out, d_in, m, 1], "abc", None):
         with pytest.raises(ProtocolError, match="does not fit"):
-            run.P.open_share(wz, xz, _re(tp, shape=shape))
-    mine, uvc = run.P.open_share(wz, xz, tp)
-    theirs, _ = run.A.open_share(wz, xz, w.t_open[3])
+            fz.clone_tserver(p_at).open_share(wz, xz, _re(tp, shape=shape))
+    p_srv, a_srv = fz.clone_tserver(p_at), fz.clone_tserver(a_at)
+    mine, uvc = p_srv.open_share(wz, xz, tp)
+    theirs, _ = a_srv.open_share(wz, xz, ta)
     with pytest.raises(ProtocolError, match="two blobs"):
-        run.P.beaver(mine, _re(theirs, blobs=[]), uvc, np.zeros(d_out, np.uint64), True)
+        p_srv.beaver(mine, _re(theirs, blobs=[]), uvc, np.zeros(d_out, np.uint64), True)
     empty = w.t_server_empty
     for msgs in ([_re(w.t_data_p[0], client=2**64), *w.t_data_p[1:]],
                  [w.t_data_p[1], *w.t_data_p[1:]], w.t_data_p[1:], [],

@@ -255,9 +255,12 @@ def test_clients_refuse_what_prop_6_8_forbids(tiny_roles) -> None:  # type: igno
     with pytest.raises(PolicyViolation, match="owns the batch"):
         clients[owner].count(req3)
     other = next(c for c in range(4) if c not in (owner, to2, to3))
-    with pytest.raises(ProtocolError, match="not asked"):
-        server.step(other, clients[other].count(req3))
-    assert server.step(to3, clients[to3].count(req3)) is None
+    with pytest.raises(PolicyViolation, match="not the chain's decryptor"):
+        clients[other].count(req3)  # misrouted: the client itself is not the chain member
+    reply3 = clients[to3].count(req3)
+    with pytest.raises(ProtocolError, match="not asked"):  # a reply claiming another client
+        server.step(other, _retarget(reply3, client=other))
+    assert server.step(to3, reply3) is None
 
 
 def test_malformed_messages_raise_protocol_error(tiny_roles) -> None:  # type: ignore[no-untyped-def]

@@ -50,17 +50,26 @@ def test_beaver_product_exact_with_wrapping_shares() -> None:
     x = rng.integers(-2**30, 2**30, (5, 7))
     b = rng.integers(-2**20, 2**20, 3)
     spec = ModelSpec("l", (LayerSpec.dense(5, 3),))
-    srv_p, srv_a = _Server("P", spec), _Server("A", spec)
+    from fedsec.shapley.binding import Context, new_request_id
+    from fedsec.shapley.secretsv import _Eval
+
+    session = "ab" * 32
+    srv_p, srv_a = _Server("P", spec, session=session), _Server("A", spec, session=session)
+    ctx, ev = Context(session, "secretsv", 0, 1, 0), new_request_id()
+    for srv in (srv_p, srv_a):  # both servers in the same evaluation (first layer)
+        srv.eval = _Eval(ctx, ev, np.arange(7))
     w1, w2 = sh.share(sh.to_residues(w, sh.RING64), sh.RING64)
     x1, x2 = sh.share(sh.to_residues(x, sh.RING64), sh.RING64)
     b1, b2 = sh.share(sh.to_residues(b, sh.RING64), sh.RING64)
-    tp, ta = Dealer().triple(3, 5, 7, Accounting())
+    tp, ta = Dealer(session=session).triple(3, 5, 7, Accounting(), ctx.at(layer=0))
     op, uvc_p = srv_p.open_share(w1, x1, tp)
     oa, uvc_a = srv_a.open_share(w2, x2, ta)
     zp = srv_p.beaver(op, oa, uvc_p, b1, True)
     za = srv_a.beaver(oa, op, uvc_a, b2, False)
     np.testing.assert_array_equal(sh.reconstruct(zp, za, sh.RING64), w @ x + b[:, None])
-    with pytest.raises(ProtocolError):
+    srv_p.eval.opened = False
+    srv_p.triples_used.clear()
+    with pytest.raises(ProtocolError, match="does not fit"):
         srv_p.open_share(w1, x1[:, :3], tp)  # triple of another shape
 
 

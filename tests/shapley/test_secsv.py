@@ -143,27 +143,33 @@ def test_client_refuses_bad_requests(logistic) -> None:
                  Accounting(), True)
     client = run.clients[0]
     acc = Accounting()
+    from fedsec.shapley.binding import Context, bind, new_request_id
+
+    def bound(meta: dict) -> dict:  # a request of this session, with fresh ids
+        ctx = Context(client.session, "secsv", 0, 1, 0, meta["layer"], "decrypt")
+        return {**bind(meta, ctx, rid=new_request_id()), "ev": new_request_id()}
+
     for bad in (b"", b"FSEC", wire.encode("secsv/decrypt", {"layer": 0}),
                 wire.encode("secsv/decrypt", {"layer": 5, "m": 1}),
                 wire.encode("secsv/plan", {})):
         with pytest.raises(ProtocolError):
             client.decrypt_layer(bad, acc)
-    req = wire.encode("secsv/decrypt", {
+    req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [0], "model_owners": [], "previous": -1,
-        "scale_bits": 38, "weight_sum": 1, "bound": 10}, [b"junk", b"\x80"])
+        "scale_bits": 38, "weight_sum": 1, "bound": 10}), [b"junk", b"\x80"])
     with pytest.raises(ProtocolError, match="i_2 = i_1"):
         client.decrypt_layer(req, acc)
-    req = wire.encode("secsv/decrypt", {
+    req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [1], "model_owners": [], "previous": -1,
-        "scale_bits": 38, "weight_sum": 1, "bound": 10}, [b"junk", b"\x80"])
+        "scale_bits": 38, "weight_sum": 1, "bound": 10}), [b"junk", b"\x80"])
     with pytest.raises(ProtocolError):
         client.decrypt_layer(req, acc)
     # a value beyond the announced bound (e.g. a wrapped or tampered result) is refused
     ct = client.bfv.mod_switch_down(
         client.bfv.encrypt(np.full(client.bfv.slots, 11, dtype=np.uint64)))
-    req = wire.encode("secsv/decrypt", {
+    req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [1], "model_owners": [], "previous": -1,
-        "scale_bits": 38, "weight_sum": 1, "bound": 10}, [client.bfv.serialize(ct), b"\x80"])
+        "scale_bits": 38, "weight_sum": 1, "bound": 10}), [client.bfv.serialize(ct), b"\x80"])
     with pytest.raises(ProtocolError, match="bound"):
         client.decrypt_layer(req, acc)
     for bad in (b"", wire.encode("secsv/model", {"round": 0, "key": "x", "owner": 0,

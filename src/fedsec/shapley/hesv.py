@@ -58,6 +58,17 @@ be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concer
 model it owns, the last output of its own batch, or two consecutive layers of one
 evaluation), so a server that routes wrongly is stopped by the clients.
 
+Replays and splices (:mod:`fedsec.shapley.binding`): every message names the key set-up's
+session, and the decryption-chain messages their round, coalition, batch owner, batch and
+layer. Each layer or difference request carries a fresh 128-bit id; the reply must echo
+the id of the request in flight (the server takes each reply once, of the client it
+asked, for the layer in flight). A client answers each id once, refuses a request of a
+round earlier than one it already served (rounds are evaluated in order within a
+session), and checks that it is the chain's member for the step: the chain is derived on
+both sides from public data (:func:`chain_start`), so a request misrouted to any other
+client is refused (:class:`~fedsec.errors.PolicyViolation`). Metadata are not
+authenticated: binding stops genuine bytes used out of context, not a forging server.
+
 Layouts
 -------
 Every layer is a homomorphic matrix product (:mod:`fedsec.crypto.matmul`); with
@@ -113,6 +124,7 @@ from fedsec.learning.model import LinearLayer, ModelSpec, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import popcounts, shapley_values
 from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.binding import RE, RID, Answered, ReplayRefused, new_request_id, request_id
 from fedsec.shapley.estimators import (
     group_testing,
     gtg_shapley,
@@ -128,7 +140,7 @@ from fedsec.shapley.secure_common import (
 )
 
 __all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
-           "decryptor_chain", "security_level", "hesv_shapley"]
+           "chain_start", "decryptor_chain", "security_level", "hesv_shapley"]
 
 HESV_PRESET = "CKKS_128_N4096_DEPTH2_S24"
 FloatArray = NDArray[np.float64]
@@ -210,6 +222,12 @@ def decryptor_chain(n: int, layers: int, batch_owner: int, model_owner: int | No
         raise ValueError(f"No decryptor chain satisfies Prop. 6.8 ({level} level) with {n} "
                          f"clients and {layers} layers.")
     return chain
+
+
+def chain_start(t: int, mask: int, owner: int, batch: int, n: int) -> int:
+    """The public rotation of one evaluation's decryptor chain (server and clients
+    derive the same chain from it, so a client can check it is the member asked)."""
+    return (mask * 7 + batch * 3 + t + owner) % n
 
 
 def security_level(n: int, layers: int) -> str:
@@ -473,6 +491,8 @@ class HESVClient:
         self.x, self.y = x, y
         self.level = level
         self._seen: dict[tuple[int, int, int, int], set[int]] = {}
+        self._answered = Answered()  # request ids answered (each once)
+        self._round = 0  # the newest round asked about: rounds are evaluated in order
         self.acc = Accounting()
 
     def handle(self, request: bytes) -> bytes:
@@ -489,7 +509,22 @@ class HESVClient:
 
     def _check(self, msg: wire.Message) -> None:
         if msg.meta.get("session") != self.keys.session:
-            raise ProtocolError("message from another session")
+            raise ReplayRefused("message from another session", check="session")
+
+    def _check_chain(self, t: int, mask: int, owner: int, batch: int, mowner: int | None,
+                     position: int) -> None:
+        """The request is of the current round or a newer one, this client is the chain's
+        member for it (the chain both sides derive, Prop. 6.8), and its id is fresh."""
+        if t < self._round:
+            raise ReplayRefused("request of an earlier round (a replay)", check="round")
+        try:
+            chain = decryptor_chain(self.n_clients, len(self.plans), owner, mowner,
+                                    level=self.level,
+                                    start=chain_start(t, mask, owner, batch, self.n_clients))
+        except ValueError:
+            raise ProtocolError("no decryptor chain for this request") from None
+        if chain[position] != self.index:
+            raise self._refuse("it is not the chain's decryptor for this step (misrouted)")
 
     def upload_data(self) -> bytes:
         """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and labels."""
@@ -542,11 +577,15 @@ class HESVClient:
         seen = self._seen.setdefault(key, set())
         if layer - 1 in seen or (self.level == "strong" and seen):
             raise self._refuse("it decrypted another layer of the same evaluation")
+        self._check_chain(t, mask, owner, batch, mowner, layer - 1)
+        rid = request_id(msg.meta, RID)
         lp = self.plans[layer - 1]
         if len(msg.blobs) != lp.plan.row_blocks * len(lp.chunks(m)):
             raise ProtocolError("layer output has the wrong number of ciphertexts")
         with self.acc.timed("decryption"):
             cts = _cts(self.ctx, msg.blobs)
+            self._answered.once(rid, what="layer request")
+            self._round = t
             seen.add(layer)  # from here on this client knows Ŷ^(l)
             vals = [self.ctx.decrypt(c).real for c in cts]
         with self.acc.timed("other"):
@@ -554,6 +593,7 @@ class HESVClient:
         if not np.isfinite(h).all():
             raise ProtocolError("the decrypted layer output is not finite")
         meta = self._meta(round=t, mask=mask, owner=owner, batch=batch, layer=layer)
+        meta[RE] = rid
         if layer < n_layers:
             nxt = self.plans[layer]
             with self.acc.timed("other"):
@@ -583,13 +623,21 @@ class HESVClient:
             raise self._refuse("it owns the batch (Y - Ŷ would reveal its predicted labels)")
         if len(self._seen.get((t, mask, owner, batch), set()) & {len(self.plans) + 1}):
             raise self._refuse("it knows the predicted labels (Y - Ŷ would reveal Y)")
+        mowner = msg.meta.get("model_owner")
+        if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
+            raise ProtocolError("message field 'model_owner' is invalid")
+        self._check_chain(t, mask, owner, batch, mowner, len(self.plans))
+        rid = request_id(msg.meta, RID)
         if len(msg.blobs) != 1:
             raise ProtocolError("a difference message holds one ciphertext")
         with self.acc.timed("decryption"):
-            diff = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0])).real[:m]
+            ct = self.ctx.deserialize(msg.blobs[0])
+            self._answered.once(rid, what="difference request")
+            self._round = t
+            diff = self.ctx.decrypt(ct).real[:m]
         cnt = int(np.sum(np.abs(diff) < 0.5))
         return wire.encode("hesv/count", self._meta(round=t, mask=mask, owner=owner,
-                                                    batch=batch, count=cnt))
+                                                    batch=batch, count=cnt, **{RE: rid}))
 
 
 # ---------------------------------------------------------------------- server
@@ -605,6 +653,7 @@ class _Eval:
     chain: tuple[int, ...]
     model_owner: int | None
     layer: int = 1
+    rid: str = ""  # the id of the request in flight (its answer must echo it)
 
 
 @dataclass
@@ -865,7 +914,7 @@ class HESVServer:
         mowner = self._model_owner(t, mask)
         for owner in sorted(self.data):
             for k, b in enumerate(self.data[owner]):
-                salt = (mask * 7 + k * 3 + t + owner) % self.n
+                salt = chain_start(t, mask, owner, k, self.n)
                 chain = decryptor_chain(self.n, len(self.plans), owner, mowner,
                                         level=self.level, start=salt)
                 ev = _Eval(t, mask, owner, k, b.m, chain, mowner)
@@ -878,9 +927,10 @@ class HESVServer:
 
     def _layer_request(self, ev: _Eval, cts: list[Ciphertext]) -> tuple[int, bytes]:
         with self.acc.timed("other"):
+            ev.rid = new_request_id()
             meta = {"session": self.session, "round": ev.t, "mask": ev.mask, "owner": ev.owner,
                     "batch": ev.batch, "m": ev.m, "layer": ev.layer,
-                    "model_owner": ev.model_owner}
+                    "model_owner": ev.model_owner, RID: ev.rid}
             msg = wire.encode("hesv/layer", meta, [self.ctx.serialize(c) for c in cts])
         to = ev.chain[ev.layer - 1]
         self.decryptions[to] += 1
@@ -906,7 +956,11 @@ class HESVServer:
             if sender != expected:
                 raise ProtocolError("reply from a client that was not asked")
             if msg.kind != "hesv/count" and msg.meta.get("layer") != ev.layer:
-                raise ProtocolError("reply to another layer of this evaluation (a replay)")
+                raise ReplayRefused("reply to another layer of this evaluation (a replay)",
+                                    check="layer")
+            if request_id(msg.meta, RE) != ev.rid:
+                raise ReplayRefused("reply to a request not in flight (stale or duplicated "
+                                    "request id)", check="request-id")
         n_layers = len(self.plans)
         if msg.kind == "hesv/activated" and ev.layer < n_layers:
             lp = self.plans[ev.layer]
@@ -928,9 +982,11 @@ class HESVServer:
             with self.acc.timed("arithmetic"):
                 diff = self.ctx.sub(self.data[ev.owner][ev.batch].y, pred)
             ev.layer += 1
+            ev.rid = new_request_id()
             with self.acc.timed("other"):
                 meta = {"session": self.session, "round": ev.t, "mask": ev.mask,
-                        "owner": ev.owner, "batch": ev.batch, "m": ev.m}
+                        "owner": ev.owner, "batch": ev.batch, "m": ev.m,
+                        "model_owner": ev.model_owner, RID: ev.rid}
                 out = wire.encode("hesv/diff", meta, [self.ctx.serialize(diff)])
             self.decryptions[ev.chain[-1]] += 1
             return ev.chain[-1], out

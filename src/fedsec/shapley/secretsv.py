@@ -20,6 +20,19 @@ client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares an
 ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
 output on a batch of other clients' samples, as in SecSV. Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
+
+Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
+set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer --
+drawn by the in-process runner here; in a deployment each role sends its own and checks
+it is hashed in). Every message is bound to the session and its round, coalition, batch
+group, layer and step (data, model, triple and opening shares name their recipient or
+sender); each server checks what it reads against its own state: A decodes P's batch
+order and each announced evaluation (fresh id, this round, rows of one group); a triple
+must be of the evaluation and layer in flight and its id unused (a re-used triple would
+let the other server difference two openings); an opening must be the *other* server's
+(a server's own opening reflected back is refused); re-shares and label shares are taken
+once per layer of the evaluation in flight. A client reconstructs each (evaluation,
+layer) once and never an adjacent layer of an evaluation it served.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +56,19 @@ from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.binding import (
+    RE,
+    RID,
+    Context,
+    ReplayRefused,
+    bind,
+    check_context,
+    context_of,
+    new_nonce,
+    new_request_id,
+    request_id,
+    session_from_nonces,
+)
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -67,6 +94,8 @@ _FRAC_DATA = 20
 _FRAC_HIDDEN = 16
 _MAX = 1 << 63
 _MAX_ROWS = 1 << 24  # test samples per client a server accepts
+PROTOCOL = "secretsv"
+EV = "ev"
 
 
 def _pow2_ceil(v: int) -> int:
@@ -99,28 +128,68 @@ def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
 
 
 class Dealer:
-    """Produces Beaver matrix triples ``(U, V, U·V)`` and sends one share to each server."""
+    """Produces Beaver matrix triples ``(U, V, U·V)`` and sends one share to each server.
 
-    def __init__(self) -> None:
+    Each triple carries a fresh id and the context of the product it is for (session,
+    round, coalition, batch, layer); a server uses a triple id once (a re-used triple
+    would let the other server difference two openings)."""
+
+    def __init__(self, *, session: str) -> None:
         self._rng = SystemRandomSource()
+        self.session = session
 
-    def triple(self, d_out: int, d_in: int, m: int, acc: Accounting) -> tuple[bytes, bytes]:
+    def triple(self, d_out: int, d_in: int, m: int, acc: Accounting,
+               ctx: Context | None = None) -> tuple[bytes, bytes]:
+        """A triple for a ``d_out × d_in`` by ``d_in × m`` product in ``ctx`` (round,
+        mask, batch, layer; the dealer's session is used)."""
+        ctx = (ctx or Context(self.session, PROTOCOL)).at(session=self.session,
+                                                          protocol=PROTOCOL)
         with acc.timed("share_generation"):
             u = sh.uniform_mod(Q, (d_out, d_in), self._rng)
             v = sh.uniform_mod(Q, (d_in, m), self._rng)
             c = u @ v
             parts = [sh.share(a, Q, self._rng) for a in (u, v, c)]
         meta = {"shape": [d_out, d_in, m]}
-        return (wire.encode("secretsv/triple", meta, [p[0].tobytes() for p in parts]),
-                wire.encode("secretsv/triple", meta, [p[1].tobytes() for p in parts]))
+        tid = new_request_id()
+        return (wire.encode("secretsv/triple", bind(meta, ctx.at(step="triple/P"), rid=tid),
+                            [p[0].tobytes() for p in parts]),
+                wire.encode("secretsv/triple", bind(meta, ctx.at(step="triple/A"), rid=tid),
+                            [p[1].tobytes() for p in parts]))
+
+
+@dataclass
+class _Eval:
+    """One (round, coalition, batch group) evaluation in flight at a server."""
+
+    ctx: Context  # round, mask, batch (group); layer -1, step ""
+    ev: str  # P's evaluation id
+    rows: NDArray[np.int64]
+    layer: int = 0  # the layer being computed (advances with each re-share)
+    opened: bool = False  # this layer's triple consumed
+
+
+def _rows_list(value: Any, n_samples: int) -> NDArray[np.int64]:
+    if not isinstance(value, list) or not 1 <= len(value) <= n_samples or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_samples
+            for v in value) or len(set(value)) != len(value):
+        raise ProtocolError("malformed sample ids")
+    return np.asarray(value, dtype=np.int64)
 
 
 @dataclass
 class _Server:
-    """P or A: model and data shares; Beaver products on them."""
+    """P or A: model and data shares; Beaver products on them.
+
+    Every message a server reads is checked against its own state (see
+    :mod:`fedsec.shapley.binding`): data and model shares addressed to it, of this session
+    (and, for models, the current round); A's batch order and each evaluation P announces
+    (fresh id, current round, rows of one announced group); per layer one fresh triple of
+    this evaluation and layer, the other server's opening (never its own reflected), the
+    client's re-share of this layer, and finally the label share."""
 
     name: str
     spec: ModelSpec
+    session: str = field(kw_only=True)
     x: U64 = field(default_factory=lambda: np.zeros((0, 0), np.uint64))
     y: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
     owner: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -128,12 +197,35 @@ class _Server:
     models: dict[tuple[int, str], list[tuple[U64, U64]]] = field(default_factory=dict)
     bounds: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
     n_clients: int | None = None  # when set, data shares must come from exactly these
+    round: int = -1
+    eval: _Eval | None = None
+    order: list[NDArray[np.int64]] = field(default_factory=list)  # per group (A)
+    evals_seen: set[str] = field(default_factory=set)
+    triples_used: set[str] = field(default_factory=set)
+
+    @property
+    def other(self) -> str:
+        return "A" if self.name == "P" else "P"
+
+    def _ctx(self, **kw: Any) -> Context:
+        return Context(self.session, PROTOCOL, **kw)
+
+    def _need_eval(self) -> _Eval:
+        if self.eval is None:
+            raise ProtocolError(f"{self.name}: no evaluation in flight")
+        return self.eval
+
+    def start_round(self, t: int) -> None:
+        """Accept models (and evaluations) of round ``t`` from now on."""
+        self.round = t
+        self.eval = None
 
     def receive_data(self, blobs: Sequence[bytes]) -> None:
         xs, ys, ow = [], [], []
         d = self.spec.in_features
         for data in blobs:
             msg = wire.decode(data, expect="secretsv/data", max_bytes=1 << 34)
+            check_context(msg.meta, self._ctx(step=f"data/{self.name}"), what="data share")
             c, rows, bound = (msg.meta.get(k) for k in ("client", "rows", "bound"))
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                        for v in (c, rows, bound)) or len(msg.blobs) != 2 or c in self.xbound:
@@ -152,6 +244,8 @@ class _Server:
 
     def receive_model(self, data: bytes) -> None:
         msg = wire.decode(data, expect="secretsv/model", max_bytes=1 << 34)
+        check_context(msg.meta, self._ctx(round=self.round, step=f"model/{self.name}"),
+                      what="model share")
         rnd, key, bounds = msg.meta.get("round"), msg.meta.get("key"), msg.meta.get("bounds")
         shapes = [s for ly in self.spec.layers for s in
                   ((ly.out_features, ly.in_features), (ly.out_features,))]
@@ -159,6 +253,8 @@ class _Server:
                 or not isinstance(key, str) or not isinstance(bounds, list) or len(
                 bounds) != len(self.spec.layers) or len(msg.blobs) != len(shapes):
             raise ProtocolError("malformed model share")
+        if rnd != self.round:
+            raise ReplayRefused("model share of another round", check="round")
         if not all(isinstance(b, list) and len(b) == 2 and all(
                 isinstance(v, int) and not isinstance(v, bool) and 1 <= v < _MAX for v in b)
                 for b in bounds):
@@ -178,9 +274,64 @@ class _Server:
             b = b + np.uint64(qi) * bk
         return w, b
 
+    # ------------------------------------------------------------- evaluations
+    def receive_order(self, data: bytes) -> None:
+        """(A) P's shuffled sample order per batch group: every sample exactly once."""
+        msg = wire.decode(data, expect="secretsv/batches", max_bytes=1 << 28)
+        check_context(msg.meta, self._ctx(step="batches"), what="batch order")
+        lists = msg.meta.get("order")
+        n = len(self.y)
+        if not isinstance(lists, list) or not 1 <= len(lists) <= max(n, 1):
+            raise ProtocolError("malformed batch order")
+        order = [_rows_list(o, n) for o in lists]
+        every = np.concatenate(order)
+        if len(every) != n or len(np.unique(every)) != n:
+            raise ProtocolError("the batch order must hold every sample exactly once")
+        self.order = order
+
+    def announce_eval(self, mask: int, group: int, rows: NDArray[np.int64]) -> bytes:
+        """(P) Start evaluating coalition ``mask`` of the current round on ``rows`` of
+        group ``group``; the ``secretsv/eval`` message for A (fresh evaluation id)."""
+        ctx = self._ctx(round=self.round, mask=mask, batch=group)
+        ev = new_request_id()
+        self.eval = _Eval(ctx, ev, rows)
+        return wire.encode("secretsv/eval", bind({"rows": [int(r) for r in rows]},
+                                                 ctx.at(step="eval"), rid=ev))
+
+    def open_eval(self, data: bytes) -> None:
+        """(A) Start the evaluation P announces: this session and round, a fresh id, rows
+        of the announced group."""
+        msg = wire.decode(data, expect="secretsv/eval", max_bytes=1 << 28)
+        got = context_of(msg.meta)
+        ctx = check_context(msg.meta, self._ctx(round=self.round, mask=got.mask,
+                                                batch=got.batch, step="eval"),
+                            what="evaluation")
+        ev = request_id(msg.meta, RID)
+        if ev in self.evals_seen:
+            raise ReplayRefused("evaluation id already used (a replayed evaluation)",
+                                check="request-id")
+        if self.round < 0 or ctx.mask < 0 or not 0 <= ctx.batch < len(self.order):
+            raise ProtocolError("malformed evaluation: context")
+        rows = _rows_list(msg.meta.get("rows"), len(self.y))
+        if not np.isin(rows, self.order[ctx.batch]).all():
+            raise ProtocolError("evaluation rows outside the announced group")
+        self.evals_seen.add(ev)
+        self.eval = _Eval(ctx.at(step=""), ev, rows)
+
+    def batch_input(self) -> U64:
+        """This server's share of the evaluation's input (d_in × m)."""
+        out: U64 = self.x[self._need_eval().rows].T.copy()
+        return out
+
     def open_share(self, w: U64, x: U64, triple: bytes) -> tuple[bytes, tuple[U64, U64, U64]]:
         """Beaver step 1: this server's shares of ``E = W − U`` and ``F = X − V``."""
+        ev = self._need_eval()
         msg = wire.decode(triple, expect="secretsv/triple", max_bytes=1 << 34)
+        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"triple/{self.name}"),
+                      what="triple")
+        tid = request_id(msg.meta, RID)
+        if tid in self.triples_used or ev.opened:
+            raise ReplayRefused("triple already used (a replayed triple)", check="request-id")
         if msg.meta.get("shape") != [*w.shape, x.shape[1]] or w.shape[1] != x.shape[0] \
                 or len(msg.blobs) != 3:
             raise ProtocolError("triple does not fit the product")
@@ -188,15 +339,29 @@ class _Server:
         u = _arr(msg.blobs[0], (d_out, d_in), "triple")
         v = _arr(msg.blobs[1], (d_in, m), "triple")
         c = _arr(msg.blobs[2], (d_out, m), "triple")
-        out = wire.encode("secretsv/open", {}, [(w - u).tobytes(), (x - v).tobytes()])
+        self.triples_used.add(tid)
+        ev.opened = True
+        out = wire.encode("secretsv/open", bind({}, ev.ctx.at(
+            layer=ev.layer, step=f"open/{self.name}"), re_=ev.ev),
+            [(w - u).tobytes(), (x - v).tobytes()])
         return out, (u, v, c)
+
+    def _opening(self, data: bytes, who: str) -> wire.Message:
+        ev = self._need_eval()
+        msg = wire.decode(data, expect="secretsv/open", max_bytes=1 << 34)
+        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"open/{who}"),
+                      what=f"opening of {who}")
+        if request_id(msg.meta, RE) != ev.ev:
+            raise ReplayRefused("opening of another evaluation", check="request-id")
+        return msg
 
     def beaver(self, mine: bytes, theirs: bytes, uvc: tuple[U64, U64, U64], bias: U64,
                principal: bool) -> U64:
-        """Beaver step 2: this server's share of ``W·X + b``."""
+        """Beaver step 2: this server's share of ``W·X + b`` (``theirs`` must be the
+        other server's opening of this evaluation and layer)."""
         u, v, c = uvc
-        a = wire.decode(mine, expect="secretsv/open", max_bytes=1 << 34)
-        b = wire.decode(theirs, expect="secretsv/open", max_bytes=1 << 34)
+        a = self._opening(mine, self.name)
+        b = self._opening(theirs, self.other)
         if len(a.blobs) != 2 or len(b.blobs) != 2:
             raise ProtocolError("malformed opening: two blobs expected")
         e = _arr(a.blobs[0], u.shape, "opening") + _arr(b.blobs[0], u.shape, "opening")
@@ -205,6 +370,62 @@ class _Server:
         if principal:
             z = z + e @ f
         return z
+
+    def output(self, z: U64, meta: dict[str, Any]) -> bytes:
+        """This server's share of the layer output for the reconstructing client."""
+        ev = self._need_eval()
+        return wire.encode("secretsv/output", bind({**meta, EV: ev.ev}, ev.ctx.at(
+            layer=ev.layer, step="output")), [z.tobytes()])
+
+    def _answer(self, data: bytes, kind: str, shape: tuple[int, ...]) -> tuple[U64,
+                                                                               wire.Message]:
+        ev = self._need_eval()
+        msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
+        step = kind.split("/")[1]
+        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"{step}/{self.name}"),
+                      what=kind)
+        if request_id(msg.meta, RE) != ev.ev or not ev.opened:
+            raise ReplayRefused(f"{kind} answers no output of this evaluation and layer",
+                                check="request-id")
+        if len(msg.blobs) != 1:
+            raise ProtocolError(f"malformed {kind} message")
+        x = _arr(msg.blobs[0], shape, kind)
+        ev.layer += 1
+        ev.opened = False
+        return x, msg
+
+    def receive_share(self, data: bytes, d: int, m: int) -> tuple[U64, int]:
+        """The client's re-share of this layer's activated output, and its bound."""
+        x, msg = self._answer(data, "secretsv/reshare", (d, m))
+        nb = msg.meta.get("bound")
+        if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
+            raise ProtocolError("malformed re-share bound")
+        return x, nb
+
+    def label_diff(self, data: bytes) -> bytes:
+        """(A) ``Ŷ'' − Y''`` for P from the client's label share."""
+        ev = self._need_eval()
+        la, _ = self._answer(data, "secretsv/labels", (len(ev.rows),))
+        self.eval = None
+        return wire.encode("secretsv/label-diff", bind({}, ev.ctx.at(
+            layer=ev.layer - 1, step="label-diff"), re_=ev.ev),
+            [(la - self.y[ev.rows]).tobytes()])
+
+    def compare(self, to_p: bytes, diff_a: bytes) -> BoolArray:
+        """(P) Its label share and A's difference: ``Ŷ − Y = 0`` per sample."""
+        ev = self._need_eval()
+        lp, _ = self._answer(to_p, "secretsv/labels", (len(ev.rows),))
+        msg = wire.decode(diff_a, expect="secretsv/label-diff", max_bytes=1 << 34)
+        check_context(msg.meta, ev.ctx.at(layer=ev.layer - 1, step="label-diff"),
+                      what="label difference")
+        if request_id(msg.meta, RE) != ev.ev:
+            raise ReplayRefused("label difference of another evaluation", check="request-id")
+        if len(msg.blobs) != 1:
+            raise ProtocolError("malformed label difference")
+        diff = (lp - self.y[ev.rows]) + _arr(msg.blobs[0], (len(ev.rows),), "label diff")
+        self.eval = None
+        out: BoolArray = diff == 0
+        return out
 
 
 @dataclass
@@ -215,6 +436,12 @@ class _Client:
     x: NDArray[np.float64]
     y: NDArray[np.int64]
     rng: SystemRandomSource = field(default_factory=SystemRandomSource)
+    session: str = field(kw_only=True)
+    answered: set[tuple[str, int]] = field(default_factory=set)  # (evaluation id, layer)
+    seen: dict[tuple[int, int, int], set[int]] = field(default_factory=dict)
+
+    def _ctx(self, **kw: Any) -> Context:
+        return Context(self.session, PROTOCOL, **kw)
 
     def share_model(self, rnd: int, key: str, params: Params, acc: Accounting
                     ) -> tuple[bytes, bytes]:
@@ -233,8 +460,10 @@ class _Client:
                     p_blobs.append(s1.tobytes())
                     a_blobs.append(s2.tobytes())
         meta = {"round": rnd, "key": key, "bounds": bounds}
-        return (wire.encode("secretsv/model", meta, p_blobs),
-                wire.encode("secretsv/model", meta, a_blobs))
+        return (wire.encode("secretsv/model", bind(meta, self._ctx(round=rnd,
+                                                                  step="model/P")), p_blobs),
+                wire.encode("secretsv/model", bind(meta, self._ctx(round=rnd,
+                                                                  step="model/A")), a_blobs))
 
     def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
         xq = sh.encode_fixed(self.x, _FRAC_DATA, Q)
@@ -243,12 +472,18 @@ class _Client:
             x1, x2 = sh.share(xq, Q, self.rng)
             y1, y2 = sh.share(self.y.astype(np.uint64), Q, self.rng)
         meta = {"client": self.index, "rows": len(self.y), "bound": bound}
-        return (wire.encode("secretsv/data", meta, [x1.tobytes(), y1.tobytes()]),
-                wire.encode("secretsv/data", meta, [x2.tobytes(), y2.tobytes()]))
+        return (wire.encode("secretsv/data", bind(meta, self._ctx(step="data/P")),
+                            [x1.tobytes(), y1.tobytes()]),
+                wire.encode("secretsv/data", bind(meta, self._ctx(step="data/A")),
+                            [x2.tobytes(), y2.tobytes()]))
 
     def reconstruct(self, from_p: bytes, from_a: bytes, acc: Accounting
                     ) -> tuple[bytes, bytes]:
-        """Reconstruct a layer's output, check, activate and re-share (or share labels)."""
+        """Reconstruct a layer's output, check, activate and re-share (or share labels).
+
+        Both shares must be of this session, for the layer they name, of an evaluation
+        (id, layer) not answered before; this client refuses a layer of an evaluation of
+        which it reconstructed the same or an adjacent layer (its own memory)."""
         a = wire.decode(from_p, expect="secretsv/output", max_bytes=1 << 34)
         b = wire.decode(from_a, expect="secretsv/output", max_bytes=1 << 34)
         if a.meta != b.meta:
@@ -273,9 +508,28 @@ class _Client:
                 and all(isinstance(v, int) for v in owners + mowners)):
             raise ProtocolError("malformed output request")
         check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        got = context_of(meta)
+        ctx = check_context(meta, self._ctx(round=got.round, mask=got.mask, batch=got.batch,
+                                            layer=layer, step="output"), what="output")
+        if min(ctx.round, ctx.mask, ctx.batch) < 0:
+            raise ProtocolError("malformed output request: context")
+        ev = request_id(meta, EV)
+        if (ev, layer) in self.answered:
+            raise ReplayRefused("output already reconstructed (a replay)", check="request-id")
+        key = (ctx.round, ctx.mask, ctx.batch)
+        seen = self.seen.get(key, set())
+        if layer in seen:
+            raise ReplayRefused("this layer of the evaluation was already reconstructed "
+                                "here (a replay)", check="layer")
+        if {layer - 1, layer + 1} & seen:
+            raise ProtocolError("refusing to reconstruct two consecutive layers "
+                                "(i_{l+1} = i_l; this client did an adjacent layer)")
+        p_share = _arr(a.blobs[0], (d, m), "output share")
+        a_share = _arr(b.blobs[0], (d, m), "output share")
+        self.answered.add((ev, layer))
+        self.seen.setdefault(key, set()).add(layer)
         with acc.timed("decryption"):
-            vals = sh.reconstruct(_arr(a.blobs[0], (d, m), "output share"),
-                                  _arr(b.blobs[0], (d, m), "output share"), Q)
+            vals = sh.reconstruct(p_share, a_share, Q)
         if vals.size and int(np.abs(vals).max()) > bound:
             raise ProtocolError("reconstructed values exceed the announced bound")
         real = vals.astype(np.float64) / (float(wsum) * 2.0 ** scale)
@@ -286,13 +540,17 @@ class _Client:
             with acc.timed("share_generation"):
                 s1, s2 = sh.share(xq, Q, self.rng)
             m2 = {"bound": xb}
-            return (wire.encode("secretsv/reshare", m2, [s1.tobytes()]),
-                    wire.encode("secretsv/reshare", m2, [s2.tobytes()]))
+            return (wire.encode("secretsv/reshare", bind(m2, ctx.at(step="reshare/P"), re_=ev),
+                                [s1.tobytes()]),
+                    wire.encode("secretsv/reshare", bind(m2, ctx.at(step="reshare/A"), re_=ev),
+                                [s2.tobytes()]))
         labels = np.argmax(out, axis=0).astype(np.uint64)
         with acc.timed("share_generation"):
             l1, l2 = sh.share(labels, Q, self.rng)
-        return (wire.encode("secretsv/labels", {}, [l1.tobytes()]),
-                wire.encode("secretsv/labels", {}, [l2.tobytes()]))
+        return (wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/P"), re_=ev),
+                            [l1.tobytes()]),
+                wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/A"), re_=ev),
+                            [l2.tobytes()]))
 
 
 @dataclass
@@ -315,6 +573,8 @@ class _Run:
 
     def upload_round(self, t: int) -> None:
         rnd = self.record.rounds[t]
+        self.P.start_round(t)
+        self.A.start_round(t)
         jobs = [(self.leader, "global", rnd.global_params)]
         jobs += [(c, f"c{c}", p) for c, p in zip(rnd.participants, rnd.local_params,
                                                    strict=True)]
@@ -349,7 +609,9 @@ class _Run:
             chain = decryptor_chain(len(self.clients), n_layers, members, mowners,
                                     self.strong, self.turn)
             self.turn += 1
-            x_p, x_a = self.P.x[brows].T.copy(), self.A.x[brows].T.copy()
+            self.A.open_eval(self.acc.message("P", "A", "eval",
+                                              self.P.announce_eval(mask, g, brows)))
+            x_p, x_a = self.P.batch_input(), self.A.batch_input()
             xb = max(self.P.xbound.get(c, 1) for c in members)
             previous, m = -1, len(brows)
             for layer, ly in enumerate(self.record.spec.layers):
@@ -360,7 +622,9 @@ class _Run:
                 if bound >= _MAX:
                     raise sh.FixedPointOverflow("a linear output may exceed 2^63 in fixed "
                                                 "point; SecretSV refuses rather than wrap")
-                tp, ta = self.dealer.triple(ly.out_features, ly.in_features, m, self.acc)
+                tp, ta = self.dealer.triple(ly.out_features, ly.in_features, m, self.acc,
+                                            Context(self.dealer.session, PROTOCOL, t, mask,
+                                                    g, layer))
                 tp = self.acc.message("dealer", "P", "triple", tp)
                 ta = self.acc.message("dealer", "A", "triple", ta)
                 with self.acc.timed("arithmetic"):
@@ -378,32 +642,19 @@ class _Run:
                         "batch_owners": members, "model_owners": mowners,
                         "previous": previous}
                 dec = chain[layer]
-                fp = self.acc.message("P", f"client:{dec}", "output",
-                                      wire.encode("secretsv/output", meta, [zp.tobytes()]))
-                fa = self.acc.message("A", f"client:{dec}", "output",
-                                      wire.encode("secretsv/output", meta, [za.tobytes()]))
+                fp = self.acc.message("P", f"client:{dec}", "output", self.P.output(zp, meta))
+                fa = self.acc.message("A", f"client:{dec}", "output", self.A.output(za, meta))
                 to_p, to_a = self.clients[dec].reconstruct(fp, fa, self.acc)
                 to_p = self.acc.message(f"client:{dec}", "P", "share", to_p)
                 to_a = self.acc.message(f"client:{dec}", "A", "share", to_a)
                 previous = dec
                 if layer < n_layers - 1:
-                    mp = wire.decode(to_p, expect="secretsv/reshare", max_bytes=1 << 34)
-                    x_p = _arr(_one_blob(to_p, "secretsv/reshare"), (ly.out_features, m),
-                               "re-share")
-                    x_a = _arr(_one_blob(to_a, "secretsv/reshare"), (ly.out_features, m),
-                               "re-share")
-                    nb = mp.meta.get("bound")
-                    if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
-                        raise ProtocolError("malformed re-share bound")
-                    xb = nb
+                    x_p, xb = self.P.receive_share(to_p, ly.out_features, m)
+                    x_a, _ = self.A.receive_share(to_a, ly.out_features, m)
                 else:
-                    lp = _arr(_one_blob(to_p, "secretsv/labels"), (m,), "labels")
-                    la = _arr(_one_blob(to_a, "secretsv/labels"), (m,), "labels")
-                    diff_a = self.acc.message("A", "P", "label-diff", (la - self.A.y[brows])
-                                              .tobytes())
+                    diff_a = self.acc.message("A", "P", "label-diff", self.A.label_diff(to_a))
                     with self.acc.timed("arithmetic"):
-                        diff = (lp - self.P.y[brows]) + _arr(diff_a, (m,), "label diff")
-                        correct[brows] = diff == 0
+                        correct[brows] = self.P.compare(to_p, diff_a)
         return correct[todo] if rows is not None else correct
 
 
@@ -448,8 +699,14 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
     acc = Accounting()
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        clients = [_Client(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]
-        P, A = _Server("P", record.spec, n_clients=n), _Server("A", record.spec, n_clients=n)
+        # No keys, so no key set-up: the session is the hash of a fresh nonce per role
+        # (clients, P, A, dealer; drawn here for the in-process roles); binding every
+        # message to it stops replays from other runs (fedsec.shapley.binding)
+        session = session_from_nonces(PROTOCOL, [new_nonce() for _ in range(n + 3)])
+        clients = [_Client(i, n, record.spec, x, y, session=session)
+                   for i, (x, y) in enumerate(sets)]
+        P = _Server("P", record.spec, n_clients=n, session=session)
+        A = _Server("A", record.spec, n_clients=n, session=session)
         to_p, to_a = [], []
         for c in clients:
             bp, ba = c.share_data(acc)
@@ -458,9 +715,10 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         P.receive_data(to_p)
         A.receive_data(to_a)
         order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-        acc.message("P", "A", "batches", wire.encode(
-            "secretsv/batches", {"order": [o.tolist() for o in order]}))
-        run = _Run(record, acc, clients, P, A, Dealer(), groups, strong, order,
+        A.receive_order(acc.message("P", "A", "batches", wire.encode("secretsv/batches", bind(
+            {"order": [o.tolist() for o in order]}, Context(session, PROTOCOL,
+                                                             step="batches")))))
+        run = _Run(record, acc, clients, P, A, Dealer(session=session), groups, strong, order,
                    leader=secrets.randbelow(n))
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress,
                             "secretsv")

@@ -60,6 +60,21 @@ a batch of other clients' samples (and, at the last layer, predicted labels), as
 paper; BFV ciphertexts are not circuit-private (noise is not flooded), which the paper's
 CKKS protocol does not provide either. Sizes and parameters in messages are checked by
 their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
+
+Replays and splices (:mod:`fedsec.shapley.binding`): every message carries its context
+(the key set-up's session, ``secsv``, round, coalition, batch, layer, step -- with the
+recipient for what P and A get in different copies) and is checked by its receiver
+against its own state. P issues an id per evaluation (announced to A in ``secsv/eval``)
+and per decryption request; the client echoes both; P takes each answer once and only for
+the evaluation and layer in flight, A takes one re-share per layer of the evaluation it
+was told about, then the label share. A decodes and checks P's batch list (every sample
+once) and each evaluation (this round, a fresh id, a batch it knows). A client answers
+each request id once and refuses a layer of an evaluation of which it decrypted the same
+or an adjacent layer (its own memory, not P's ``previous`` claim); it cannot tell the
+round, coalition or batch P *should* ask about (it has no schedule), so a withheld and
+later replayed request of another evaluation is decrypted but its answer is refused by P
+and A. Binding stops genuine bytes used out of context; it does not authenticate them (no
+MAC), which a malicious server or an attacker forging metadata would need.
 """
 
 from __future__ import annotations
@@ -85,6 +100,18 @@ from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley.accounting import Accounting
+from fedsec.shapley.binding import (
+    RID,
+    Answered,
+    Context,
+    ReplayRefused,
+    Requests,
+    bind,
+    check_context,
+    context_of,
+    new_request_id,
+    request_id,
+)
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -107,6 +134,8 @@ U64 = NDArray[np.uint64]
 BoolArray = NDArray[np.bool_]
 Progress = Callable[[str], None]
 _MAX_SAMPLES = 1 << 22
+PROTOCOL = "secsv"
+EV = "ev"  # the evaluation id P issues (A and the decrypting client echo it)
 
 
 # ====================================================================== configuration
@@ -210,14 +239,6 @@ def _u64(data: bytes, shape: tuple[int, ...], what: str) -> U64:
     return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
 
 
-def _blob(data: bytes, kind: str) -> bytes:
-    """The one blob of a ``kind`` message (labels, label differences)."""
-    msg = wire.decode(data, expect=kind, max_bytes=1 << 26)
-    if len(msg.blobs) != 1:
-        raise ProtocolError(f"malformed {kind} message: one blob expected")
-    return msg.blobs[0]
-
-
 def _int_meta(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
     v = meta.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -230,17 +251,25 @@ class SecSVClient:
     """Client ``index``: holds BFV keys, its test set and (simulated) its local models."""
 
     def __init__(self, index: int, n: int, bfv: BFVContext, x: NDArray[np.float64],
-                 y: NDArray[np.int64], spec: ModelSpec, config: SecSVConfig) -> None:
+                 y: NDArray[np.int64], spec: ModelSpec, config: SecSVConfig, *,
+                 session: str) -> None:
         self.index, self.n = index, n
         self.bfv = bfv
         self.x, self.y = x, y
         self.spec = spec
         self.cfg = config
+        self.session = session
         self.plan: Plan | None = None
         self._rng = SystemRandomSource()
+        self._answered = Answered()  # decryption request ids answered (once each)
+        self._seen: dict[tuple[int, int, int], set[int]] = {}  # layers decrypted per eval
+
+    def _ctx(self, **kw: Any) -> Context:
+        return Context(self.session, PROTOCOL, **kw)
 
     def receive_plan(self, data: bytes) -> None:
         msg = wire.decode(data, expect="secsv/plan", max_bytes=1 << 16)
+        check_context(msg.meta, self._ctx(step="plan"), what="plan")
         width = _int_meta(msg.meta, "width", 1, self.bfv.slots)
         layers = msg.meta.get("layers")
         if not isinstance(layers, list) or len(layers) != len(self.spec.layers):
@@ -280,7 +309,8 @@ class SecSVClient:
                                         exp2(float(np.abs(b).max()) if b.size else 0.0)]
                                        for w, b, _a in _layers(self.spec, params)]])
         xe = exp2(float(np.abs(self.x).max())) if self.x.size else -64
-        return wire.encode("secsv/bounds", {"client": self.index, "x": xe, "models": entries})
+        return wire.encode("secsv/bounds", bind({"client": self.index, "x": xe,
+                                                 "models": entries}, self._ctx(step="bounds")))
 
     # ------------------------------------------------------------- Alg. 3, step 3
     def encrypt_model(self, round_: int, key: str, params: Params, acc: Accounting) -> bytes:
@@ -305,8 +335,9 @@ class SecSVClient:
             with acc.timed("encryption"):
                 blobs.extend(self.bfv.serialize(self.bfv.encrypt(r), ntt=True) for r in rows)
                 blobs.append(self.bfv.serialize(self.bfv.encrypt(bias), ntt=True))
-        return wire.encode("secsv/model", {"round": round_, "key": key, "owner": self.index,
-                                           "bounds": bounds}, blobs)
+        return wire.encode("secsv/model", bind(
+            {"round": round_, "key": key, "owner": self.index, "bounds": bounds},
+            self._ctx(round=round_, step="model")), blobs)
 
     def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
         """Shares of ``(X_i, y_i)`` for P and A, with a power-of-two bound on ``|X_i|``."""
@@ -318,17 +349,42 @@ class SecSVClient:
             y1, y2 = sh.share(self.y.astype(np.uint64), t, self._rng)
         meta = {"client": self.index, "rows": int(self.x.shape[0]),
                 "cols": int(self.x.shape[1]), "bound": bound}
-        return (wire.encode("secsv/data", meta, [x1.tobytes(), y1.tobytes()]),
-                wire.encode("secsv/data", meta, [x2.tobytes(), y2.tobytes()]))
+        return (wire.encode("secsv/data", bind(meta, self._ctx(step="data/P")),
+                            [x1.tobytes(), y1.tobytes()]),
+                wire.encode("secsv/data", bind(meta, self._ctx(step="data/A")),
+                            [x2.tobytes(), y2.tobytes()]))
 
     # ------------------------------------------------------------- Alg. 4, steps 7-11
     def decrypt_layer(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
-        """Decrypt a layer's output, check, activate and re-share (or share labels)."""
+        """Decrypt a layer's output, check, activate and re-share (or share labels).
+
+        The request must be of this session, for the layer it names, with a fresh request
+        id (each is answered once); this client refuses a layer of an evaluation (round,
+        coalition, batch) of which it decrypted the same or an adjacent layer, from its
+        own memory -- not from P's ``previous`` claim alone."""
         plan = self._need_plan()
         msg = wire.decode(data, expect="secsv/decrypt", max_bytes=1 << 24)
         meta = msg.meta
         n_layers = len(plan.layers)
         layer = _int_meta(meta, "layer", 0, n_layers - 1)
+        got = context_of(meta)
+        ctx = check_context(meta, self._ctx(round=got.round, mask=got.mask, batch=got.batch,
+                                            layer=layer, step="decrypt"),
+                            what="decryption request")
+        if min(ctx.round, ctx.mask, ctx.batch) < 0:
+            raise ProtocolError("malformed decryption request: context")
+        rid, ev = request_id(meta, RID), request_id(meta, EV)
+        if rid in self._answered:
+            raise ReplayRefused("decryption request was already answered (a replay)",
+                                check="request-id")
+        key = (ctx.round, ctx.mask, ctx.batch)
+        seen = self._seen.get(key, set())
+        if layer in seen:
+            raise ReplayRefused("this layer of the evaluation was already decrypted here "
+                                "(a replay)", check="layer")
+        if {layer - 1, layer + 1} & seen:
+            raise ProtocolError("refusing to decrypt two consecutive layers (i_{l+1} = i_l; "
+                                "this client decrypted an adjacent layer)")
         lp = plan.layers[layer]
         m = _int_meta(meta, "m", 1, plan.width)
         owners = meta.get("batch_owners")
@@ -347,6 +403,8 @@ class SecSVClient:
         active = active_bits[:m].astype(bool)
         ct = self.bfv.deserialize(msg.blobs[0], low=True)
         t = self.bfv.t
+        self._answered.once(rid, what="decryption request")
+        self._seen.setdefault(key, set()).add(layer)  # from here on it knows this output
         with acc.timed("decryption"):
             slots = self.bfv.decrypt(ct)
         with acc.timed("other"):
@@ -370,16 +428,20 @@ class SecSVClient:
             xb = _pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if xq.size else 1
             with acc.timed("share_generation"):
                 s1, s2 = sh.share(xq, t, self._rng)
-            meta2 = {"layer": layer + 1, "m": m, "bound": xb, "from": self.index}
-            return (wire.encode("secsv/reshare", meta2, [s1.tobytes()]),
-                    wire.encode("secsv/reshare", meta2, [s2.tobytes()]))
+            meta2 = {"layer": layer + 1, "m": m, "bound": xb, "from": self.index, EV: ev}
+            return (wire.encode("secsv/reshare", bind(meta2, ctx.at(step="reshare/P"),
+                                                      re_=rid), [s1.tobytes()]),
+                    wire.encode("secsv/reshare", bind(meta2, ctx.at(step="reshare/A"),
+                                                      re_=rid), [s2.tobytes()]))
         labels = np.zeros(m, dtype=np.uint64)
         labels[active] = np.argmax(out, axis=0).astype(np.uint64)
         with acc.timed("share_generation"):
             l1, l2 = sh.share(labels, t, self._rng)
-        meta3 = {"m": m, "from": self.index}
-        return (wire.encode("secsv/labels", meta3, [l1.tobytes()]),
-                wire.encode("secsv/labels", meta3, [l2.tobytes()]))
+        meta3 = {"m": m, "from": self.index, EV: ev}
+        return (wire.encode("secsv/labels", bind(meta3, ctx.at(step="labels/P"), re_=rid),
+                            [l1.tobytes()]),
+                wire.encode("secsv/labels", bind(meta3, ctx.at(step="labels/A"), re_=rid),
+                            [l2.tobytes()]))
 
 
 # ====================================================================== servers
@@ -396,8 +458,11 @@ class _Server:
     name = "server"
 
     def __init__(self, bfv: BFVContext, spec: ModelSpec, n: int, plan: Plan,
-                 config: SecSVConfig) -> None:
+                 config: SecSVConfig, *, session: str) -> None:
         self.bfv, self.spec, self.n, self.plan, self.cfg = bfv, spec, n, plan, config
+        self.session = session
+        self.round = -1  # the round whose models this server accepts
+        self.eval: _Eval | None = None  # the evaluation in flight
         self.x: U64 = np.zeros((0, spec.in_features), dtype=np.uint64)
         self.y: U64 = np.zeros(0, dtype=np.uint64)
         self.owner: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -428,11 +493,25 @@ class _Server:
     def new_round(self) -> None:
         self._agg_cache.clear()
         self._scaled.clear()
+        self.eval = None
+
+    def start_round(self, t: int) -> None:
+        """Accept models (and evaluations) of round ``t`` from now on."""
+        self.round = t
+
+    def _ctx(self, **kw: Any) -> Context:
+        return Context(self.session, PROTOCOL, **kw)
+
+    def _need_eval(self) -> _Eval:
+        if self.eval is None:
+            raise ProtocolError(f"{self.name}: no evaluation in flight")
+        return self.eval
 
     def receive_data(self, blobs: Sequence[bytes]) -> None:
         xs, ys, owners = [], [], []
         for data in blobs:
             msg = wire.decode(data, expect="secsv/data", max_bytes=8 * _MAX_SAMPLES * 4096)
+            check_context(msg.meta, self._ctx(step=f"data/{self.name}"), what="data share")
             c = _int_meta(msg.meta, "client", 0, self.n - 1)
             rows = _int_meta(msg.meta, "rows", 0, _MAX_SAMPLES)
             cols = _int_meta(msg.meta, "cols", 1, 1 << 16)
@@ -453,7 +532,10 @@ class _Server:
 
     def receive_model(self, data: bytes) -> tuple[int, str]:
         msg = wire.decode(data, expect="secsv/model", max_bytes=1 << 31)
+        check_context(msg.meta, self._ctx(round=self.round, step="model"), what="model")
         rnd = _int_meta(msg.meta, "round", 0, 1 << 20)
+        if rnd != self.round:
+            raise ReplayRefused("model of another round", check="round")
         key = msg.meta.get("key")
         owner = _int_meta(msg.meta, "owner", 0, self.n - 1)
         bounds = msg.meta.get("bounds")
@@ -513,16 +595,216 @@ class _Server:
         return out
 
 
+@dataclass
+class _Eval:
+    """One (round, coalition, batch) evaluation in flight at a server."""
+
+    ctx: Context  # round, mask, batch; layer -1, step ""
+    ev: str  # P's evaluation id
+    rows: NDArray[np.int64]
+    layer: int = 0  # the next layer whose share this server expects
+    products: set[tuple[int, str]] = field(default_factory=set)  # (P) received from A
+
+
+def _rows_list(value: Any, n_samples: int, width: int) -> NDArray[np.int64]:
+    if not isinstance(value, list) or not 1 <= len(value) <= width or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_samples
+            for v in value) or len(set(value)) != len(value):
+        raise ProtocolError("malformed batch: sample ids")
+    return np.asarray(value, dtype=np.int64)
+
+
 class AuxiliaryServer(_Server):
-    """Server A: computes its share's products and label differences for P."""
+    """Server A: computes its share's products and label differences for P.
+
+    A takes its batches from P's announcement (:meth:`receive_batches`) and each
+    evaluation from P's ``secsv/eval`` message (:meth:`open_eval`: this session and
+    round, a fresh evaluation id, a batch it knows); it accepts one re-share per layer and
+    then the label share of that evaluation only, and binds every product and label
+    difference it sends P to the evaluation (see :mod:`fedsec.shapley.binding`)."""
 
     name = "A"
 
+    def __init__(self, bfv: BFVContext, spec: ModelSpec, n: int, plan: Plan,
+                 config: SecSVConfig, *, session: str) -> None:
+        super().__init__(bfv, spec, n, plan, config, session=session)
+        self.batches: list[NDArray[np.int64]] = []
+        self._evals_seen: set[str] = set()
+
+    def receive_batches(self, data: bytes) -> None:
+        """P's batch composition: sample ids per batch, every sample exactly once."""
+        msg = wire.decode(data, expect="secsv/batches", max_bytes=1 << 28)
+        check_context(msg.meta, self._ctx(step="batches"), what="batch list")
+        lists = msg.meta.get("batches")
+        n_samples = len(self.y)
+        if not isinstance(lists, list) or not 1 <= len(lists) <= n_samples:
+            raise ProtocolError("malformed batch list")
+        batches = [_rows_list(b, n_samples, self.plan.width) for b in lists]
+        every = np.concatenate(batches)
+        if len(every) != n_samples or len(np.unique(every)) != n_samples:
+            raise ProtocolError("the batches must hold every sample exactly once")
+        self.batches = batches
+
+    def open_eval(self, data: bytes) -> None:
+        """Start an evaluation P announces (its context and id; the rows of a re-packed
+        batch under SampleSkip, a subset of one announced batch group)."""
+        msg = wire.decode(data, expect="secsv/eval", max_bytes=1 << 24)
+        got = context_of(msg.meta)
+        ctx = check_context(msg.meta, self._ctx(round=self.round, mask=got.mask,
+                                                batch=got.batch, step="eval"),
+                            what="evaluation")
+        ev = request_id(msg.meta, RID)
+        if ev in self._evals_seen:
+            raise ReplayRefused("evaluation id already used (a replayed evaluation)",
+                                check="request-id")
+        if self.round < 0 or ctx.mask < 0 or ctx.batch < 0:
+            raise ProtocolError("malformed evaluation: context")
+        nb = len(self.batches)
+        rows_meta = msg.meta.get("rows")
+        if ctx.batch < nb and rows_meta is None:
+            rows = self.batches[ctx.batch]
+        elif ctx.batch >= nb and rows_meta is not None:
+            rows = _rows_list(rows_meta, len(self.y), self.plan.width)
+        else:
+            raise ProtocolError("malformed evaluation: batch")
+        self._evals_seen.add(ev)
+        self.eval = _Eval(ctx.at(step=""), ev, rows)
+
+    def batch_input(self) -> U64:
+        """This server's share of the evaluation's first-layer input (d_in × m)."""
+        out: U64 = self.x[self._need_eval().rows].T.copy()
+        return out
+
+    def product_message(self, ct: Any, layer: int, step: str) -> bytes:
+        """An encrypted share product for P, bound to the evaluation and layer."""
+        ev = self._need_eval()
+        return wire.encode("secsv/product", bind({}, ev.ctx.at(layer=layer, step=step),
+                                                 re_=ev.ev),
+                           [self.bfv.serialize(ct, ntt=True)])
+
+    def _share(self, data: bytes, kind: str, step: str, layer: int, shape: tuple[int, ...]
+               ) -> tuple[U64, wire.Message]:
+        ev = self._need_eval()
+        msg = wire.decode(data, expect=kind, max_bytes=1 << 28)
+        check_context(msg.meta, ev.ctx.at(layer=layer, step=step), what=kind)
+        if request_id(msg.meta, EV) != ev.ev:
+            raise ReplayRefused(f"{kind} of another evaluation", check="request-id")
+        if layer != ev.layer:
+            raise ReplayRefused(f"{kind} out of order (a duplicate or a replay)",
+                                check="layer")
+        if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, shape[-1]) != shape[-1]:
+            raise ProtocolError(f"malformed {kind}")
+        x = _u64(msg.blobs[0], shape, kind)
+        if x.size and int(x.max()) >= self.bfv.t:
+            raise ProtocolError("share out of range")
+        ev.layer += 1
+        return x, msg
+
+    def receive_share(self, data: bytes, layer: int, d: int, m: int) -> U64:
+        """The decrypting client's re-share of layer ``layer``'s activated output."""
+        return self._share(data, "secsv/reshare", "reshare/A", layer, (d, m))[0]
+
+    def label_diff(self, data: bytes, m: int) -> bytes:
+        """Alg. 4, step 12: ``Ŷ'' − Y''`` for P from the client's label share."""
+        layer = len(self.plan.layers) - 1
+        la, _ = self._share(data, "secsv/labels", "labels/A", layer, (m,))
+        ev = self._need_eval()
+        diff_a = sh.sub_mod(la, self.y[ev.rows], self.bfv.t)
+        self.eval = None
+        return wire.encode("secsv/label-diff", bind({"m": m}, ev.ctx.at(
+            layer=layer, step="label-diff"), re_=ev.ev), [diff_a.tobytes()])
+
 
 class PrincipalServer(_Server):
-    """Server P: plans, combines, masks, routes decryptions, keeps Φ (see module)."""
+    """Server P: plans, combines, masks, routes decryptions, keeps Φ (see module).
+
+    P issues an id per evaluation (announced to A) and per decryption request, accepts
+    each answer once and only in the evaluation and layer it belongs to, and takes A's
+    products and label difference only for the evaluation in flight."""
 
     name = "P"
+
+    def __init__(self, bfv: BFVContext, spec: ModelSpec, n: int, plan: Plan,
+                 config: SecSVConfig, *, session: str) -> None:
+        super().__init__(bfv, spec, n, plan, config, session=session)
+        self.requests = Requests()
+
+    def open_eval(self, mask: int, batch: int, rows: NDArray[np.int64] | None) -> bytes:
+        """Start evaluating coalition ``mask`` of the current round on batch ``batch``;
+        the ``secsv/eval`` message for A (``rows`` only for a re-packed batch)."""
+        if self.eval is not None:  # an abandoned evaluation: its requests die with it
+            self.requests = Requests()
+        ctx = self._ctx(round=self.round, mask=mask, batch=batch)
+        ev = new_request_id()
+        self.eval = _Eval(ctx, ev, np.zeros(0, dtype=np.int64))
+        return wire.encode("secsv/eval", bind(
+            {"rows": None if rows is None else [int(r) for r in rows]},
+            ctx.at(step="eval"), rid=ev))
+
+    def decrypt_request(self, meta: dict[str, Any], blobs: Sequence[bytes], layer: int
+                        ) -> bytes:
+        """A decryption request for layer ``layer`` of the evaluation, with a fresh id."""
+        ev = self._need_eval()
+        ctx = ev.ctx.at(layer=layer, step="decrypt")
+        rid = self.requests.issue(ctx)
+        return wire.encode("secsv/decrypt", bind({**meta, EV: ev.ev}, ctx, rid=rid), blobs)
+
+    def receive_product(self, data: bytes, layer: int, step: str) -> bytes:
+        """A's encrypted share product (serialized, NTT form) for this evaluation."""
+        ev = self._need_eval()
+        msg = wire.decode(data, expect="secsv/product", max_bytes=1 << 26)
+        check_context(msg.meta, ev.ctx.at(layer=layer, step=step), what="product")
+        if request_id(msg.meta, "re") != ev.ev:
+            raise ReplayRefused("product of another evaluation", check="request-id")
+        if (layer, step) in ev.products:
+            raise ReplayRefused("product received twice", check="request-id")
+        if len(msg.blobs) != 1:
+            raise ProtocolError("malformed product: one blob expected")
+        ev.products.add((layer, step))
+        return msg.blobs[0]
+
+    def _answer(self, data: bytes, kind: str, step: str, layer: int) -> wire.Message:
+        ev = self._need_eval()
+        msg = wire.decode(data, expect=kind, max_bytes=1 << 28)
+        self.requests.answer(msg.meta, ev.ctx.at(layer=layer, step=step), what=kind)
+        return msg
+
+    def receive_share(self, data: bytes, layer: int, d: int, m: int) -> tuple[U64, int]:
+        """The client's re-share of layer ``layer``'s output and its bound."""
+        msg = self._answer(data, "secsv/reshare", "reshare/P", layer)
+        if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, m) != m:
+            raise ProtocolError("malformed re-share")
+        b = _int_meta(msg.meta, "bound", 1, self.bfv.t // 2)
+        x = _u64(msg.blobs[0], (d, m), "re-share")
+        if x.size and int(x.max()) >= self.bfv.t:
+            raise ProtocolError("share out of range")
+        return x, b
+
+    def compare(self, to_p: bytes, diff_a: bytes, brows: NDArray[np.int64], m: int
+                ) -> BoolArray:
+        """Alg. 4, steps 12-14: P's label share and A's ``Ŷ'' − Y''``; ``Ŷ − Y`` exactly."""
+        ev = self._need_eval()
+        layer = len(self.plan.layers) - 1
+        msg = self._answer(to_p, "secsv/labels", "labels/P", layer)
+        if len(msg.blobs) != 1:
+            raise ProtocolError("malformed secsv/labels message: one blob expected")
+        lp_ = _u64(msg.blobs[0], (m,), "label share")
+        dm = wire.decode(diff_a, expect="secsv/label-diff", max_bytes=1 << 26)
+        check_context(dm.meta, ev.ctx.at(layer=layer, step="label-diff"),
+                      what="label difference")
+        if request_id(dm.meta, "re") != ev.ev:
+            raise ReplayRefused("label difference of another evaluation",
+                                check="request-id")
+        if len(dm.blobs) != 1:
+            raise ProtocolError("malformed secsv/label-diff message: one blob expected")
+        diff_b = _u64(dm.blobs[0], (m,), "label difference")
+        if lp_.size and max(int(lp_.max()), int(diff_b.max())) >= self.bfv.t:
+            raise ProtocolError("share out of range")
+        t = self.bfv.t
+        diff = sh.add_mod(sh.sub_mod(lp_, self.y[brows], t), diff_b, t)
+        ok: BoolArray = sh.centre(diff, t) == 0
+        self.eval = None
+        return ok
 
 
 # ====================================================================== the run
@@ -569,6 +851,8 @@ class _Run:
     # ------------------------------------------------------------- model upload
     def upload_round(self, t: int) -> None:
         rnd = self.record.rounds[t]
+        self.P.start_round(t)
+        self.A.start_round(t)
         jobs: list[tuple[int, str, Params]] = [(self.leader, "global", rnd.global_params)]
         jobs += [(c, f"c{c}", p) for c, p in zip(rnd.participants, rnd.local_params,
                                                    strict=True)]
@@ -650,6 +934,7 @@ class _Run:
                     chunk = sel[k:k + width]
                     work.append((-1, chunk, np.ones(len(chunk), dtype=bool)))
         fm = self.P.plan.frac_model
+        repacked = len(self.batches)  # context ids of re-packed batches follow the fixed ones
         for bi, brows, active in work:
             group = int(self.P.owner[brows[0]])
             gidx = next(g for g, members in enumerate(self.groups) if group in members)
@@ -660,7 +945,13 @@ class _Run:
             m = len(brows)
             xb = max(self.P.xbound.get(c, 1) for c in gowners)
             previous = -1
-            x_p, x_a = self.P.x[brows].T.copy(), self.A.x[brows].T.copy()
+            if bi >= 0:
+                opening = self.P.open_eval(mask, bi, None)
+            else:
+                opening = self.P.open_eval(mask, repacked, brows)
+                repacked += 1
+            self.A.open_eval(self._msg("P", "A", "eval", opening))
+            x_p, x_a = self.P.x[brows].T.copy(), self.A.batch_input()
             for layer in range(self.n_layers):
                 lp = self.P.plan.layers[layer]
                 bound = self._bound(t, keys, q, layer, xb)
@@ -673,9 +964,10 @@ class _Run:
                         model_a = self.A.aggregated(t, keys, q, layer, mask)
                         a_ct = self.A.product(model_a, layer, x_a, ck, False)
                         a_bytes = self._msg("A", "P", "product",
-                                            self.A.bfv.serialize(a_ct, ntt=True))
+                                            self.A.product_message(a_ct, layer, "product"))
                         ct = self.P.product(model_p, layer, x_p, ck, True)
-                        self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
+                        self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(
+                            self.P.receive_product(a_bytes, layer, "product"), ntt=True))
                     if not (layer == 0 and shortcut):  # the shortcut's sum is low already
                         ct = self.P.bfv.mod_switch_down(self.P.bfv.from_ntt(ct))
                     rmask = self._mask(lp, m, active)
@@ -683,21 +975,26 @@ class _Run:
                         ct = self.P.bfv.add_plain(ct, rmask)
                     payload = self.P.bfv.serialize(ct)
                 dec = chain[layer]
-                req = wire.encode("secsv/decrypt", {
+                req = self.P.decrypt_request({
                     "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
                     "previous": previous, "scale_bits": fm + self.P.plan.frac_inputs[layer],
                     "weight_sum": int(sum(q)),
-                    "bound": bound}, [payload, np.packbits(active).tobytes()])
+                    "bound": bound}, [payload, np.packbits(active).tobytes()], layer)
                 to_p, to_a = self.clients[dec].decrypt_layer(
                     self._msg("P", f"client:{dec}", "decrypt", req), self.acc)
                 to_p = self._msg(f"client:{dec}", "P", "share", to_p)
                 to_a = self._msg(f"client:{dec}", "A", "share", to_a)
                 previous = dec
                 if layer < self.n_layers - 1:
-                    x_p, xb = self._reshare(to_p, lp.d_out, m)
-                    x_a, _ = self._reshare(to_a, lp.d_out, m)
+                    x_p, xb = self.P.receive_share(to_p, layer, lp.d_out, m)
+                    x_a = self.A.receive_share(to_a, layer, lp.d_out, m)
                 else:
-                    correct[brows[active]] = self._compare(to_p, to_a, brows, m)[active]
+                    with self.acc.timed("arithmetic"):
+                        diff_a = self.A.label_diff(to_a, m)
+                    diff_a = self._msg("A", "P", "label-diff", diff_a)
+                    with self.acc.timed("arithmetic"):
+                        ok = self.P.compare(to_p, diff_a, brows, m)
+                    correct[brows[active]] = ok[active]
         return correct[todo] if rows is not None else correct
 
     def _shortcut_sum(self, t: int, keys: Sequence[str], q: Sequence[int], bi: int,
@@ -709,9 +1006,11 @@ class _Run:
                 qi = q[keys.index(k)]
                 a_ct = self.A.product(self.A.models[(t, k)].layers[0], 0, x_a, (0, bi),
                                       False)
-                a_bytes = self._msg("A", "P", "product", self.A.bfv.serialize(a_ct, ntt=True))
+                a_bytes = self._msg("A", "P", "product",
+                                    self.A.product_message(a_ct, 0, f"lin/{k}"))
                 ct = self.P.product(self.P.models[(t, k)].layers[0], 0, x_p, (0, bi), True)
-                self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(a_bytes, ntt=True))
+                self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(
+                    self.P.receive_product(a_bytes, 0, f"lin/{k}"), ntt=True))
                 if qi != 1:
                     ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
                 # Cached in coefficient form one prime down (what a decryption request
@@ -721,42 +1020,16 @@ class _Run:
             terms.append(self.lin_cache[ck])
         return self.P.bfv.add_many(terms)
 
-    def _reshare(self, data: bytes, d: int, m: int) -> tuple[U64, int]:
-        msg = wire.decode(data, expect="secsv/reshare", max_bytes=1 << 28)
-        if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, m) != m:
-            raise ProtocolError("malformed re-share")
-        b = _int_meta(msg.meta, "bound", 1, self.P.bfv.t // 2)
-        x = _u64(msg.blobs[0], (d, m), "re-share")
-        if x.size and int(x.max()) >= self.P.bfv.t:
-            raise ProtocolError("share out of range")
-        return x, b
-
-    def _compare(self, to_p: bytes, to_a: bytes, brows: NDArray[np.int64], m: int
-                 ) -> BoolArray:
-        """Alg. 4, steps 12-14: A sends Ŷ'' − Y''; P reconstructs Ŷ − Y exactly."""
-        t = self.P.bfv.t
-        la = _u64(_blob(to_a, "secsv/labels"), (m,), "label share")
-        with self.acc.timed("arithmetic"):
-            diff_a = sh.sub_mod(la, self.A.y[brows], t)
-        payload = self._msg("A", "P", "label-diff", wire.encode(
-            "secsv/label-diff", {"m": m}, [diff_a.tobytes()]))
-        diff_b = _blob(payload, "secsv/label-diff")
-        lp_ = _u64(_blob(to_p, "secsv/labels"), (m,), "label share")
-        with self.acc.timed("arithmetic"):
-            diff = sh.add_mod(sh.sub_mod(lp_, self.P.y[brows], t),
-                              _u64(diff_b, (m,), "label difference"), t)
-            ok: BoolArray = sh.centre(diff, t) == 0
-        return ok
-
 
 # ====================================================================== set-up
-def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
+def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> tuple[list[BFVContext], str]:
     """Authenticated key set-up among the clients (P relays); BFV keys from its seed.
 
     The set-up is the project's CKKS one (:mod:`fedsec.crypto.keysetup`, smallest secure
     preset, no rotations); SecSV uses only its transcript-bound session and the 32-byte
     seed it delivers to the clients, from which every client derives the same BFV keys
-    (the CKKS keys it also makes are unused). The relayed bytes are counted.
+    (the CKKS keys it also makes are unused). The relayed bytes are counted. Returns the
+    clients' BFV contexts and the session id every later message is bound to.
     """
     from fedsec.auc.common import local_federation
     from fedsec.crypto.keysetup import KeySpec, run_key_setup
@@ -774,7 +1047,7 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
         return value
 
     with acc.timed("other"):
-        _agg, keys = run_key_setup(identities, roster, spec, tamper=count)
+        agg, keys = run_key_setup(identities, roster, spec, tamper=count)
     ctxs = []
     with acc.timed("encryption"):
         for k in keys:
@@ -783,7 +1056,9 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> list[BFVContext]:
     fps = {c.public_fingerprint() for c in ctxs}
     if len(fps) != 1:  # pragma: no cover - deterministic derivation
         raise ProtocolError("clients derived different BFV keys")
-    return ctxs
+    if any(k.session != agg.session for k in keys):  # pragma: no cover - set-up checks it
+        raise ProtocolError("clients finished the key set-up in different sessions")
+    return ctxs, agg.session
 
 
 def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray[np.int64]]],
@@ -796,7 +1071,7 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
                       f"all {n_layers + 2} parties of a decryption chain distinct (seed 004, "
                       "Prop. 6.8): two clients alternate, which leaves multi-layer "
                       "equation-solving attacks possible.", PrivacyWarning, stacklevel=3)
-    ctxs = _key_setup(n, acc, cfg)
+    ctxs, session = _key_setup(n, acc, cfg)
     public = BFVContext(cfg.bfv)
     sizes = [len(y) for _, y in sets]
     per_group = [sum(sizes[c] for c in g) for g in groups]
@@ -806,8 +1081,8 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
                                                                width, public.slots))
            for ly in record.spec.layers]
     leader = secrets.randbelow(n)
-    clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg)
-               for i in range(n)]
+    clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg,
+                           session=session) for i in range(n)]
     # Coarse bounds (exponents) from every model and data owner -> P's fixed point
     owned: list[list[tuple[int, str, Params]]] = [[] for _ in range(n)]
     for t, rnd in enumerate(record.rounds):
@@ -816,13 +1091,14 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
             owned[cid].append((t, f"c{cid}", params))
     fm, fx = _pick_fixed_point(
         [acc.message(f"client:{c.index}", "P", "bounds", c.coarse_bounds(owned[c.index]))
-         for c in clients], record, cfg, public.t)
+         for c in clients], record, cfg, public.t, session=session)
     plan = Plan(width, tuple(lps), fm, (fx,) + (cfg.frac_bits_hidden,) * (len(lps) - 1))
-    plan_bytes = wire.encode("secsv/plan", plan.to_meta())
+    plan_bytes = wire.encode("secsv/plan", bind(plan.to_meta(),
+                                                Context(session, PROTOCOL, step="plan")))
     for c in clients:
         c.receive_plan(acc.message("P", f"client:{c.index}", "plan", plan_bytes))
-    P = PrincipalServer(public, record.spec, n, plan, cfg)
-    A = AuxiliaryServer(BFVContext(cfg.bfv), record.spec, n, plan, cfg)
+    P = PrincipalServer(public, record.spec, n, plan, cfg, session=session)
+    A = AuxiliaryServer(BFVContext(cfg.bfv), record.spec, n, plan, cfg, session=session)
     to_p, to_a = [], []
     for c in clients:
         bp, ba = c.share_data(acc)
@@ -837,8 +1113,11 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
         for k in range(0, len(rows), width):
             batches.append(_Batch(rows[k:k + width], g))
     # P tells A the batch composition (sample IDs per batch)
-    spec_bytes = wire.encode("secsv/batches", {"batches": [b.rows.tolist() for b in batches]})
-    acc.message("P", "A", "batches", spec_bytes)
+    spec_bytes = wire.encode("secsv/batches", bind(
+        {"batches": [b.rows.tolist() for b in batches]},
+        Context(session, PROTOCOL, step="batches")))
+    with acc.timed("other"):
+        A.receive_batches(acc.message("P", "A", "batches", spec_bytes))
     return _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
                 leader=leader)
 
@@ -867,7 +1146,7 @@ def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slot
 
 
 def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: SecSVConfig,
-                      t: int) -> tuple[int, int]:
+                      t: int, *, session: str) -> tuple[int, int]:
     """P's choice of ``(f_θ, f_x)``: the largest total with
     ``max_t Σ_i q_i (2^{e_β,i} 2^{e_x} + 2^{e_γ,i}) · 2^{f_θ + f_x} < t/8`` (first layer;
     3 bits of margin for rounding), split evenly; configured values are kept."""
@@ -875,6 +1154,7 @@ def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: Se
     bounds: dict[tuple[int, str], tuple[int, int]] = {}
     for data in messages:
         msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
+        check_context(msg.meta, Context(session, PROTOCOL, step="bounds"), what="bounds")
         x = msg.meta.get("x")
         models = msg.meta.get("models")
         if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 128:
