@@ -119,7 +119,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"{b['down'] / 1e6:.2f} MB | {b['server_in'] / 1e6:.1f} MB |")
     ks = res["key_setup"]
     lines += ["", f"Key set-up (once, shared by all runs): {ks['seconds']:.1f} s; "
-              + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in ks["bytes"].items()) + ".",
+              + ", ".join(f"{k} {v}" if "count" in k else f"{k} {v / 1e6:.1f} MB"
+                          for k, v in ks["bytes"].items()) + ".",
               "", f"Machine: {res['machine']}; peak RSS {res['max_rss_mb']:.0f} MB; wall time "
               f"{res['seconds'] / 60:.1f} min."]
     return "\n".join(lines)

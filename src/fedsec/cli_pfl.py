@@ -367,7 +367,8 @@ def _print_secure(doc: dict[str, Any]) -> None:
              else ""))
     keys = sec["key_setup_bytes"]
     print(f"key set-up: {sec['key_setup_seconds']:.1f}s; "
-          + ", ".join(f"{k} {_mb(float(v))}" for k, v in keys.items()))
+          + ", ".join(f"{k} {v}" if "count" in k else f"{k} {_mb(float(v))}"
+                      for k, v in keys.items()))
     if sec["compare"]:
         print()
         print(f"{'attack':>13} {'pairs':>7} {'differ':>7} {'in band':>8} {'outside':>8} "
