@@ -164,13 +164,16 @@ def main() -> None:
     rows = []
     key_bytes: dict[str, int] = {}
     malicious = 0
+    next_round = 0
     for attack in attacks:
         r = run_secure_pfl(task, fed, rounds=args.rounds,
                            attack=None if attack == "none" else attack,
                            malicious=args.malicious, balance=BalanceConfig(), config=cfg,
                            norm_factor=args.norm_factor,
                            unclipped_attackers=args.unclipped_attackers, seed=args.seed,
-                           session=session, progress=lambda m: log(f"  {m}"))
+                           session=session, first_round=next_round,
+                           progress=lambda m: log(f"  {m}"))
+        next_round = r.next_round
         key_bytes = key_bytes or r.key_setup_bytes
         malicious = len(r.run.malicious)
         rows.append(row(r))

@@ -293,6 +293,7 @@ def _run_secure(args: argparse.Namespace, task: Any, fed: Any, cfg: Any,
                            else 1.25, norm_bound=args.norm_bound,
                            unclipped_attackers=args.unclipped_attackers,
                            compare=not args.no_compare, seed=args.seed, session=session,
+                           first_round=results[-1].next_round if results else 0,
                            progress=lambda m: say(f"  {m}"))
         r.key_setup_seconds = setup_s
         results.append(r)

@@ -47,10 +47,15 @@ def session() -> SecurePFLSession:
     return SecurePFLSession.create(K, CFG)
 
 
+_NEXT = {"round": 0}  # round numbers must increase within the shared session
+
+
 def _run(small, session, attack, **kw) -> SecurePFLRun:
     task, fed = small
-    return run_secure_pfl(task, fed, rounds=ROUNDS, attack=attack, malicious=0.34,
-                          balance=BAL, config=CFG, seed=4, session=session, **kw)
+    r = run_secure_pfl(task, fed, rounds=ROUNDS, attack=attack, malicious=0.34, balance=BAL,
+                       config=CFG, seed=4, session=session, first_round=_NEXT["round"], **kw)
+    _NEXT["round"] = r.next_round
+    return r
 
 
 @pytest.mark.parametrize("attack", [None, "gaussian", "sign-flip", "alie", "balance-edge"])

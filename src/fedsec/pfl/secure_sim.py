@@ -171,6 +171,8 @@ class SecurePFLRun:
     key_setup_bytes: dict[str, int] = field(default_factory=dict)
     key_setup_seconds: float = 0.0
     plaintext: PFLRun | None = None
+    #: The session round number after this run (``first_round`` of a next run).
+    next_round: int = 0
 
     @property
     def sign_alpha(self) -> int:
@@ -304,7 +306,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
                    config: SecurePFLConfig | None = None, norm_factor: float = 1.25,
                    norm_bound: float | None = None, unclipped_attackers: bool = False,
                    compare: bool = True, seed: int = 0,
-                   session: SecurePFLSession | None = None,
+                   session: SecurePFLSession | None = None, first_round: int = 0,
                    progress: Progress | None = None) -> SecurePFLRun:
     """Train server-assisted BALANCE with encrypted selection and aggregation.
 
@@ -335,6 +337,10 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
     session : SecurePFLSession, optional
         A session made with the same number of clients and ``config`` (reuses its keys);
         default: a new one.
+    first_round : int, default=0
+        The session's round number for this run's first round: round numbers must increase
+        within a session, so a reused session needs the number of rounds it already ran
+        (:attr:`SecurePFLRun.next_round` of the previous run).
     progress : callable, optional
         Called with a short message after the key set-up and after every round.
 
@@ -345,6 +351,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
     from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession
 
     t_rounds = check_int(rounds, "rounds", "run_secure_pfl", min_value=1)
+    first = check_int(first_round, "first_round", "run_secure_pfl", min_value=0)
     cfg = config if config is not None else SecurePFLConfig()
     if not isinstance(cfg, SecurePFLConfig):
         raise TypeError(f"The 'config' parameter of run_secure_pfl must be a SecurePFLConfig. "
@@ -377,7 +384,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
         norms = np.linalg.norm(half, axis=1)
         bound = clipping.round_bound(norms)
         sr: SecureRound = session.run_round(half, sigmas, alpha=bal.alpha, norm_bound=bound,
-                                            round_index=t, clip=clip_mask)
+                                            round_index=first + t, clip=clip_mask)
         if not out.key_setup_bytes:
             out.key_setup_bytes = {k: int(v) for k, v in sr.key_setup_bytes.items()}
         valid_rule = np.array([clip_mask[i] or bool(norms[i] <= bound) for i in range(n)])
@@ -415,6 +422,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
                      f"{run.benign_mean():.3f}, worst {run.benign_worst():.3f}{extra}")
     run.seconds = time.perf_counter() - start
     run.models = models
+    out.next_round = first + t_rounds
     if compare:
         out.plaintext = run_pfl(task, federation, method="balance", rounds=t_rounds,
                                 attack=attack, malicious=malicious, config=bal, seed=seed,
