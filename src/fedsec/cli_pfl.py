@@ -275,7 +275,7 @@ def _run_secure(args: argparse.Namespace, task: Any, fed: Any, cfg: Any,
     import time
 
     from fedsec.pfl.secure import SecurePFLSession
-    from fedsec.pfl.secure_sim import run_secure_pfl
+    from fedsec.pfl.secure_sim import SecurePFLRun, run_secure_pfl
 
     scfg = _make_secure_config(args)
     say(f"key set-up for {args.clients} clients ({scfg.preset}, sign alpha "
@@ -284,7 +284,7 @@ def _run_secure(args: argparse.Namespace, task: Any, fed: Any, cfg: Any,
     session = SecurePFLSession.create(args.clients, scfg)
     setup_s = time.perf_counter() - t0
     say(f"key set-up done in {setup_s:.1f}s")
-    results = []
+    results: list[SecurePFLRun] = []
     for attack in attacks:
         say(f"secure BALANCE under {attack or 'no attack'}")
         r = run_secure_pfl(task, fed, rounds=args.rounds, attack=attack,
