@@ -41,8 +41,11 @@ One round, step by step
    ``norm_tolerance``, default ``2^-16``) and ``n_i <= B``, then builds the *masked*
    margins of every ordered pair ``x_ij = (sigma_i^2 G_ii - G_ii - G_jj + 2 G~_ij) / M``
    (``G~`` masked) and encrypts them **fresh**, packed in slots, at level
-   ``sign_depth(alpha) + 1``, with the validity bits in the clear.
-4. **compare** (server): removes the masks (a plaintext subtraction), evaluates the
+   ``sign_depth(alpha) + 2``, with the validity bits in the clear.
+4. **compare** (server): removes the masks (a plaintext subtraction), zeroes the margins
+   of pairs with an invalid client (a 0/1 plaintext product: such a margin may lie far
+   outside the comparison's domain, where the polynomial overflows and would corrupt
+   *every* slot of the ciphertext -- a test shows it), evaluates the
    composite minimax comparison (:func:`fedsec.crypto.sign.step_encrypted`) on all
    ``K (K - 1)`` margins in **one** SIMD evaluation (per ``slots`` margins).
 5. **select** (server + decryptor): Algorithm 1 (:func:`~fedsec.pfl.selection.efficient_selection`)
@@ -159,6 +162,7 @@ CLIENT_MAX_MESSAGE_BYTES = 64 << 20
 SERVER_MAX_MESSAGE_BYTES = 256 << 20
 DECRYPTOR_MAX_MESSAGE_BYTES = 1 << 30
 _MAX_CLIENTS = 1024
+_SEAL_OVERHEAD = 32 + 12 + 16  # ephemeral key, nonce, tag of a sealed box
 
 
 def client_name(i: int) -> str:
@@ -219,6 +223,12 @@ def _pairs(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(k) if i != j]
 
 
+def _fresh_level(alpha: int) -> int:
+    """Level of the refreshed margins: one plaintext product zeroes the pairs of invalid
+    clients, the comparison takes ``sign_depth``, one more zeroes unrequested slots."""
+    return sign_depth(alpha) + 2
+
+
 def _gram_entries(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(i, k)]
 
@@ -231,7 +241,7 @@ class SecurePFLConfig:
     Parameters
     ----------
     preset : str, default="CKKS_128_N32768_DEPTH19"
-        CKKS preset; needs ``sign_depth(sign_alpha) + 1`` levels.
+        CKKS preset; needs ``sign_depth(sign_alpha) + 2`` levels.
     sign_alpha : int, default=8
         Precision of the comparison (8, 10 or 12: depth 11, 14, 16); pairs whose margin
         is within ``2^-alpha M`` of the boundary may be decided either way.
@@ -259,7 +269,7 @@ class SecurePFLConfig:
             raise ValueError(f"The 'sign_alpha' parameter of SecurePFLConfig must be one of "
                              f"{list(SUPPORTED_ALPHAS)}. Got {alpha} instead.")
         params = get_preset(self.preset, allow_insecure=self.allow_insecure)
-        need = sign_depth(alpha) + 1
+        need = _fresh_level(alpha)
         if params.depth < need:
             raise ValueError(f"The 'preset' parameter of SecurePFLConfig must offer "
                              f"{need} levels for sign_alpha={alpha}. Got {self.preset} "
@@ -338,8 +348,13 @@ def _check_bound(meta: dict[str, Any], session: str, round_index: int | None = N
                  ) -> None:
     if meta.get("session") != session:
         raise ProtocolError("message from another session")
-    if round_index is not None and meta.get("round") != round_index:
+    if round_index is not None and not _is_int(meta.get("round"), round_index):
         raise ProtocolError("message from another round")
+
+
+def _is_int(value: Any, expected: int) -> bool:
+    """``value`` is the int ``expected`` (JSON ``true`` is not ``1``)."""
+    return type(value) is int and value == expected
 
 
 def _register_payload(session: str, name: str, x_pk: bytes) -> bytes:
@@ -440,7 +455,7 @@ class SecurePFLClient:
         t, d, b = self._pending
         msg = wire.decode(result, expect="pfl/result", max_bytes=CLIENT_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, t)
-        if msg.meta.get("client") != self.index:
+        if not _is_int(msg.meta.get("client"), self.index):
             raise ProtocolError("result addressed to another client")
         chunks = _n_chunks(d, self.enc.slots)
         if len(msg.blobs) != 2 * chunks:
@@ -496,6 +511,7 @@ class SecurePFLDecryptor:
         self._last_round = -1
         self._round: int | None = None
         self._k = 0
+        self._chunks = 0
         self._valid: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._revealed: set[tuple[int, int]] = set()
         self._results: set[int] = set()
@@ -523,13 +539,14 @@ class SecurePFLDecryptor:
 
     def refresh(self, request: bytes) -> bytes:
         """Step 3: decrypt the constant terms, check the norms, return the masked margins
-        encrypted fresh at level ``sign_depth + 1`` and the validity bits."""
+        encrypted fresh at level ``sign_depth + 2`` and the validity bits."""
         msg = wire.decode(request, expect="pfl/gram", max_bytes=DECRYPTOR_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session)
         t = _meta_int(msg.meta, "round", 0, 1 << 40)
         if t <= self._last_round:
             raise ProtocolError("a Gram request of a past round (replay)")
         k = _meta_int(msg.meta, "clients", 2, _MAX_CLIENTS)
+        chunks = _meta_int(msg.meta, "chunks", 1, 64)
         if sorted(self.clients) != list(range(k)):
             raise ProtocolError("the round names clients that did not register")
         sigmas = _meta_floats(msg.meta, "sigmas", k, 1e-12, 1e6)
@@ -553,11 +570,10 @@ class SecurePFLDecryptor:
         pairs = _pairs(k)
         x = np.array([((sigmas[i] ** 2 - 1.0) * diag[i] - diag[j] + 2.0 * g[i, j]) / m
                       for i, j in pairs])
-        level = sign_depth(self.config.sign_alpha) + 1
-        pid = self.ctx.parms_id_at_level(level)
+        pid = self.ctx.parms_id_at_level(_fresh_level(self.config.sign_alpha))
         blobs = [self.ctx.encrypt_to_bytes_at(x[a:a + self.enc.slots], pid)
                  for a in range(0, len(x), self.enc.slots)]
-        self._round, self._last_round, self._k = t, t, k
+        self._round, self._last_round, self._k, self._chunks = t, t, k, chunks
         self._valid = valid
         self._revealed, self._results, self._batches = set(), set(), set()
         return wire.encode("pfl/refreshed", {"session": self.session, "round": t,
@@ -617,6 +633,8 @@ class SecurePFLDecryptor:
             raise ProtocolError("a result for a client that did not register")
         if i in self._results:
             raise ProtocolError("a result request replayed")
+        if len(msg.blobs) != self._chunks:
+            raise ProtocolError("malformed result request")
         boxes = []
         for c, blob in enumerate(msg.blobs):
             ct = self.ctx.deserialize(blob)
@@ -626,8 +644,6 @@ class SecurePFLDecryptor:
             boxes.append(seal_to(self.clients[i], _u64_blob(plaintext_ntt(pt)),
                                  context=_box_context(b"result", self.session, self._round,
                                                       i, c)))
-        if not boxes:
-            raise ProtocolError("malformed result request")
         self._results.add(i)
         return wire.encode("pfl/result-box", {"session": self.session, "round": self._round,
                                               "client": i}, boxes)
@@ -697,7 +713,7 @@ class SecurePFLServer:
             raise ProtocolError("an upload of a past round")
         if round_index > self._round:
             self._round, self._uploads = round_index, {}
-        if msg.meta.get("client") != sender or sender in self._uploads:
+        if not _is_int(msg.meta.get("client"), sender) or sender in self._uploads:
             raise ProtocolError("an upload from another client, or twice")
         d = _meta_int(msg.meta, "d", 1, 2 * self.enc.slots * 64)
         if len(msg.blobs) != _n_chunks(d, self.enc.slots):
@@ -741,6 +757,7 @@ class SecurePFLServer:
             self._masks[(i, j)] = r
             first[idx] = np.uint64((int(first[idx]) + r) % q0)
         meta = {"session": self.session, "round": self._round, "clients": k,
+                "chunks": len(ups[0].cts),
                 "sigmas": [u.sigma for u in ups],
                 "norms_sq": [min((u.norm / b) ** 2, 1e300) for u in ups]}
         return wire.encode("pfl/gram", meta, [_u64_blob(first), _u64_blob(rows)])
@@ -767,7 +784,7 @@ class SecurePFLServer:
         slots = self.enc.slots
         if len(msg.blobs) != math.ceil(len(pairs) / slots):
             raise ProtocolError("malformed refresh")
-        level = sign_depth(self.config.sign_alpha) + 1
+        level = _fresh_level(self.config.sign_alpha)
         self._cmp = []
         for c, blob in enumerate(msg.blobs):
             ct = self.ctx.deserialize(blob, scale=self.ctx.scale)
@@ -776,6 +793,14 @@ class SecurePFLServer:
             pt = self.ctx.encode(rho[c * slots:(c + 1) * slots], scale=ct.scale,
                                  parms_id=ct.parms_id())
             x = self.ctx.sub_plain(ct, pt)
+            # zero every pair with an invalid client: its margin may be far outside the
+            # domain, where the polynomial overflows and corrupts every slot
+            keep = np.array([float(self.valid[i] and self.valid[j])
+                             for i, j in pairs[c * slots:(c + 1) * slots]])
+            q = self.ctx.rescale_prime(x)
+            x = self.ctx.rescale(self.ctx.multiply_plaintext(
+                x, self.ctx.encode(keep, scale=float(q), parms_id=x.parms_id())))
+            CKKSContext.snap_scale(x, self.ctx.scale, rtol=1e-6)
             self._cmp.append(step_encrypted(self.ctx, x, self.config.sign_alpha,
                                             keep_levels=1))
             self.sign_evaluations += 1
@@ -810,7 +835,7 @@ class SecurePFLServer:
         msg = wire.decode(reply, expect="pfl/bits", max_bytes=1 << 20)
         _check_bound(msg.meta, self.session, self._round)
         bits = msg.meta.get("bits")
-        if msg.meta.get("batch") != self._batch or not isinstance(bits, list) or \
+        if not _is_int(msg.meta.get("batch"), self._batch) or not isinstance(bits, list) or \
                 len(bits) != len(pairs) or not all(v in (0, 1) and not isinstance(v, bool)
                                                    for v in bits):
             raise ProtocolError("malformed comparison bits")
@@ -866,11 +891,14 @@ class SecurePFLServer:
         """Forward the decryptor's sealed result with the sealed mask seed to client i."""
         msg = wire.decode(box, expect="pfl/result-box", max_bytes=SERVER_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, self._round)
-        if msg.meta.get("client") != i or i not in self.clients:
+        if not _is_int(msg.meta.get("client"), i) or i not in self.clients:
             raise ProtocolError("a result box for another client")
-        seeds = self._result_seeds.pop(i, None)
+        seeds = self._result_seeds.get(i)
         if seeds is None or len(seeds) != len(msg.blobs):
             raise ProtocolError("a result box without a pending result")
+        if any(len(b) != 8 * self.enc.n + _SEAL_OVERHEAD for b in msg.blobs):
+            raise ProtocolError("malformed result box")
+        del self._result_seeds[i]
         blobs: list[bytes] = []
         for c, (sealed, seed) in enumerate(zip(msg.blobs, seeds, strict=True)):
             blobs += [sealed, seal_to(self.clients[i], seed, context=_box_context(
@@ -908,6 +936,8 @@ class SecureRound:
         Sizes of the session's key material.
     decryptor_bytes_in : int
         Bytes the decryptor received this round.
+    revealed_bits : int
+        Comparison bits the decryptor revealed this round (equals ``pairs_checked``).
     """
 
     selection: SelectionResult
@@ -1039,6 +1069,7 @@ class SecurePFLSession:
         if len(clips) != k:
             raise ValueError(f"The 'clip' parameter of run_round must have {k} values.")
         sec: dict[str, float] = {}
+        bits_before = self.decryptor.revealed_bits
         t0 = time.perf_counter()
         srv_in = 0
         dec_in = 0
@@ -1093,4 +1124,4 @@ class SecurePFLSession:
                            margin_scale(sig) * b * b, sec, up, down, srv_in,
                            self.server.sign_evaluations - evaluations_before,
                            selection.checks, dict(self.key_setup_bytes), dec_in,
-                           self.decryptor.revealed_bits)
+                           self.decryptor.revealed_bits - bits_before)
