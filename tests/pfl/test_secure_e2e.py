@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("fedsec.pfl.secure")  # TEMPORARY until branch pfl-core is merged
 
 from fedsec.learning.tasks import make_task  # noqa: E402
 from fedsec.pfl.balance import BalanceConfig  # noqa: E402
