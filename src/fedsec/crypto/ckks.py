@@ -79,7 +79,8 @@ def _zstd() -> Any:
     return lib
 
 
-def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
+def _plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANSION
+                      ) -> tuple[bytes, bytes]:
     """Check a SEAL object's framing and return it uncompressed (header, members), or
     raise ProtocolError.
 
@@ -98,7 +99,7 @@ def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
     body = data[_SEAL_HEADER.size:]
     if compr == _COMPR_ZSTD:
         lib = _zstd()
-        limit = _MAX_EXPANSION * len(body) + (1 << 16)
+        limit = max_expansion * len(body) + (1 << 16)
         declared = lib.ZSTD_getFrameContentSize(body, len(body))
         if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
             raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")

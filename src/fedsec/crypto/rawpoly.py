@@ -46,7 +46,10 @@ _ARRAY = 16 + 8  # nested SEAL header of the data array, then its element count
 
 
 def _split(data: bytes, members: int, what: str) -> tuple[bytes, bytes, U64]:
-    header, body = _plain_seal_bytes(data, what)
+    # our own objects only (never another role's bytes): SEAL's zstd may compress
+    # structured polynomials (a ternary key, constants) far beyond the bound for
+    # received data
+    header, body = _plain_seal_bytes(data, what, max_expansion=1 << 16)
     if len(body) < members + _ARRAY:
         raise ProtocolError(f"invalid {what}: truncated")
     (count,) = struct.unpack_from("<Q", body, members + 16)
