@@ -116,6 +116,9 @@ def test_unclipped_attackers_are_invalid(small, session) -> None:
                 assert not set(sets[i]) & set(bad), (t, i)
     assert r.plaintext is not None
     assert r.plaintext.meta["invalid"] == [bad] * ROUNDS
+    # both run Algorithm 1 over the valid clients only: same sets, same checks
+    assert r.plaintext.accepted == r.run.accepted
+    assert r.plaintext.checks == r.run.checks
 
 
 def test_agreement_counts_boundary_and_outside_pairs() -> None:

@@ -66,8 +66,8 @@ from fedsec.pfl.simulate import (
     NormClipping,
     PFLRun,
     clip_models,
-    restrict_selection,
     run_pfl,
+    valid_neighbours,
 )
 
 if TYPE_CHECKING:
@@ -240,7 +240,7 @@ class SecurePFLRun:
 def _reference(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],
                valid: NDArray[np.bool_]) -> SelectionResult:
     oracle = PlaintextOracle(uploads, sigmas)
-    return restrict_selection(efficient_selection(oracle.keys(), oracle), valid)
+    return efficient_selection(oracle.keys(), oracle, neighbours=valid_neighbours(valid))
 
 
 def agreement(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],

@@ -65,7 +65,8 @@ from fedsec.pfl.robust import ROBUST_AGGREGATORS, robust_aggregator
 from fedsec.pfl.selection import SelectionResult
 
 __all__ = ["METHODS", "DEPLOYMENTS", "ClientRounds", "NormClipping", "PFLRun", "RoundView",
-           "clip_models", "run_pfl", "malicious_clients", "restrict_selection"]
+           "clip_models", "run_pfl", "malicious_clients",
+           "valid_neighbours"]
 
 METHODS: tuple[str, ...] = ("balance", "fedavg", "local", *ROBUST_AGGREGATORS)
 DEPLOYMENTS: tuple[str, ...] = ("server", *GRAPHS)
@@ -127,12 +128,10 @@ def clip_models(models: NDArray[Any], bound: float, clip: list[bool] | None = No
     return w
 
 
-def restrict_selection(sel: SelectionResult, valid: NDArray[np.bool_]) -> SelectionResult:
-    """``sel`` with the invalid clients accepted by nobody and accepting nobody."""
-    ok = {i for i in range(len(sel.accepted)) if bool(valid[i])}
-    sets = tuple(frozenset(s & ok) if i in ok else frozenset()
-                 for i, s in enumerate(sel.accepted))
-    return SelectionResult(sets, sel.checks, sel.order, sel.checked)
+def valid_neighbours(valid: NDArray[np.bool_]) -> list[frozenset[int]]:
+    """The complete graph on the valid clients; invalid clients have no neighbours."""
+    ok = frozenset(i for i in range(len(valid)) if bool(valid[i]))
+    return [ok - {i} if i in ok else frozenset() for i in range(len(valid))]
 
 
 @dataclass(frozen=True)
@@ -405,9 +404,9 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
                     else (sizes[:, None] * half).sum(axis=0) / sizes.sum())
             models = np.tile(glob, (n, 1))
         elif server is not None:
+            if clipping is not None:  # Algorithm 1 over the valid clients only
+                server.neighbours = valid_neighbours(valid)
             sel = server.select(half, t)
-            if clipping is not None:
-                sel = restrict_selection(sel, valid)
             accepted = sel.accepted
             models = server.aggregate(half, sel)
             run.checks.append(sel.checks)
