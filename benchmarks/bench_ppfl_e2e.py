@@ -21,8 +21,8 @@ Usage::
     python benchmarks/bench_ppfl_e2e.py                      # see BENCHMARKS.md for sizes
     python benchmarks/bench_ppfl_e2e.py --quick              # smoke run, insecure preset
 
-Writes ``benchmarks/results/bench_ppfl_e2e.json`` and ``bench_ppfl_e2e.md`` (not with
-``--quick``) and prints the Markdown.
+Writes ``benchmarks/results/<name>.json`` and ``<name>.md`` (``--name``, default
+``bench_ppfl_e2e``; not with ``--quick``) and prints the Markdown.
 """
 
 from __future__ import annotations
@@ -144,6 +144,8 @@ def main() -> None:
     ap.add_argument("--unclipped-attackers", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default="bench_ppfl_e2e",
+                    help="stem of the result files (default bench_ppfl_e2e)")
     args = ap.parse_args()
     start = time.perf_counter()
     attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
@@ -200,8 +202,8 @@ def main() -> None:
     md = markdown(res)
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_ppfl_e2e.json").write_text(json.dumps(res, indent=1))
-        (args.out / "bench_ppfl_e2e.md").write_text(md + "\n")
+        (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=1))
+        (args.out / f"{args.name}.md").write_text(md + "\n")
     print(json.dumps({k: res[k] for k in ("config", "seconds")}))
     print(md)
 
