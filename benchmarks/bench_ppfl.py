@@ -22,6 +22,8 @@ client norm (about half the clients clip), sigma_i ~ U[0.1, 0.5] (seed 002's ran
 Usage::
 
     flock /tmp/fedsec-bench.lock python benchmarks/bench_ppfl.py            # full
+    flock /tmp/fedsec-bench.lock python benchmarks/bench_ppfl.py --ks 30 --models mnist-cnn \
+        --alpha 12 --out benchmarks/results/bench_ppfl_a12.json
     python benchmarks/bench_ppfl.py --quick   # insecure test preset, K = 4, 6 (smoke)
 
 Writes ``benchmarks/results/bench_ppfl.json`` and prints a Markdown table.
@@ -164,13 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--alpha", type=int, default=8, help="sign precision (8, 10, 12)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_ppfl.json"))
     a = ap.parse_args(argv)
     if a.quick:
         config = SecurePFLConfig(preset="INSECURE_TEST_N4096_DEPTH19", allow_insecure=True)
         ks, repeats = [4, 6], 1
     else:
-        config = SecurePFLConfig()
+        config = SecurePFLConfig(sign_alpha=a.alpha)
         ks, repeats = a.ks, a.repeats
     models = {m: MODELS[m] for m in a.models}
     res = run(ks, models, config, repeats, a.seed)

@@ -339,3 +339,24 @@ def test_config_validation() -> None:
     x = np.arange(1.0, 50.0)
     assert np.linalg.norm(clip_to_norm(x, 3.0)) <= 3.0
     np.testing.assert_array_equal(clip_to_norm(x, 1e9), x)
+
+
+def test_more_pairs_than_slots_use_several_sign_evaluations() -> None:
+    """K (K - 1) = 2,070 margins need two ciphertexts of 2,048 slots: two sign
+    evaluations, and pairs in the second one decide like the first."""
+    k = 46
+    s = SecurePFLSession.create(k, CFG)
+    rng = np.random.default_rng(21)
+    w = _models(rng, k, 40, 0.3)
+    sig = rng.uniform(0.2, 0.6, size=k)
+    b = float(np.median(np.linalg.norm(w, axis=1)))
+    r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=0)
+    assert r.sign_evaluations == 2
+    wc = np.array([clip_to_norm(x, b) for x in w])
+    ref = brute_force_selection(k, PlaintextOracle(wc, sig))
+    near = _near_boundary(wc, sig, r.margin_scale, CFG.sign_alpha)
+    differ = {(i, j) for i in range(k) for j in range(k) if i != j
+              and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+    assert differ <= near
+    # some revealed pair lives in the second ciphertext (ordered pair index >= 2,048)
+    assert max(i * (k - 1) + (j if j < i else j - 1) for i, j in r.selection.checked) >= 2048
