@@ -75,10 +75,12 @@ result is its own (uploaded) model. Pairs whose margin is within ``2^-alpha M`` 
 be decided either way (the comparison's precision).
 
 **Limit** (not covered): the checks work modulo the ciphertext modulus. A client that
-crafts its ciphertext's plaintext polynomial so that its squared norm *wraps around*
-the 60-bit extraction modulus -- ``||u_i||^2`` of order ``2^31`` or more, tuned to a
-residue -- would pass the norm check; ruling that out needs a proof that the plaintext
-is short (a lattice range proof), which fedsec does not implement.
+crafts its ciphertext's plaintext polynomial so that its squared norm *wraps around* the
+60-bit extraction modulus -- ``||u_i||^2 >= 2^35`` at ring 2^15 (``q0 / 2`` over the
+encoding ``2^24`` of ``G = 1``), tuned to the right residue -- would pass the norm check;
+ruling that out needs a proof that the plaintext is short (a lattice range proof), which
+fedsec does not implement. Any client whose squared norm is below that (every honestly
+encrypted model up to ``2^17.5 B``) is caught.
 
 Blinded comparison (beyond the paper; ``comparison="blinded"``, off by default)
 -----------------------------------------------------------------------------
@@ -95,6 +97,12 @@ below ``2^-18``).
 with advantage at most ``min(1, delta / b)`` per observation (the statistical distance of
 two uniforms shifted by ``delta``). Ratios of margins across pairs are blurred likewise
 (independent factors). The server learns the same bits as in the polynomial mode.
+
+Why the norms are checked one by one: the lost first design decrypted a few secret random
+combinations ``sum_i r_i (||w_i||^2 - n_i^2)`` to save decryptions; here every Gram entry
+is decrypted as its own constant term anyway, so the decryptor checks each client's norm
+directly (no combination to cancel, no fallback needed) and learns nothing new: ``n_i`` is
+public.
 
 Threat model: who learns what
 -----------------------------
