@@ -239,7 +239,7 @@ def _mutations(data: bytes) -> list[bytes]:
     msg = wire.decode(data)
     out.append(wire.encode(msg.kind, msg.meta, msg.blobs[:-1]) if msg.blobs else data[:5])
     for key in list(msg.meta)[:6]:
-        for bad in (None, -1, "x", [1, 2], 1e308, True):
+        for bad in (None, -1, "x", [1, 2], 1e308, True, 10 ** 400, [10 ** 400] * 8):
             out.append(wire.encode(msg.kind, {**msg.meta, key: bad}, msg.blobs))
     if msg.blobs:
         b0 = msg.blobs[0]

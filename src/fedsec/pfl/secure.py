@@ -380,20 +380,28 @@ def _meta_int(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
     return v
 
 
+def _real_in(x: Any, lo: float, hi: float) -> bool:
+    """``x`` is a JSON number (not a bool) in ``[lo, hi]`` (huge ints included)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        f = float(x)
+    except OverflowError:
+        return False
+    return math.isfinite(f) and lo <= f <= hi
+
+
 def _meta_float(meta: dict[str, Any], key: str, lo: float, hi: float) -> float:
     v = meta.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-            or not lo <= float(v) <= hi:
+    if not _real_in(v, lo, hi):
         raise ProtocolError(f"message field {key!r} is missing or out of range")
-    return float(v)
+    return float(v)  # type: ignore[arg-type]
 
 
 def _meta_floats(meta: dict[str, Any], key: str, k: int, lo: float, hi: float
                  ) -> FloatArray:
     v = meta.get(key)
-    if not isinstance(v, list) or len(v) != k or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            and lo <= float(x) <= hi for x in v):
+    if not isinstance(v, list) or len(v) != k or not all(_real_in(x, lo, hi) for x in v):
         raise ProtocolError(f"message field {key!r} is missing or malformed")
     return np.asarray(v, dtype=np.float64)
 
