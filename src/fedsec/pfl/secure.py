@@ -125,10 +125,15 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   (perfectly hidden).
 * **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
   nothing else; it cannot open another client's sealed result.
-* **Collusion**: server + decryptor learn every model (they hold the masks and the key);
-  a client + the server learn nothing beyond that client's result; a client + the
-  decryptor learn the masked Gram entries of other clients. The server is trusted to
-  zero the slots not asked for and to run Algorithm 1 faithfully.
+* **Collusion** (pooled views of parties that follow the protocol): server + decryptor
+  learn every model (they hold the masks and the key); a client + the server learn
+  nothing beyond that client's result (the client holds no secret key); a client + the
+  decryptor learn the masked Gram entries of other clients.
+* **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
+  is asked to decrypt holds: a deviating server could send it any client's upload as a
+  "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
+  follow the protocol (the paper's semi-honest server); so is the decryptor (it could
+  skip the norm checks or flip bits).
 """
 
 from __future__ import annotations
