@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.quick:
         config = SecurePFLConfig(preset="INSECURE_TEST_N4096_DEPTH19", allow_insecure=True,
-                                 comparison=a.comparison)
+                                 sign_alpha=a.alpha, comparison=a.comparison)
         ks, repeats = [4, 6], 1
     else:
         config = SecurePFLConfig(sign_alpha=a.alpha, comparison=a.comparison)

@@ -409,3 +409,20 @@ def test_blinded_comparison_mode() -> None:
                 and abs(ineq1_margin(wc[i], wc[j], sig[i])) < BLINDED_BAND * r.margin_scale}
         assert differ <= near
         assert sum(len(a) for a in r.selection.accepted) > 0
+
+
+@pytest.mark.parametrize("alpha", [10, 12])
+def test_higher_precisions_match_brute_force(alpha: int) -> None:
+    cfg = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=alpha)
+    s = SecurePFLSession.create(5, cfg)
+    rng = np.random.default_rng(50 + alpha)
+    w = _models(rng, 5, 300, 0.3)
+    sig = rng.uniform(0.2, 0.6, size=5)
+    b = float(np.median(np.linalg.norm(w, axis=1)))
+    r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=0)
+    wc = np.array([clip_to_norm(x, b) for x in w])
+    ref = brute_force_selection(5, PlaintextOracle(wc, sig))
+    near = _near_boundary(wc, sig, r.margin_scale, alpha)
+    differ = {(i, j) for i in range(5) for j in range(5) if i != j
+              and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+    assert differ <= near and r.sign_evaluations == 1
