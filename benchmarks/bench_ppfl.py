@@ -22,6 +22,10 @@ client norm (about half the clients clip), sigma_i ~ U[0.1, 0.5] (seed 002's ran
 Usage::
 
     flock /tmp/fedsec-bench.lock python benchmarks/bench_ppfl.py            # full
+    flock /tmp/fedsec-bench.lock python benchmarks/bench_ppfl.py --ks 30 --models mnist-cnn \
+        --alpha 12 --out benchmarks/results/bench_ppfl_a12.json
+    flock /tmp/fedsec-bench.lock python benchmarks/bench_ppfl.py --comparison blinded \
+        --out benchmarks/results/bench_ppfl_blinded.json
     python benchmarks/bench_ppfl.py --quick   # insecure test preset, K = 4, 6 (smoke)
 
 Writes ``benchmarks/results/bench_ppfl.json`` and prints a Markdown table.
@@ -44,7 +48,7 @@ import numpy as np
 from fedsec.crypto.sign import step_encrypted
 from fedsec.learning.tasks import task_spec
 from fedsec.pfl.balance import personalise
-from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession, clip_to_norm
+from fedsec.pfl.secure import BLINDED_BAND, SecurePFLConfig, SecurePFLSession, clip_to_norm
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, ineq1_margin
 
 MODELS = {"digits-logistic": 650, "mnist-logistic": 7850,
@@ -80,6 +84,7 @@ def _sign_seconds(session: SecurePFLSession, repeats: int) -> float:
 def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats: int,
         seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"preset": config.preset, "sign_alpha": config.sign_alpha,
+                           "comparison": config.comparison,
                            "repeats": repeats, "rows": [], "setup": []}
     for k in ks:
         t0 = time.perf_counter()
@@ -103,11 +108,19 @@ def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats:
             # against the plaintext reference on the same clipped models
             wc = np.array([clip_to_norm(x, b) for x in w])
             ref = brute_force_selection(k, PlaintextOracle(wc, sig))
-            band = 2.0 ** -config.sign_alpha * r.margin_scale
+            band = (BLINDED_BAND if config.comparison == "blinded"
+                    else 2.0 ** -config.sign_alpha) * r.margin_scale
             near = {(i, j) for i in range(k) for j in range(k)
                     if i != j and abs(ineq1_margin(wc[i], wc[j], sig[i])) < band}
             differ = {(i, j) for i in range(k) for j in range(k) if i != j
                       and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+            # error of the margins x = m / M as they reach the comparison (all roles are
+            # in this process: decrypt the server's unmasked margins with the key)
+            xs = np.concatenate([session.decryptor.ctx.decrypt(c).real
+                                 for c in session.server._margins])
+            x_ref = np.array([ineq1_margin(wc[i], wc[j], sig[i]) for i in range(k)
+                              for j in range(k) if i != j]) / r.margin_scale
+            margin_err = float(np.abs(xs[:x_ref.size] - x_ref).max())
             exp = np.array([personalise(wc[i], [wc[j] for j in sorted(r.selection.accepted[i])],
                                         0.5) for i in range(k)])
             row = {"K": k, "model": name, "d": d, "seconds": med,
@@ -122,7 +135,7 @@ def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats:
                    "pairs_differing_outside_band": len(differ - near),
                    "accepted_pairs": sum(len(x) for x in r.selection.accepted),
                    "eq2_max_abs_error": float(np.abs(r.personalised - exp).max()),
-                   "norm_bound": b,
+                   "norm_bound": b, "margin_max_abs_error": margin_err,
                    "per_pair_comparison_seconds_computed": sign_s * r.pairs_checked}
             out["rows"].append(row)
         del session
@@ -133,8 +146,8 @@ def table(res: dict[str, Any]) -> str:
     lines = ["| K | model | d | upload s | distances s | comparison s | aggregation s | "
              "total s | up / client | down / client | server in | decryptor in | "
              "pairs checked / K(K-1) | per-pair comparison s (computed) | accepted | "
-             "differ from plaintext (near boundary) | Eq. 2 max err / B |",
-             "|" + "---|" * 18]
+             "differ from plaintext (near boundary) | Eq. 2 max err / B | margin err |",
+             "|" + "---|" * 19]
     for r in res["rows"]:
         s = r["seconds"]
         lines.append(
@@ -147,7 +160,8 @@ def table(res: dict[str, Any]) -> str:
             f"{r['pairs_checked']} / {r['all_pairs']} | "
             f"{r['per_pair_comparison_seconds_computed']:.0f} | {r['accepted_pairs']} | "
             f"{r['pairs_differing']} ({r['pairs_near_boundary']}) | "
-            f"{r['eq2_max_abs_error'] / r['norm_bound']:.1e} |")
+            f"{r['eq2_max_abs_error'] / r['norm_bound']:.1e} | "
+            f"{r['margin_max_abs_error']:.1e} |")
     lines += ["", "| K | key set-up s | offer | relin keys | Galois keys (1: conjugation) | "
               "public key to each client |", "|---|---|---|---|---|---|"]
     for s in res["setup"]:
@@ -164,13 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--alpha", type=int, default=8, help="sign precision (8, 10, 12)")
+    ap.add_argument("--comparison", default="polynomial", choices=["polynomial", "blinded"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_ppfl.json"))
     a = ap.parse_args(argv)
     if a.quick:
-        config = SecurePFLConfig(preset="INSECURE_TEST_N4096_DEPTH19", allow_insecure=True)
+        config = SecurePFLConfig(preset="INSECURE_TEST_N4096_DEPTH19", allow_insecure=True,
+                                 sign_alpha=a.alpha, comparison=a.comparison)
         ks, repeats = [4, 6], 1
     else:
-        config = SecurePFLConfig()
+        config = SecurePFLConfig(sign_alpha=a.alpha, comparison=a.comparison)
         ks, repeats = a.ks, a.repeats
     models = {m: MODELS[m] for m in a.models}
     res = run(ks, models, config, repeats, a.seed)

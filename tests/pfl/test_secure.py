@@ -17,6 +17,7 @@ from fedsec.crypto.sign import sign_input_bound
 from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.pfl.balance import personalise
 from fedsec.pfl.secure import (
+    BLINDED_BAND,
     DECRYPTOR_NAME,
     SecurePFLConfig,
     SecurePFLSession,
@@ -238,7 +239,7 @@ def _mutations(data: bytes) -> list[bytes]:
     msg = wire.decode(data)
     out.append(wire.encode(msg.kind, msg.meta, msg.blobs[:-1]) if msg.blobs else data[:5])
     for key in list(msg.meta)[:6]:
-        for bad in (None, -1, "x", [1, 2], 1e308, True):
+        for bad in (None, -1, "x", [1, 2], 1e308, True, 10 ** 400, [10 ** 400] * 8):
             out.append(wire.encode(msg.kind, {**msg.meta, key: bad}, msg.blobs))
     if msg.blobs:
         b0 = msg.blobs[0]
@@ -339,3 +340,89 @@ def test_config_validation() -> None:
     x = np.arange(1.0, 50.0)
     assert np.linalg.norm(clip_to_norm(x, 3.0)) <= 3.0
     np.testing.assert_array_equal(clip_to_norm(x, 1e9), x)
+
+
+def test_more_pairs_than_slots_use_several_sign_evaluations() -> None:
+    """K (K - 1) = 2,070 margins need two ciphertexts of 2,048 slots: two sign
+    evaluations, and pairs in the second one decide like the first."""
+    k = 46
+    s = SecurePFLSession.create(k, CFG)
+    rng = np.random.default_rng(21)
+    w = _models(rng, k, 40, 0.3)
+    sig = rng.uniform(0.2, 0.6, size=k)
+    b = float(np.median(np.linalg.norm(w, axis=1)))
+    r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=0)
+    assert r.sign_evaluations == 2
+    wc = np.array([clip_to_norm(x, b) for x in w])
+    ref = brute_force_selection(k, PlaintextOracle(wc, sig))
+    near = _near_boundary(wc, sig, r.margin_scale, CFG.sign_alpha)
+    differ = {(i, j) for i in range(k) for j in range(k) if i != j
+              and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+    assert differ <= near
+    # some revealed pair lives in the second ciphertext (ordered pair index >= 2,048)
+    assert max(i * (k - 1) + (j if j < i else j - 1) for i, j in r.selection.checked) >= 2048
+
+
+BLIND = SecurePFLConfig(preset=PRESET, allow_insecure=True, comparison="blinded")
+
+
+def test_margins_reach_the_comparison_within_2_to_minus_17() -> None:
+    """The refresh (exact constant terms, masked re-encryption, unmasking) delivers the
+    margins x = m / M to the comparison with error < 2^-17 (measured ~2^-19: the float64
+    re-encoding of ~2^31-sized masked values); the blinded mode's band is 2^-14."""
+    s = SecurePFLSession.create(5, BLIND)
+    rng = np.random.default_rng(31)
+    w = _models(rng, 5, 900, 0.4)
+    sig = rng.uniform(0.2, 0.7, size=5)
+    b = float(np.median(np.linalg.norm(w, axis=1)))
+    r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=0)
+    wc = np.array([clip_to_norm(x, b) for x in w])
+    x = s.decryptor.ctx.decrypt(s.server._margins[0]).real
+    exp = np.array([ineq1_margin(wc[i], wc[j], sig[i]) for i in range(5) for j in range(5)
+                    if i != j]) / r.margin_scale
+    assert np.abs(x[:20] - exp).max() < 2.0 ** -17
+    assert np.abs(x[20:]).max() < 2.0 ** -17  # unused slots are zero
+
+
+def test_blinded_comparison_mode() -> None:
+    s = SecurePFLSession.create(8, BLIND)
+    rng = np.random.default_rng(41)
+    k = 8
+    for t, seed in enumerate((1, 2)):
+        rng = np.random.default_rng(seed)
+        w = _models(rng, k, 500, 0.4)
+        sig = rng.uniform(0.2, 0.7, size=k)
+        b = float(np.median(np.linalg.norm(w, axis=1)))
+        clip = [i != 5 for i in range(k)]
+        w[5] *= 3.0  # a liar (claims B)
+        r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=t, clip=clip)
+        assert r.sign_evaluations == 0 and not r.valid[5] and r.valid.sum() == k - 1
+        wc = np.array([clip_to_norm(x, b) for x in w])
+        ok = [i for i in range(k) if i != 5]
+        ref = brute_force_selection(k, PlaintextOracle(wc, sig),
+                                    neighbours=[frozenset(j for j in ok if j != i)
+                                                if i in ok else frozenset()
+                                                for i in range(k)])
+        differ = {(i, j) for i in range(k) for j in range(k) if i != j
+                  and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+        near = {(i, j) for i in ok for j in ok if i != j
+                and abs(ineq1_margin(wc[i], wc[j], sig[i])) < BLINDED_BAND * r.margin_scale}
+        assert differ <= near
+        assert sum(len(a) for a in r.selection.accepted) > 0
+
+
+@pytest.mark.parametrize("alpha", [10, 12])
+def test_higher_precisions_match_brute_force(alpha: int) -> None:
+    cfg = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=alpha)
+    s = SecurePFLSession.create(5, cfg)
+    rng = np.random.default_rng(50 + alpha)
+    w = _models(rng, 5, 300, 0.3)
+    sig = rng.uniform(0.2, 0.6, size=5)
+    b = float(np.median(np.linalg.norm(w, axis=1)))
+    r = s.run_round(w, sig, alpha=0.5, norm_bound=b, round_index=0)
+    wc = np.array([clip_to_norm(x, b) for x in w])
+    ref = brute_force_selection(5, PlaintextOracle(wc, sig))
+    near = _near_boundary(wc, sig, r.margin_scale, alpha)
+    differ = {(i, j) for i in range(5) for j in range(5) if i != j
+              and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
+    assert differ <= near and r.sign_evaluations == 1

@@ -75,10 +75,34 @@ result is its own (uploaded) model. Pairs whose margin is within ``2^-alpha M`` 
 be decided either way (the comparison's precision).
 
 **Limit** (not covered): the checks work modulo the ciphertext modulus. A client that
-crafts its ciphertext's plaintext polynomial so that its squared norm *wraps around*
-the 60-bit extraction modulus -- ``||u_i||^2`` of order ``2^31`` or more, tuned to a
-residue -- would pass the norm check; ruling that out needs a proof that the plaintext
-is short (a lattice range proof), which fedsec does not implement.
+crafts its ciphertext's plaintext polynomial so that its squared norm *wraps around* the
+60-bit extraction modulus -- ``||u_i||^2 >= 2^35`` at ring 2^15 (``q0 / 2`` over the
+encoding ``2^24`` of ``G = 1``), tuned to the right residue -- would pass the norm check;
+ruling that out needs a proof that the plaintext is short (a lattice range proof), which
+fedsec does not implement. Any client whose squared norm is below that (every honestly
+encrypted model up to ``2^17.5 B``) is caught.
+
+Blinded comparison (beyond the paper; ``comparison="blinded"``, off by default)
+-----------------------------------------------------------------------------
+Instead of the sign polynomial, the server multiplies each unmasked margin ``x = m / M`` by
+a fresh secret factor ``r = 2^(U b)`` (``U`` uniform on [0, 1] from ``os.urandom``,
+``b = blind_bits``, 16 by default; ``r = 0`` for pairs with an invalid client) and the
+decryptor decides ``r x > 0``. No sign evaluation (one plaintext product), no ``2^-alpha``
+band: a pair is decided exactly when ``|x| >= 2^-14`` (``BLINDED_BAND``; the error on
+``x`` is dominated by the float64 re-encoding of the ~2^31-sized masked margins, measured
+below ``2^-18``).
+**Leakage to the decryptor**, per requested pair: the sign of ``x`` and ``r |x|``, i.e.
+``log2 |x|`` blurred by a uniform shift of ``b`` bits: it knows ``|x|`` to within a factor
+``2^b``, and two margins whose magnitudes differ by a factor ``2^delta`` are told apart
+with advantage at most ``min(1, delta / b)`` per observation (the statistical distance of
+two uniforms shifted by ``delta``). Ratios of margins across pairs are blurred likewise
+(independent factors). The server learns the same bits as in the polynomial mode.
+
+Why the norms are checked one by one: the lost first design decrypted a few secret random
+combinations ``sum_i r_i (||w_i||^2 - n_i^2)`` to save decryptions; here every Gram entry
+is decrypted as its own constant term anyway, so the decryptor checks each client's norm
+directly (no combination to cancel, no fallback needed) and learns nothing new: ``n_i`` is
+public.
 
 Threat model: who learns what
 -----------------------------
@@ -92,15 +116,24 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   the masked Gram entries ``G_ij + r_ij`` with ``r_ij`` uniform on the integers of
   ``[-2^32 V, 2^32 V]`` (``V`` the encoding of ``G = 1``; ``|G_ij| <= 1 + tol`` for valid
   clients): statistical distance at most ``2^-33`` per entry from a mask alone, at most
-  ``K (K - 1) / 2 * 2^-33`` per round; the comparison bits of exactly the pairs Algorithm
-  1 asks for (the other slots are zeroed before it decrypts); each Eq. 2 result plus a
-  uniform polynomial mod q (perfectly hidden).
-* **Client i**: its own Eq. 2 result (the CKKS noise included) and nothing else; it cannot
-  open another client's sealed result.
-* **Collusion**: server + decryptor learn every model (they hold the masks and the key);
-  a client + the server learn nothing beyond that client's result; a client + the
-  decryptor learn the masked Gram entries of other clients. The server is trusted to
-  zero the slots not asked for and to run Algorithm 1 faithfully.
+  ``K (K - 1) / 2 * 2^-33`` per round; the comparison values of exactly the pairs
+  Algorithm 1 asks for (the other slots are zeroed before it decrypts, up to CKKS noise).
+  In the polynomial mode a value is ``(F(x) + 1) / 2``, within ``2^-alpha`` of the bit
+  outside the band; its deviation from the bit is a function of the margin ``x`` (a
+  leak of the order of ``2^-alpha``; inside the band the value grades ``|x|``). It
+  returns rounded bits only. Each Eq. 2 result plus a uniform polynomial mod q
+  (perfectly hidden).
+* **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
+  nothing else; it cannot open another client's sealed result.
+* **Collusion** (pooled views of parties that follow the protocol): server + decryptor
+  learn every model (they hold the masks and the key); a client + the server learn
+  nothing beyond that client's result (the client holds no secret key); a client + the
+  decryptor learn the masked Gram entries of other clients.
+* **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
+  is asked to decrypt holds: a deviating server could send it any client's upload as a
+  "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
+  follow the protocol (the paper's semi-honest server); so is the decryptor (it could
+  skip the norm checks or flip bits).
 """
 
 from __future__ import annotations
@@ -146,7 +179,7 @@ from fedsec.pfl.selection import SelectionResult, efficient_selection
 __all__ = [
     "DECRYPTOR_NAME", "SecurePFLConfig", "SecurePFLClient", "SecurePFLServer",
     "SecurePFLDecryptor", "SecurePFLSession", "SecureRound", "clip_to_norm",
-    "client_name", "margin_scale",
+    "client_name", "margin_scale", "COMPARISONS", "BLINDED_BAND",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -223,10 +256,20 @@ def _pairs(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(k) if i != j]
 
 
-def _fresh_level(alpha: int) -> int:
-    """Level of the refreshed margins: one plaintext product zeroes the pairs of invalid
-    clients, the comparison takes ``sign_depth``, one more zeroes unrequested slots."""
-    return sign_depth(alpha) + 2
+COMPARISONS: tuple[str, ...] = ("polynomial", "blinded")
+#: The blinded mode decides every margin with ``|margin| >= BLINDED_BAND * M`` exactly
+#: (the polynomial mode: beyond the ``2^-alpha M`` band). What limits it: the decryptor
+#: re-encodes masked margins of magnitude ~2^31 in float64, an error of ~2^-19 on
+#: ``margin / M`` (measured: tests/pfl/test_secure.py, BENCHMARKS.md).
+BLINDED_BAND = 2.0 ** -14
+
+
+def _fresh_level(alpha: int, comparison: str = "polynomial") -> int:
+    """Level of the refreshed margins. Polynomial mode: one plaintext product zeroes the
+    pairs of invalid clients, the comparison takes ``sign_depth``, one more product zeroes
+    unrequested slots. Blinded mode: one product applies the blinding factors (0 for
+    invalid pairs), one zeroes unrequested slots."""
+    return 2 if comparison == "blinded" else sign_depth(alpha) + 2
 
 
 def _gram_entries(k: int) -> list[tuple[int, int]]:
@@ -254,6 +297,15 @@ class SecurePFLConfig:
         ``mask_bits`` bits above the value's bound.
     max_offer_bytes : int, default=512 MiB
         Largest key offer (public key, relinearization and Galois keys) the server accepts.
+    comparison : {"polynomial", "blinded"}, default="polynomial"
+        ``"polynomial"``: the paper's homomorphic comparison (composite minimax sign).
+        ``"blinded"`` (beyond the paper, **off by default**): no sign polynomial; the
+        server multiplies every margin by a fresh secret factor ``2^(U * blind_bits)``,
+        ``U`` uniform on [0, 1], and the decryptor reads the sign of the product -- it
+        then sees each requested margin's magnitude up to that factor (see the module
+        docstring, "Blinded comparison").
+    blind_bits : int, default=16
+        Spread (in bits) of the blinding factors of the blinded mode.
     """
 
     preset: str = "CKKS_128_N32768_DEPTH19"
@@ -262,14 +314,21 @@ class SecurePFLConfig:
     norm_tolerance: float = 2.0 ** -16
     mask_bits: int = 32
     max_offer_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES
+    comparison: str = "polynomial"
+    blind_bits: int = 16
 
     def __post_init__(self) -> None:
         alpha = check_int(self.sign_alpha, "sign_alpha", "SecurePFLConfig")
         if alpha not in SUPPORTED_ALPHAS:
             raise ValueError(f"The 'sign_alpha' parameter of SecurePFLConfig must be one of "
                              f"{list(SUPPORTED_ALPHAS)}. Got {alpha} instead.")
+        if self.comparison not in COMPARISONS:
+            raise ValueError(f"The 'comparison' parameter of SecurePFLConfig must be one of "
+                             f"{COMPARISONS}. Got {self.comparison!r} instead.")
+        check_int(self.blind_bits, "blind_bits", "SecurePFLConfig", min_value=1,
+                  max_value=16)
         params = get_preset(self.preset, allow_insecure=self.allow_insecure)
-        need = _fresh_level(alpha)
+        need = _fresh_level(alpha, self.comparison)
         if params.depth < need:
             raise ValueError(f"The 'preset' parameter of SecurePFLConfig must offer "
                              f"{need} levels for sign_alpha={alpha}. Got {self.preset} "
@@ -326,20 +385,28 @@ def _meta_int(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
     return v
 
 
+def _real_in(x: Any, lo: float, hi: float) -> bool:
+    """``x`` is a JSON number (not a bool) in ``[lo, hi]`` (huge ints included)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        f = float(x)
+    except OverflowError:
+        return False
+    return math.isfinite(f) and lo <= f <= hi
+
+
 def _meta_float(meta: dict[str, Any], key: str, lo: float, hi: float) -> float:
     v = meta.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-            or not lo <= float(v) <= hi:
+    if not _real_in(v, lo, hi):
         raise ProtocolError(f"message field {key!r} is missing or out of range")
-    return float(v)
+    return float(v)  # type: ignore[arg-type]
 
 
 def _meta_floats(meta: dict[str, Any], key: str, k: int, lo: float, hi: float
                  ) -> FloatArray:
     v = meta.get(key)
-    if not isinstance(v, list) or len(v) != k or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            and lo <= float(x) <= hi for x in v):
+    if not isinstance(v, list) or len(v) != k or not all(_real_in(x, lo, hi) for x in v):
         raise ProtocolError(f"message field {key!r} is missing or malformed")
     return np.asarray(v, dtype=np.float64)
 
@@ -570,7 +637,8 @@ class SecurePFLDecryptor:
         pairs = _pairs(k)
         x = np.array([((sigmas[i] ** 2 - 1.0) * diag[i] - diag[j] + 2.0 * g[i, j]) / m
                       for i, j in pairs])
-        pid = self.ctx.parms_id_at_level(_fresh_level(self.config.sign_alpha))
+        pid = self.ctx.parms_id_at_level(_fresh_level(self.config.sign_alpha,
+                                                      self.config.comparison))
         blobs = [self.ctx.encrypt_to_bytes_at(x[a:a + self.enc.slots], pid)
                  for a in range(0, len(x), self.enc.slots)]
         self._round, self._last_round, self._k, self._chunks = t, t, k, chunks
@@ -613,7 +681,8 @@ class SecurePFLDecryptor:
         for c, blob in zip(cts_needed, msg.blobs, strict=True):
             ct = self.ctx.deserialize(blob)
             values[c] = self.ctx.decrypt(ct)
-        bits = [int(values[index[p] // slots][index[p] % slots].real > 0.5) for p in pairs]
+        cut = 0.0 if self.config.comparison == "blinded" else 0.5
+        bits = [int(values[index[p] // slots][index[p] % slots].real > cut) for p in pairs]
         self._revealed.update(pairs)
         self._batches.add(batch)
         self.revealed_bits += len(bits)
@@ -784,8 +853,10 @@ class SecurePFLServer:
         slots = self.enc.slots
         if len(msg.blobs) != math.ceil(len(pairs) / slots):
             raise ProtocolError("malformed refresh")
-        level = _fresh_level(self.config.sign_alpha)
+        level = _fresh_level(self.config.sign_alpha, self.config.comparison)
+        blinded = self.config.comparison == "blinded"
         self._cmp = []
+        self._margins: list[Ciphertext] = []  # x = m / M, encrypted (kept for tests)
         for c, blob in enumerate(msg.blobs):
             ct = self.ctx.deserialize(blob, scale=self.ctx.scale)
             if self.ctx.level_of(ct) != level:
@@ -793,14 +864,21 @@ class SecurePFLServer:
             pt = self.ctx.encode(rho[c * slots:(c + 1) * slots], scale=ct.scale,
                                  parms_id=ct.parms_id())
             x = self.ctx.sub_plain(ct, pt)
+            self._margins.append(x)
             # zero every pair with an invalid client: its margin may be far outside the
             # domain, where the polynomial overflows and corrupts every slot
             keep = np.array([float(self.valid[i] and self.valid[j])
                              for i, j in pairs[c * slots:(c + 1) * slots]])
+            if blinded:  # secret positive factors 2^(U * blind_bits), fresh per slot
+                keep = keep * 2.0 ** (self._rand.uniform(keep.size)
+                                      * self.config.blind_bits)
             q = self.ctx.rescale_prime(x)
             x = self.ctx.rescale(self.ctx.multiply_plaintext(
                 x, self.ctx.encode(keep, scale=float(q), parms_id=x.parms_id())))
             CKKSContext.snap_scale(x, self.ctx.scale, rtol=1e-6)
+            if blinded:
+                self._cmp.append(x)
+                continue
             self._cmp.append(step_encrypted(self.ctx, x, self.config.sign_alpha,
                                             keep_levels=1))
             self.sign_evaluations += 1
