@@ -23,8 +23,10 @@ sign of precision ``--sign-alpha`` (8, 10 or 12 bits), clients clipping to a pub
 uploads (pairs decided differently, how many lie within ``2^-alpha`` of the boundary, Eq. 2's
 CKKS noise) and a plaintext BALANCE run with the same seeds and clipping gives the final
 accuracies to compare. Output adds the agreement table, time per step, bytes per client
-and key set-up bytes. Exit status 2 on bad input, including sizes the protocol refuses
-(too many clients for the slots) and options that do not apply to ``--secure``.
+and key set-up bytes. Exit status 2 on bad input, including options that do not apply to
+``--secure`` (or apply to it only) and parameters the protocol refuses; 4 on a protocol
+error. ``--clients`` is capped at 64; the protocol packs the ``K (K - 1)`` margins into as
+many ciphertexts as they need, so no client count below that is refused for its size.
 
 Threat model: without ``--secure``, a simulation in the clear -- Byzantine clients, honest
 server; no secrets. With ``--secure``: as :mod:`fedsec.pfl.secure` (one process plays every
