@@ -55,7 +55,8 @@ One round, step by step
    returns the rounded bits of the asked pairs only (never the approximate values). It
    refuses pairs with an invalid client and pairs asked before.
 6. **aggregate** (server): Eq. 2 for every client as plaintext-weighted sums of the
-   uploads (one level), adds a uniformly random polynomial mod q (from ``os.urandom``)
+   uploads (one level), adds a random polynomial mod q (uniform residues expanded by
+   ChaCha20 from a fresh 32-byte ``os.urandom`` seed)
    and sends it to the decryptor, which decrypts to the plaintext *polynomial* (no
    decoding) and seals it to the client's X25519 key (signed by the client's identity and
    bound to the session); the server seals the mask's seed to the same key. The client
@@ -121,8 +122,9 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   In the polynomial mode a value is ``(F(x) + 1) / 2``, within ``2^-alpha`` of the bit
   outside the band; its deviation from the bit is a function of the margin ``x`` (a
   leak of the order of ``2^-alpha``; inside the band the value grades ``|x|``). It
-  returns rounded bits only. Each Eq. 2 result plus a uniform polynomial mod q
-  (perfectly hidden).
+  returns rounded bits only. Each Eq. 2 result plus a pseudorandom polynomial mod q:
+  hidden as well as ChaCha20 is (perfectly, if the server sent client ``i`` the 256 KiB
+  mask itself instead of its 32-byte seed).
 * **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
   nothing else; it cannot open another client's sealed result.
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
