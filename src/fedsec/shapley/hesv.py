@@ -70,8 +70,9 @@ inputs a client re-encrypts for every coalition and batch, choose between rotati
 squares (square order = rows of ``A`` per square) and the *folded* layout
 (:class:`~fedsec.crypto.matmul.FoldedPlan`: ``B`` replicated over ``rows`` output rows
 instead of a square's ``block``, partial sums added by a cyclic rotate-and-sum) by a
-measured per-batch cost model; for the MNIST CNN's Linear(256, 64) a client encrypts 33
-instead of 129 ciphertexts per 128 samples instead of 43. Both hold exactly ``lin(θ, X)``
+measured per-batch cost model; for the MNIST CNN's Linear(256, 64) with batches of 128 a
+client encrypts 33 ciphertexts per batch (rows 4, 4 groups) instead of 136 (squares of
+order 16). Both hold exactly ``lin(θ, X)``
 in the slots they use (the folded layout a copy in each slot group) and zero elsewhere. Under
 the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per round); its
 partial sums in the other slots are zeroed by the same plaintext product that applies the
