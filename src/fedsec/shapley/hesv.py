@@ -81,8 +81,9 @@ inputs a client re-encrypts for every coalition and batch, choose between rotati
 squares (square order = rows of ``A`` per square) and the *folded* layout
 (:class:`~fedsec.crypto.matmul.FoldedPlan`: ``B`` replicated over ``rows`` output rows
 instead of a square's ``block``, partial sums added by a cyclic rotate-and-sum) by a
-measured per-batch cost model; for the MNIST CNN's Linear(256, 64) a client encrypts 33
-instead of 129 ciphertexts per 128 samples instead of 43. Both hold exactly ``lin(θ, X)``
+measured per-batch cost model; for the MNIST CNN's Linear(256, 64) with batches of 128 a
+client encrypts 33 ciphertexts per batch (rows 4, 4 groups) instead of 136 (squares of
+order 16). Both hold exactly ``lin(θ, X)``
 in the slots they use (the folded layout a copy in each slot group) and zero elsewhere. Under
 the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per round); its
 partial sums in the other slots are zeroed by the same plaintext product that applies the
@@ -807,10 +808,11 @@ class HESVServer:
         return out
 
     def _weighted_model(self, t: int, key: int | str) -> list[list[list[Ciphertext]]]:
-        """Model ``key`` of round ``t``, the layers θ_S aggregates multiplied by its share
+        """Model ``key`` of round ``t``, its layers after the first multiplied by its share
         ``w_i / W_t`` of the round's FedAvg weight (the global model: 1), encoded at scale
         ``q`` and not rescaled. Once per model upload: the stored copy of those layers is
-        released (nothing else reads them)."""
+        released (nothing else reads them); the first layer stays as uploaded (index 0 of
+        the result is empty)."""
         layers = self.models[(t, key)]
         hit = self._weighted.get((t, key))
         if hit is not None and hit[0] is layers:
@@ -820,14 +822,11 @@ class HESVServer:
         else:
             parts, w = self.rounds[t]
             weight = float(w[parts.index(int(key))]) / float(np.sum(w))
-        out: list[list[list[Ciphertext]]] = []
-        for li, blocks in enumerate(layers):
-            if li == 0 and self.config.linear_shortcut:
-                out.append([])  # the shortcut never uses θ_S's first layer
-                continue
+        out: list[list[list[Ciphertext]]] = [[]]
+        for li in range(1, len(layers)):
             out.append([[self.ctx.multiply_const(ct, weight,
                                                  scale=float(self.ctx.rescale_prime(ct)))
-                         for ct in block] for block in blocks])
+                         for ct in block] for block in layers[li]])
             layers[li] = []
         self._weighted[(t, key)] = (layers, out)
         return out
@@ -838,29 +837,39 @@ class HESVServer:
         The weights are encoded at scale ``q`` and *not* rescaled: the product with the
         data is rescaled twice instead (see :meth:`_product`), so the rounding of a rescale
         never lands on the model's parameters -- it would be multiplied by every input.
-        Each model is weighted once per round by ``w_i / W_t``
-        (:meth:`_weighted_model`); a coalition's sum is renormalised to
+
+        The first layer (paper path only: the shortcut never aggregates it) is weighted
+        per coalition by ``ω_{i|S}``. Layers after the first are weighted once per round
+        by ``w_i / W_t`` (:meth:`_weighted_model`), and a coalition's sum is renormalised to
         ``ω_{i|S} = w_i / W_S`` for free, by recording its CKKS scale divided by
-        ``W_t / W_S`` (the ciphertext is untouched: no noise, no level) -- additions only
-        per coalition instead of ``|S|`` plaintext products per ciphertext."""
+        ``W_t / W_S`` (the ciphertext is untouched: no level used) -- additions only per
+        coalition instead of ``|S|`` plaintext products per ciphertext. The price: the
+        last rescale's rounding on these layers' outputs is scaled by ``W_t / W_S`` too
+        (kept off the first layer, whose outputs are the logistic models' scores)."""
         key = (t, mask)
         if key not in self._agg:
             self._agg = {}  # one coalition at a time
             if mask == 0:
-                members: list[int | str] = ["global"]
+                ws: list[tuple[float, int | str]] = [(1.0, "global")]
                 factor = 1.0
             else:
-                parts, w = self.rounds[t]
-                sel = [j for j in range(len(parts)) if mask >> j & 1]
-                members = [parts[j] for j in sel]
-                factor = float(np.sum(w)) / float(sum(w[j] for j in sel))
-            models = [self._weighted_model(t, c) for c in members]
+                ws = [(w, c) for c, w in self._weights(t, mask)]
+                parts, w_all = self.rounds[t]
+                factor = float(np.sum(w_all)) / float(sum(
+                    w_all[j] for j in range(len(parts)) if mask >> j & 1))
             agg: list[list[list[Ciphertext]]] = []
             for li, lp in enumerate(self.plans):
                 blocks: list[list[Ciphertext]] = []
-                if li == 0 and self.config.linear_shortcut:
+                if li == 0:
+                    if not self.config.linear_shortcut:
+                        for j in range(lp.plan.row_blocks):
+                            blocks.append([self.ctx.add_many([self.ctx.multiply_const(
+                                self.models[(t, c)][0][j][k], w, scale=float(
+                                    self.ctx.rescale_prime(self.models[(t, c)][0][j][k])))
+                                for w, c in ws]) for k in range(lp.plan.a_count)])
                     agg.append(blocks)
                     continue
+                models = [self._weighted_model(t, c) for _, c in ws]
                 for j in range(lp.plan.row_blocks):
                     row = []
                     for k in range(lp.plan.a_count):
