@@ -21,7 +21,7 @@ Keys come from fedsec's signed key set-up (:mod:`fedsec.crypto.keysetup`) with t
 holder fixed to the decryptor by name (``KeySpec.holder``): the clients receive the public
 key and the shared seed only, so a client colluding with the server cannot decrypt other
 clients' models. The server receives the public key, the relinearization keys and **one**
-Galois key (complex conjugation); no rotation key is needed (see "Gram form").
+Galois key (complex conjugation); no rotation key is needed (step 2).
 
 One round, step by step
 -----------------------
@@ -55,19 +55,21 @@ One round, step by step
    returns the rounded bits of the asked pairs only (never the approximate values). It
    refuses pairs with an invalid client and pairs asked before.
 6. **aggregate** (server): Eq. 2 for every client as plaintext-weighted sums of the
-   uploads (one level), adds a uniformly random polynomial mod q (from ``os.urandom``)
-   and sends it to the decryptor, which decrypts to the plaintext *polynomial* (no
-   decoding) and seals it to the client's X25519 key (signed by the client's identity and
-   bound to the session); the server seals the mask's seed to the same key. The client
+   uploads (one level), adds a random polynomial mod q (uniform residues expanded by
+   ChaCha20 from a fresh 32-byte ``os.urandom`` seed) and sends it to the decryptor,
+   which decrypts to the plaintext *polynomial* (no decoding) and seals it to the
+   client's X25519 key (signed by the client's identity and bound to the session); the
+   server seals the mask's seed to the same key. The client
    removes the mask exactly (mod q) and decodes.
 
 Margins and the comparison's domain
 -----------------------------------
 The server rejects ``n_i > B``; the decryptor checks the encrypted ``||u_i||^2`` against
 the published ``n_i^2 / B^2``. A valid client therefore has ``||u_i||^2 <= 1 + tol``, so by
-Cauchy-Schwarz every margin of two valid clients satisfies
-``|x_ij| <= max(sigma_max^2, 4) (1 + tol)``, and ``M = max(sigma_max^2, 4) (1 + 2^-14)``
-keeps it inside the sign's domain ``|x| <= 1 + 2^-10``: a client cannot push a comparison
+Cauchy-Schwarz every margin ``m_ij = sigma_i^2 ||w_i||^2 - ||w_i - w_j||^2`` of two valid
+clients satisfies ``|m_ij| <= max(sigma_max^2, 4) (1 + tol) B^2``, and dividing by
+``M = max(sigma_max^2, 4) (1 + 2^-14) B^2`` keeps ``x_ij = m_ij / M`` inside the sign's
+domain ``|x| <= 1 + 2^-10``: a client cannot push a comparison
 outside the domain by lying about its norm (the check fails) or by sending huge values
 (``n_i > B`` or the check fails). Pairs with an invalid client are never revealed. A
 client that fails is **invalid**: accepted by nobody, it accepts nobody, and its own
@@ -98,6 +100,12 @@ with advantage at most ``min(1, delta / b)`` per observation (the statistical di
 two uniforms shifted by ``delta``). Ratios of margins across pairs are blurred likewise
 (independent factors). The server learns the same bits as in the polynomial mode.
 
+Design choices (against the first, lost design): uploads at level 1 instead of 5 (a third
+of the bytes; one product is all the Gram entries and Eq. 2 need); the interactive refresh
+*is* the constant-term extraction (masked integers, decrypted exactly, re-encrypted fresh
+for the comparison), so no rotation keys at all instead of three (each ~82 MiB at ring
+2^15) and no gathering rotations; one relinearization per Gram entry.
+
 Why the norms are checked one by one: the lost first design decrypted a few secret random
 combinations ``sum_i r_i (||w_i||^2 - n_i^2)`` to save decryptions; here every Gram entry
 is decrypted as its own constant term anyway, so the decryptor checks each client's norm
@@ -121,8 +129,9 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   In the polynomial mode a value is ``(F(x) + 1) / 2``, within ``2^-alpha`` of the bit
   outside the band; its deviation from the bit is a function of the margin ``x`` (a
   leak of the order of ``2^-alpha``; inside the band the value grades ``|x|``). It
-  returns rounded bits only. Each Eq. 2 result plus a uniform polynomial mod q
-  (perfectly hidden).
+  returns rounded bits only. Each Eq. 2 result plus a pseudorandom polynomial mod q:
+  hidden as well as ChaCha20 is (perfectly, if the server sent client ``i`` the 256 KiB
+  mask itself instead of its 32-byte seed).
 * **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
   nothing else; it cannot open another client's sealed result.
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
