@@ -83,7 +83,8 @@ def insecure_preset(monkeypatch: pytest.MonkeyPatch) -> None:
     def make(args: object) -> SecurePFLConfig:
         alpha = getattr(args, "sign_alpha", None) or 8
         return SecurePFLConfig(preset="INSECURE_TEST_N4096_DEPTH16", sign_alpha=alpha,
-                               allow_insecure=True)
+                               allow_insecure=True,
+                               comparison=getattr(args, "comparison", None) or "polynomial")
     monkeypatch.setattr(cli_pfl, "_make_secure_config", make)
 
 
@@ -109,6 +110,19 @@ def test_secure_json(insecure_preset: None, capsys: pytest.CaptureFixture[str]) 
     # a Gaussian attacker that skips clipping is far above the bound: invalid every round
     assert all(d["invalid"] == bad for d in sec["attacks"][1]["rounds_detail"])
     assert all(d["invalid"] == [] for d in sec["attacks"][0]["rounds_detail"])
+
+
+def test_secure_blinded_comparison(insecure_preset: None,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--comparison blinded reaches the protocol; agreement is judged on its 2^-14 band."""
+    code = main([*SECURE, "--attack", "sign-flip", "--comparison", "blinded", "--rounds", "1",
+                 "--json"])
+    assert code == 0
+    sec = json.loads(capsys.readouterr().out)["secure"]
+    assert sec["comparison"] == "blinded" and sec["band_log2"] == -14
+    (a,) = sec["attacks"]
+    assert a["agreement"]["pairs"] == 6 * 5 and a["agreement"]["outside_band"] == 0
+    assert a["rounds_detail"][0]["sign_evaluations"] == 0
 
 
 def test_secure_human(insecure_preset: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,6 +156,8 @@ def test_secure_bad_arguments_exit_2(argv: list[str], needle: str,
     (["--secure", "--selection", "brute"], "--selection"),
     (["--sign-alpha", "10"], "--secure"),
     (["--unclipped-attackers"], "--secure"),
+    (["--comparison", "blinded"], "--secure"),
+    (["--secure", "--comparison", "blinded", "--sign-alpha", "10"], "--sign-alpha"),
     (["--secure", "--malicious", "0", "--unclipped-attackers"], "malicious"),
 ])
 def test_secure_refusals(argv: list[str], needle: str,

@@ -153,6 +153,12 @@ def register(sub: Any) -> None:
                      help="precision of the encrypted comparison in bits: pairs within "
                           "2^-alpha of the acceptance boundary may be decided either way "
                           "(default 8; 10 and 12 cost deeper polynomials)")
+    sec.add_argument("--comparison", choices=("polynomial", "blinded"), default=None,
+                     help="polynomial (default): the paper's homomorphic sign; blinded "
+                          "(beyond the paper): the server multiplies each margin by a secret "
+                          "positive factor 2^(16U) and the decryptor reads its sign -- no "
+                          "sign polynomial and a 2^-14 band, but the decryptor learns each "
+                          "compared margin's magnitude to within a factor 2^16")
     bound = sec.add_mutually_exclusive_group()
     bound.add_argument("--norm-factor", type=_real_in("--norm-factor", 0.0, math.inf,
                                                       low_open=True, high_open=True),
@@ -240,8 +246,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_SECURE_ONLY = ("sign_alpha", "norm_factor", "norm_bound", "preset", "unclipped_attackers",
-                "no_compare")
+_SECURE_ONLY = ("sign_alpha", "comparison", "norm_factor", "norm_bound", "preset",
+                "unclipped_attackers", "no_compare")
 
 
 def _check_secure_options(args: argparse.Namespace) -> None:
@@ -259,6 +265,9 @@ def _check_secure_options(args: argparse.Namespace) -> None:
     if args.selection != "efficient":
         raise ValueError("--secure selects with Algorithm 1 (--selection efficient); got "
                          f"--selection {args.selection}")
+    if args.comparison == "blinded" and args.sign_alpha is not None:
+        raise ValueError("--sign-alpha sets the sign polynomial's precision; the blinded "
+                         "comparison has none (drop one of --sign-alpha, --comparison blinded)")
     if args.unclipped_attackers and round(args.malicious * args.clients) < 1:
         raise ValueError("--unclipped-attackers needs malicious clients: raise --malicious "
                          "or --clients")
@@ -269,7 +278,8 @@ def _make_secure_config(args: argparse.Namespace) -> Any:
     from fedsec.pfl.secure import SecurePFLConfig
 
     return SecurePFLConfig(preset=args.preset or PFL_PRESET,
-                           sign_alpha=args.sign_alpha if args.sign_alpha is not None else 8)
+                           sign_alpha=args.sign_alpha if args.sign_alpha is not None else 8,
+                           comparison=args.comparison or "polynomial")
 
 
 def _run_secure(args: argparse.Namespace, task: Any, fed: Any, cfg: Any,
@@ -364,7 +374,9 @@ def _print_secure(doc: dict[str, Any]) -> None:
     print()
     bound = (f"fixed {sec['norm_bound']:g}" if sec["norm_bound"] is not None
              else f"{sec['norm_factor']:g} x median of the published norms")
-    print(f"encrypted BALANCE: {sec.get('preset')}, sign alpha {sec.get('sign_alpha')}, "
+    how = (f"blinded comparison (band 2^{sec.get('band_log2'):g})"
+           if sec.get("comparison") == "blinded" else f"sign alpha {sec.get('sign_alpha')}")
+    print(f"encrypted BALANCE: {sec.get('preset')}, {how}, "
           f"public norm bound {bound}"
           + ("; malicious clients send unclipped models" if sec["unclipped_attackers"]
              else ""))
@@ -389,7 +401,7 @@ def _print_secure(doc: dict[str, Any]) -> None:
         print()
         print(f"pairs: ordered pairs compared over all rounds; differ: decided differently "
               f"from the exact plaintext selection on the same uploads; in band: of those, "
-              f"|margin| < 2^-{sec.get('sign_alpha')} of the comparison's scale (allowed); "
+              f"|margin| < 2^{sec.get('band_log2'):g} of the comparison's scale (allowed); "
               f"outside: the others (must be 0); invalid: clients refused for their norm; "
               f"valid≠rule: validity differing from the norm rule; Eq.2 noise: largest "
               f"|decrypted - plaintext| personalised weight; acc: benign mean / worst after "

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession, SecureRound
 
 __all__ = ["RoundAgreement", "SecurePFLRun", "SecureRoundRecord", "agreement",
-           "run_secure_pfl"]
+           "decision_band", "run_secure_pfl"]
 
 Progress = Callable[[str], None]
 #: Differing pairs listed per round in :class:`RoundAgreement` (the counts cover all).
@@ -243,10 +243,21 @@ def _reference(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],
     return efficient_selection(oracle.keys(), oracle, neighbours=valid_neighbours(valid))
 
 
+def decision_band(config: SecurePFLConfig) -> float:
+    """Relative margin ``|margin| / M`` below which the encrypted comparison may decide a
+    pair either way: ``2^-sign_alpha`` for the sign polynomial, ``BLINDED_BAND`` for the
+    blinded comparison."""
+    if config.comparison == "blinded":
+        from fedsec.pfl.secure import BLINDED_BAND
+
+        return float(BLINDED_BAND)
+    return 2.0 ** -int(config.sign_alpha)
+
+
 def agreement(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],
               valid: NDArray[np.bool_], secure: SelectionResult, secure_valid: NDArray[Any],
               personalised: NDArray[np.float64], *, alpha: float, margin_scale: float,
-              sign_alpha: int) -> RoundAgreement:
+              sign_alpha: int, band: float | None = None) -> RoundAgreement:
     """Compare one round's encrypted selection and Eq. 2 with the exact plaintext ones.
 
     Parameters
@@ -268,10 +279,13 @@ def agreement(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],
         ``M``: the comparison sees ``margin / M``.
     sign_alpha : int
         Precision of the sign: exact for ``|x| >= 2^-sign_alpha``.
+    band : float, optional
+        The comparison's band instead of ``2^-sign_alpha`` (:func:`decision_band`; the
+        blinded comparison decides every ``|x| >= BLINDED_BAND`` exactly).
     """
     k = uploads.shape[0]
     ref = _reference(uploads, sigmas, valid)
-    band = 2.0 ** -sign_alpha
+    band = 2.0 ** -sign_alpha if band is None else float(band)
     checked = set(secure.checked)
     diff = [(i, j) for i in range(k) for j in range(k)
             if i != j and ((j in secure.accepted[i]) != (j in ref.accepted[i]))]
@@ -369,6 +383,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
                        "params": task.spec.n_params(), "balance": bal.to_dict(),
                        "malicious_share": malicious, "training": vars(task.training)})
     secure_meta = {k: v for k, v in vars(cfg).items() if isinstance(v, int | float | str | bool)}
+    secure_meta["band_log2"] = math.log2(decision_band(cfg))
     out = SecurePFLRun(run, secure_meta, clipping)
     t0 = time.perf_counter()
     if session is None:
@@ -393,7 +408,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
             uploads = clip_models(half, bound, clip_mask)
             ag = agreement(uploads, sigmas, valid_rule, sr.selection, sr.valid,
                            sr.personalised, alpha=bal.alpha, margin_scale=sr.margin_scale,
-                           sign_alpha=int(cfg.sign_alpha))
+                           sign_alpha=int(cfg.sign_alpha), band=decision_band(cfg))
         sv = np.asarray(sr.valid, dtype=bool)
         out.details.append(SecureRoundRecord(
             t, bound, [i for i in range(n) if not sv[i]], sr.selection.checks,
@@ -411,7 +426,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
             extra = ""
             if ag is not None:
                 extra = (f"; vs plaintext: {ag.differing} pairs differ ({ag.in_band} within "
-                         f"2^-{cfg.sign_alpha}), Eq. 2 noise {ag.eq2_noise:.1e}")
+                         f"2^{math.log2(decision_band(cfg)):g}), Eq. 2 noise {ag.eq2_noise:.1e}")
             progress(f"secure/{run.attack} round {t + 1}/{t_rounds}: "
                      f"{sec.get('total', math.nan):.1f}s (distances "
                      f"{sec.get('distances', math.nan):.1f}, comparison "
