@@ -38,7 +38,7 @@ One round, step by step
    ``i < j`` (below). Diagonal entries are unmasked: ``||u_i||^2`` is public (``n_i``).
 3. **refresh** (decryptor): decrypts the constant terms exactly (integers mod q), checks
    each client's norm, ``| ||u_i||^2 - n_i^2 / B^2 | <= tol`` (its own policy,
-   ``norm_tolerance``, default ``2^-14``; honest norms decrypt within ``2^-18``, measured)
+   ``norm_tolerance``, default ``2^-14``; honest norms decrypt within ``2^-17``, measured)
    and ``n_i <= B``, then builds the *masked*
    margins of every ordered pair ``x_ij = (sigma_i^2 G_ii - G_ii - G_jj + 2 G~_ij) / M``
    (``G~`` masked) and encrypts them **fresh**, packed in slots, at level
@@ -93,7 +93,7 @@ a fresh secret factor ``r = 2^(U b)`` (``U`` uniform on [0, 1] from ``os.urandom
 decryptor decides ``r x > 0``. No sign evaluation (one plaintext product), no ``2^-alpha``
 band: a pair is decided exactly when ``|x| >= 2^-14`` (``BLINDED_BAND``; the error on
 ``x`` is dominated by the float64 re-encoding of the ~2^31-sized masked margins, measured
-below ``2^-18``).
+below ``2^-17``).
 **Leakage to the decryptor**, per requested pair: the sign of ``x`` and ``r |x|``, i.e.
 ``log2 |x|`` blurred by a uniform shift of ``b`` bits: it knows ``|x|`` to within a factor
 ``2^b``, and two margins whose magnitudes differ by a factor ``2^delta`` are told apart
@@ -302,7 +302,7 @@ class SecurePFLConfig:
         Permit ``INSECURE_TEST_*`` presets (tests only).
     norm_tolerance : float, default=2^-14
         The decryptor's tolerance on ``| ||w_i||^2 - n_i^2 | / B^2``. Honest clients'
-        norms decrypt within ``2^-18`` (measured at ring 2^12 and 2^15; the noise of the
+        norms decrypt within ``2^-17`` (measured at ring 2^12 and 2^15; the noise of the
         relinearized product's constant term); a liar gains at most this much, which moves
         margins by at most ``tol / 4`` of ``M`` (below every comparison band). At most
         ``2^-11`` (the margin scale's slack keeps the domain).
