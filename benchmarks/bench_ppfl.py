@@ -136,6 +136,7 @@ def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats:
                    "accepted_pairs": sum(len(x) for x in r.selection.accepted),
                    "eq2_max_abs_error": float(np.abs(r.personalised - exp).max()),
                    "norm_bound": b, "margin_max_abs_error": margin_err,
+                   "norm_check_max_error": float(session.decryptor.norm_errors.max()),
                    "per_pair_comparison_seconds_computed": sign_s * r.pairs_checked}
             out["rows"].append(row)
         del session

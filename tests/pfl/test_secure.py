@@ -61,6 +61,8 @@ def test_acceptance_sets_match_brute_force(session: SecurePFLSession, seed: int)
     ref = brute_force_selection(k, PlaintextOracle(wc, sig))
     near = _near_boundary(wc, sig, r.margin_scale, CFG.sign_alpha)
     assert r.valid.all()
+    # honest norms decrypt well inside the decryptor's tolerance (2^-14; measured <= 2^-17)
+    assert session.decryptor.norm_errors.max() < 2.0 ** -16
     differ = {(i, j) for i in range(k) for j in range(k) if i != j
               and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
     assert differ <= near, (differ, near)

@@ -38,7 +38,8 @@ One round, step by step
    ``i < j`` (below). Diagonal entries are unmasked: ``||u_i||^2`` is public (``n_i``).
 3. **refresh** (decryptor): decrypts the constant terms exactly (integers mod q), checks
    each client's norm, ``| ||u_i||^2 - n_i^2 / B^2 | <= tol`` (its own policy,
-   ``norm_tolerance``, default ``2^-16``) and ``n_i <= B``, then builds the *masked*
+   ``norm_tolerance``, default ``2^-14``; honest norms decrypt within ``2^-17``, measured)
+   and ``n_i <= B``, then builds the *masked*
    margins of every ordered pair ``x_ij = (sigma_i^2 G_ii - G_ii - G_jj + 2 G~_ij) / M``
    (``G~`` masked) and encrypts them **fresh**, packed in slots, at level
    ``sign_depth(alpha) + 2``, with the validity bits in the clear.
@@ -92,7 +93,7 @@ a fresh secret factor ``r = 2^(U b)`` (``U`` uniform on [0, 1] from ``os.urandom
 decryptor decides ``r x > 0``. No sign evaluation (one plaintext product), no ``2^-alpha``
 band: a pair is decided exactly when ``|x| >= 2^-14`` (``BLINDED_BAND``; the error on
 ``x`` is dominated by the float64 re-encoding of the ~2^31-sized masked margins, measured
-below ``2^-18``).
+below ``2^-17``).
 **Leakage to the decryptor**, per requested pair: the sign of ``x`` and ``r |x|``, i.e.
 ``log2 |x|`` blurred by a uniform shift of ``b`` bits: it knows ``|x|`` to within a factor
 ``2^b``, and two margins whose magnitudes differ by a factor ``2^delta`` are told apart
@@ -299,8 +300,12 @@ class SecurePFLConfig:
         is within ``2^-alpha M`` of the boundary may be decided either way.
     allow_insecure : bool, default=False
         Permit ``INSECURE_TEST_*`` presets (tests only).
-    norm_tolerance : float, default=2^-16
-        The decryptor's tolerance on ``| ||w_i||^2 - n_i^2 | / B^2``.
+    norm_tolerance : float, default=2^-14
+        The decryptor's tolerance on ``| ||w_i||^2 - n_i^2 | / B^2``. Honest clients'
+        norms decrypt within ``2^-17`` (measured at ring 2^12 and 2^15; the noise of the
+        relinearized product's constant term); a liar gains at most this much, which moves
+        margins by at most ``tol / 4`` of ``M`` (below every comparison band). At most
+        ``2^-11`` (the margin scale's slack keeps the domain).
     mask_bits : int, default=32
         Gram entries of two clients reach the decryptor masked by uniform integers of
         ``mask_bits`` bits above the value's bound.
@@ -320,7 +325,7 @@ class SecurePFLConfig:
     preset: str = "CKKS_128_N32768_DEPTH19"
     sign_alpha: int = 8
     allow_insecure: bool = False
-    norm_tolerance: float = 2.0 ** -16
+    norm_tolerance: float = 2.0 ** -14
     mask_bits: int = 32
     max_offer_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES
     comparison: str = "polynomial"
@@ -343,7 +348,7 @@ class SecurePFLConfig:
                              f"{need} levels for sign_alpha={alpha}. Got {self.preset} "
                              f"with {params.depth} instead.")
         check_real(self.norm_tolerance, "norm_tolerance", "SecurePFLConfig", gt=0.0,
-                   le=2.0 ** -8)
+                   le=2.0 ** -11)
         check_int(self.mask_bits, "mask_bits", "SecurePFLConfig", min_value=16, max_value=40)
         check_int(self.max_offer_bytes, "max_offer_bytes", "SecurePFLConfig",
                   min_value=1 << 20)
@@ -590,6 +595,7 @@ class SecurePFLDecryptor:
         self._chunks = 0
         self._valid: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._revealed: set[tuple[int, int]] = set()
+        self.norm_errors: FloatArray = np.zeros(0)
         self._results: set[int] = set()
         self._batches: set[int] = set()
         self.revealed_bits = 0
@@ -641,7 +647,9 @@ class SecurePFLDecryptor:
             g[i, j] = g[j, i] = v / self.enc.unit
         diag = np.diag(g).copy()
         tol = self.config.norm_tolerance
-        valid = (nu <= 1.0) & (np.abs(diag - nu) <= tol)
+        #: |decrypted ||u_i||^2 - published n_i^2 / B^2| of the last round (diagnostics)
+        self.norm_errors = np.abs(diag - nu)
+        valid = (nu <= 1.0) & (self.norm_errors <= tol)
         m = margin_scale(sigmas)
         pairs = _pairs(k)
         x = np.array([((sigmas[i] ** 2 - 1.0) * diag[i] - diag[j] + 2.0 * g[i, j]) / m
