@@ -424,15 +424,7 @@ class CKKSContext:
     # ------------------------------------------------------------------ encryption
     def encrypt(self, values: ArrayLike, *, scale: float | None = None) -> Ciphertext:
         """Encrypt a vector: symmetrically if this context holds the secret key."""
-        pt = self.encode(values, scale=scale)
-        ct = seal.Ciphertext()
-        if self._sym is not None:
-            self._sym.encrypt_symmetric(pt, ct)
-        elif self._asym is not None:
-            self._asym.encrypt(pt, ct)
-        else:
-            raise ValueError("this context holds no key to encrypt with")
-        return ct
+        return self.encrypt_plaintext(self.encode(values, scale=scale))
 
     def encrypt_to_bytes(self, values: ArrayLike, *, scale: float | None = None) -> bytes:
         """Encrypt and serialize; with the secret key, as a seeded (half-size) ciphertext."""
