@@ -501,3 +501,27 @@ def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
     a_srv = fz.clone_tserver(run.A)
     _refused(lambda: a_srv.receive_order(other.of("batches")[0][2]), "session")
     a_srv.receive_order(mine.of("batches")[0][2])
+
+
+def test_clients_refuse_an_earlier_round(secsv: list[rw.Run], secretsv: list[rw.Run]) -> None:
+    """After serving round 1, a client refuses a genuine request of round 0 (a fresh client
+    -- what every client was before binding -- decrypts it)."""
+    acc = Accounting()
+    later, earlier = secsv[0].logs[(1, rw.MAIN)][0], secsv[0].logs[(0, rw.MAIN)][0]
+    _, to, req1 = later.of("decrypt")[0]
+    req0 = next(p for _, r, p in earlier.of("decrypt") if r == to)
+    me = int(to.split(":")[1])
+    client = fz.clone_sclient(secsv[0].before[1].clients[me])
+    client.decrypt_layer(req1, acc)
+    _refused(lambda: client.decrypt_layer(req0, acc), "round")
+    fz.clone_sclient(secsv[0].before[1].clients[me]).decrypt_layer(req0, acc)
+    later, earlier = secretsv[0].logs[(1, rw.MAIN)][0], secretsv[0].logs[(0, rw.MAIN)][0]
+    (_, to, p1), (_, _, a1) = later.of("output")[0], later.of("output")[1]
+    outs = earlier.of("output")
+    k = next(j for j in range(0, len(outs), 2) if outs[j][1] == to)
+    p0, a0 = outs[k][2], outs[k + 1][2]
+    me = int(to.split(":")[1])
+    tclient = fz.clone_tclient(secretsv[0].before[1].clients[me])
+    tclient.reconstruct(p1, a1, acc)
+    _refused(lambda: tclient.reconstruct(p0, a0, acc), "round")
+    fz.clone_tclient(secretsv[0].before[1].clients[me]).reconstruct(p0, a0, acc)

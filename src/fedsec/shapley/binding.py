@@ -34,6 +34,11 @@ per-pair keys exist in seed 004's setting), so an attacker who can *forge* metad
 also rewrite it; binding stops re-use of genuine bytes out of their context, which is
 what a relaying role or a passive-turned-replaying network attacker can do without
 breaking any cryptography.
+
+Cost (measured on a 5-client, 3-layer, 2-round toy record, exact SSV): about 150-180 bytes
+of metadata per message (SecSV 585.2 -> 586.0 MB in total, +0.13 %; SecretSV, whose shares
+are tiny there, 1.74 -> 2.98 MB) plus one small ``eval`` message per evaluated batch; FSVs
+bit-identical to the unbound protocols.
 """
 
 from __future__ import annotations

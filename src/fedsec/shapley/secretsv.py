@@ -32,7 +32,8 @@ must be of the evaluation and layer in flight and its id unused (a re-used tripl
 let the other server difference two openings); an opening must be the *other* server's
 (a server's own opening reflected back is refused); re-shares and label shares are taken
 once per layer of the evaluation in flight. A client reconstructs each (evaluation,
-layer) once and never an adjacent layer of an evaluation it served.
+layer) once, never an adjacent layer of an evaluation it served, and nothing of a round
+earlier than one it served.
 """
 
 from __future__ import annotations
@@ -439,6 +440,7 @@ class _Client:
     session: str = field(kw_only=True)
     answered: set[tuple[str, int]] = field(default_factory=set)  # (evaluation id, layer)
     seen: dict[tuple[int, int, int], set[int]] = field(default_factory=dict)
+    served_round: int = 0  # the newest round served: rounds are evaluated in order
 
     def _ctx(self, **kw: Any) -> Context:
         return Context(self.session, PROTOCOL, **kw)
@@ -514,6 +516,8 @@ class _Client:
         if min(ctx.round, ctx.mask, ctx.batch) < 0:
             raise ProtocolError("malformed output request: context")
         ev = request_id(meta, EV)
+        if ctx.round < self.served_round:
+            raise ReplayRefused("output of an earlier round (a replay)", check="round")
         if (ev, layer) in self.answered:
             raise ReplayRefused("output already reconstructed (a replay)", check="request-id")
         key = (ctx.round, ctx.mask, ctx.batch)
@@ -527,6 +531,7 @@ class _Client:
         p_share = _arr(a.blobs[0], (d, m), "output share")
         a_share = _arr(b.blobs[0], (d, m), "output share")
         self.answered.add((ev, layer))
+        self.served_round = ctx.round
         self.seen.setdefault(key, set()).add(layer)
         with acc.timed("decryption"):
             vals = sh.reconstruct(p_share, a_share, Q)

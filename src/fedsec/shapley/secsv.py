@@ -69,12 +69,13 @@ and per decryption request; the client echoes both; P takes each answer once and
 the evaluation and layer in flight, A takes one re-share per layer of the evaluation it
 was told about, then the label share. A decodes and checks P's batch list (every sample
 once) and each evaluation (this round, a fresh id, a batch it knows). A client answers
-each request id once and refuses a layer of an evaluation of which it decrypted the same
-or an adjacent layer (its own memory, not P's ``previous`` claim); it cannot tell the
-round, coalition or batch P *should* ask about (it has no schedule), so a withheld and
-later replayed request of another evaluation is decrypted but its answer is refused by P
-and A. Binding stops genuine bytes used out of context; it does not authenticate them (no
-MAC), which a malicious server or an attacker forging metadata would need.
+each request id once, refuses a round earlier than one it served, and refuses a layer of
+an evaluation of which it decrypted the same or an adjacent layer (its own memory, not
+P's ``previous`` claim); it cannot tell the coalition or batch P *should* ask about (it
+has no schedule), so a withheld and later replayed request of another evaluation of the
+current round is decrypted but its answer is refused by P and A. Binding stops genuine
+bytes used out of context; it does not authenticate them (no MAC), which a malicious
+server or an attacker forging metadata would need.
 """
 
 from __future__ import annotations
@@ -263,6 +264,7 @@ class SecSVClient:
         self._rng = SystemRandomSource()
         self._answered = Answered()  # decryption request ids answered (once each)
         self._seen: dict[tuple[int, int, int], set[int]] = {}  # layers decrypted per eval
+        self._round = 0  # the newest round served: rounds are evaluated in order
 
     def _ctx(self, **kw: Any) -> Context:
         return Context(self.session, PROTOCOL, **kw)
@@ -361,7 +363,8 @@ class SecSVClient:
         The request must be of this session, for the layer it names, with a fresh request
         id (each is answered once); this client refuses a layer of an evaluation (round,
         coalition, batch) of which it decrypted the same or an adjacent layer, from its
-        own memory -- not from P's ``previous`` claim alone."""
+        own memory -- not from P's ``previous`` claim alone -- and a request of a round
+        earlier than one it served (rounds are evaluated in order within a session)."""
         plan = self._need_plan()
         msg = wire.decode(data, expect="secsv/decrypt", max_bytes=1 << 24)
         meta = msg.meta
@@ -374,6 +377,9 @@ class SecSVClient:
         if min(ctx.round, ctx.mask, ctx.batch) < 0:
             raise ProtocolError("malformed decryption request: context")
         rid, ev = request_id(meta, RID), request_id(meta, EV)
+        if ctx.round < self._round:
+            raise ReplayRefused("decryption request of an earlier round (a replay)",
+                                check="round")
         if rid in self._answered:
             raise ReplayRefused("decryption request was already answered (a replay)",
                                 check="request-id")
@@ -404,6 +410,7 @@ class SecSVClient:
         ct = self.bfv.deserialize(msg.blobs[0], low=True)
         t = self.bfv.t
         self._answered.once(rid, what="decryption request")
+        self._round = ctx.round
         self._seen.setdefault(key, set()).add(layer)  # from here on it knows this output
         with acc.timed("decryption"):
             slots = self.bfv.decrypt(ct)
