@@ -168,10 +168,19 @@ def test_decryptor_never_decrypts_for_an_invalid_client(session: SecurePFLSessio
     with pytest.raises(ProtocolError, match="failed the checks"):
         session.decryptor.unmask_for_client(_blobs(_edit(reqs[2], own=False),
                                                    wire.decode(real).blobs))
-    # and a valid client's result cannot be turned into "own" by a forged box
+    # a valid client's result cannot be turned into "own" by a forged box or result:
+    # the notice is sealed by the decryptor to the invalid client, for this round
     box = session.decryptor.unmask_for_client(reqs[0])
     with pytest.raises(ProtocolError):
         session.server.deliver(0, _blobs(_edit(box, own=True), []))
+    own2 = session.server.deliver(2, session.decryptor.unmask_for_client(reqs[2]))
+    res0 = session.server.deliver(0, box)
+    with pytest.raises(ProtocolError):
+        session.clients[0].finish(_blobs(_edit(res0, own=True), list(wire.decode(
+            own2).blobs)))
+    with pytest.raises(ProtocolError):
+        session.clients[0].finish(_blobs(_edit(res0, own=True), []))
+    np.testing.assert_array_equal(session.clients[2].finish(own2), w[2])
 
 
 @pytest.mark.parametrize("how", ["level0", "level2", "other-session", "huge", "size3"])

@@ -223,6 +223,7 @@ SERVER_MAX_MESSAGE_BYTES = 256 << 20
 DECRYPTOR_MAX_MESSAGE_BYTES = 1 << 30
 _MAX_CLIENTS = 1024
 _SEAL_OVERHEAD = 32 + 12 + 16  # ephemeral key, nonce, tag of a sealed box
+_OWN = b"fedsec/pfl/own-model"  # the decryptor's notice to an invalid client
 
 
 def client_name(i: int) -> str:
@@ -551,8 +552,12 @@ class SecurePFLClient:
         _check_bound(msg.meta, self.session, t)
         if not _is_int(msg.meta.get("client"), self.index):
             raise ProtocolError("result addressed to another client")
-        if msg.meta.get("own") is True and not msg.blobs:
-            # invalid this round: the result is the own model, which nobody decrypts
+        if msg.meta.get("own") is True:
+            # invalid this round (the decryptor says so, sealed): the result is the own
+            # model, which nobody decrypts
+            if len(msg.blobs) != 1 or open_sealed(self._x, msg.blobs[0], context=_box_context(
+                    b"own", self.session, t, self.index, 0)) != _OWN:
+                raise ProtocolError("malformed result")
             self._pending = None
             return own.copy()
         chunks = _n_chunks(d, self.enc.slots)
@@ -742,9 +747,11 @@ class SecurePFLDecryptor:
             if msg.blobs:
                 raise ProtocolError("no decryption for a client that failed the checks")
             self._results.add(i)
+            notice = seal_to(self.clients[i], _OWN, context=_box_context(
+                b"own", self.session, self._round, i, 0))
             return wire.encode("pfl/result-box", {"session": self.session,
                                                   "round": self._round, "client": i,
-                                                  "own": True}, [])
+                                                  "own": True}, [notice])
         if len(msg.blobs) != self._chunks:
             raise ProtocolError("malformed result request")
         boxes = []
@@ -1041,16 +1048,16 @@ class SecurePFLServer:
         if not _is_int(msg.meta.get("client"), i) or i not in self.clients:
             raise ProtocolError("a result box for another client")
         seeds = self._result_seeds.get(i)
-        if seeds is None or len(seeds) != len(msg.blobs):
-            raise ProtocolError("a result box without a pending result")
-        if any(len(b) != 8 * self.enc.n + _SEAL_OVERHEAD for b in msg.blobs):
-            raise ProtocolError("malformed result box")
         own = msg.meta.get("own") is True
-        if own != (not self.valid[i]):
-            raise ProtocolError("a result box that disagrees with the client's validity")
+        if seeds is None or own != (not self.valid[i]):
+            raise ProtocolError("a result box without a pending result")
+        size = len(_OWN) if own else 8 * self.enc.n
+        if len(msg.blobs) != (1 if own else len(seeds)) or any(
+                len(b) != size + _SEAL_OVERHEAD for b in msg.blobs):
+            raise ProtocolError("malformed result box")
         del self._result_seeds[i]
-        blobs: list[bytes] = []
-        for c, (sealed, seed) in enumerate(zip(msg.blobs, seeds, strict=True)):
+        blobs: list[bytes] = list(msg.blobs) if own else []
+        for c, (sealed, seed) in enumerate(zip([] if own else msg.blobs, seeds, strict=True)):
             blobs += [sealed, seal_to(self.clients[i], seed, context=_box_context(
                 b"mask", self.session, self._round, i, c))]
         meta: dict[str, Any] = {"session": self.session, "round": self._round, "client": i}
