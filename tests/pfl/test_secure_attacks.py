@@ -9,7 +9,7 @@ decryptor refuses them anyway, the test says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -24,6 +24,7 @@ from fedsec.pfl.secure import (
     _pairs,
     clip_to_norm,
 )
+from fedsec.pfl.selection import efficient_selection
 
 PRESET = "INSECURE_TEST_N4096_DEPTH19"
 CFG = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=8)
@@ -306,3 +307,35 @@ def test_an_honest_round_still_agrees_with_plaintext(session: SecurePFLSession) 
     assert all(3 not in r.selection.accepted[i] for i in range(3))
     np.testing.assert_allclose(r.personalised[3], clip_to_norm(w[3], B), atol=1e-4)
     assert sign_depth(CFG.sign_alpha) + 2 <= CFG.params.depth
+
+
+def test_rerandomized_replay_with_the_victims_norm_is_not_detected(
+        session: SecurePFLSession) -> None:
+    """The documented limit (module docstring, "Replayed uploads"): a re-randomized copy of
+    client 0's upload with client 0's published norm passes as client 1's own model; its
+    Eq. 2 result then mixes client 0's model with its acceptance set's. What it gains is
+    measured here so a change of behaviour shows up."""
+    w = _models(15)
+    t = next(_ROUND)
+    ups = _uploads(session, w, t)
+    ctx = session.clients[1].ctx
+    pid = ctx.parms_id_at_level(UPLOAD_LEVEL)
+    scale = session.clients[1].enc.upload_scale
+    zero = ctx.encrypt_plaintext(ctx.encode(np.zeros(ctx.slots), scale=scale, parms_id=pid))
+    copied = ctx.add(ctx.deserialize(wire.decode(ups[0]).blobs[0]), zero)
+    norm0 = wire.decode(ups[0]).meta["norm"]
+    ups[1] = _edit(_blobs(ups[1], [ctx.serialize(copied)]), norm=norm0)
+    _to_compare(session, ups, t, sigma=0.5, norm_bound=B)
+    assert session.server.valid.all()  # not detected
+    srv, dec = session.server, session.decryptor
+
+    def oracle(pairs: Sequence[tuple[int, int]]) -> list[bool]:
+        return srv.read_bits(dec.reveal(srv.reveal_request(pairs)), pairs)
+
+    sel = efficient_selection(srv.keys(), oracle, neighbours=srv.neighbours())
+    s1 = sorted(sel.accepted[1])
+    assert 0 in s1  # at distance 0 from client 0: always accepted
+    out = _finish_all(session, sel.accepted, alpha=0.5)
+    # client 1 receives 0.5 w_0 + 0.5 mean_{S_1} w: half of it is client 0's model (all of
+    # it when S_1 = {0})
+    np.testing.assert_allclose(out[1], 0.5 * w[0] + 0.5 * w[s1].mean(axis=0), atol=1e-4)

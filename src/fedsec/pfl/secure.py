@@ -160,7 +160,11 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
   follow the protocol (the paper's semi-honest server); so is the decryptor (it could
-  skip the norm checks or flip bits).
+  skip the norm checks or flip bits). What the decryptor does refuse: reveals of
+  ciphertexts not at level 0 (an upload), pairs asked twice or with an invalid client,
+  more pairs than exist, and any decryption for an invalid client; a deviating server
+  can still learn one thresholded bit per unasked pair of any level-0 ciphertext it
+  builds (at most ``K (K - 1)`` per round), tests/pfl/test_secure_attacks.py.
 """
 
 from __future__ import annotations
