@@ -153,9 +153,15 @@ All parties honest-but-curious except malicious clients (any model, any publishe
 * **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
   nothing else; it cannot open another client's sealed result.
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
-  learn every model (they hold the masks and the key); a client + the server learn
-  nothing beyond that client's result (the client holds no secret key); a client + the
-  decryptor learn the masked Gram entries of other clients.
+  learn every model (they hold the masks and the key); a client + the decryptor learn
+  the masked Gram entries of other clients. **A client + the server learn the secret
+  key** (open, not fixed): the client receives the *exact* plaintext polynomial
+  ``p = c0 + c1 s mod q0`` of a ciphertext ``(c0, c1)`` the server built, so pooled they
+  solve ``s = (p - c0) / c1`` in the NTT domain (Li and Micciancio, EUROCRYPT 2021) and
+  decrypt every upload (tests/pfl/test_secure_attacks.py, an expected failure). Closing
+  it needs noise flooding of the result before it leaves the decryptor, with a flooding
+  noise ~2^s times the CKKS noise (s the statistical security): at the result level's
+  ~2^39 scale that leaves no precision, so it needs a larger result modulus/scale.
 * **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
