@@ -17,6 +17,13 @@ metadata key of one message per entry point with every sweep value); its results
 the ``"shapley"`` key of the same JSON file, leaving the key set-up/AUC part in place.
 
     python benchmarks/fuzz_decoders.py --part shapley      # 50,000 executions
+
+``--part pfl`` fuzzes secure Priv-PFL (``tests/fuzz/fuzz_pfl.py``: the fixed-holder key
+set-up and the client, server and decryptor steps, 17 targets), then sweeps every metadata
+key of one message per entry point; results under the ``"pfl"`` key. ``--minutes`` stops
+the schedule after that long (the executions done are reported).
+
+    python benchmarks/fuzz_decoders.py --part pfl --executions 200000 --minutes 15
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
+import fuzz_pfl  # noqa: E402
 import fuzz_shapley  # noqa: E402
 import fuzz_targets  # noqa: E402
 from fuzz_mutations import SWEEP_VALUES  # noqa: E402
@@ -89,6 +97,97 @@ def shapley_sweep(world: fuzz_shapley.ShapleyWorld, targets: dict[str, fuzz_targ
             if problem is not None:
                 bad.append(f"{case}: {problem.splitlines()[0]}")
     return count, outcomes, bad
+
+
+def pfl_sweep(world: fuzz_pfl.PFLWorld, targets: dict[str, fuzz_targets.Target]
+              ) -> tuple[int, Counter[str], list[str]]:
+    """The Priv-PFL roles' metadata sweep (:func:`fuzz_pfl.pfl_meta_cases`)."""
+    count, outcomes, bad = 0, Counter[str](), []
+    for case, (name, valid, build) in fuzz_pfl.pfl_meta_cases(world).items():
+        for meta in _variants(valid):
+            outcome, problem, _ = fuzz_targets.execute(targets[name], build(meta))
+            count += 1
+            outcomes[outcome] += 1
+            if problem is not None:
+                bad.append(f"{case}: {problem.splitlines()[0]}")
+    return count, outcomes, bad
+
+
+def main_pfl(args: argparse.Namespace, argv: list[str] | None) -> int:
+    import os
+    import resource
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    world = fuzz_pfl.build_pfl_world()
+    targets = fuzz_pfl.make_pfl_targets(world)
+    print(f"corpus: fixed-holder key set-up and Priv-PFL rounds, {len(world.pools.messages)} "
+          f"messages, {len(targets)} targets ({world.build_seconds:.1f} s)", file=sys.stderr)
+    # in slices, so that --minutes can stop the schedule between them
+    total_w = sum(t.weight for t in targets)
+    plan = {t.name: max(1, round(args.executions * t.weight / total_w)) for t in targets}
+    slices = 20
+    merged: fuzz_targets.Report | None = None
+    stopped = False
+    for k in range(slices):
+        part_plan = {n: (v * (k + 1)) // slices - (v * k) // slices for n, v in plan.items()}
+        rep = fuzz_targets.run(world, targets, executions=part_plan,
+                               seed=args.seed * 1000 + k, slow_seconds=args.slow)
+        if merged is None:
+            merged = rep
+        else:
+            for n, st in rep.stats.items():
+                m = merged.stats[n]
+                m.executions += st.executions
+                m.outcomes.update(st.outcomes)
+                m.producers.update(st.producers)
+                m.seconds += st.seconds
+                m.max_seconds = max(m.max_seconds, st.max_seconds)
+                m.noted += st.noted
+                m.producer_errors += st.producer_errors
+            merged.violations += rep.violations
+            merged.seconds += rep.seconds
+            merged.peak_rss_growth_mb = max(merged.peak_rss_growth_mb, rep.peak_rss_growth_mb)
+        print(f"slice {k + 1}/{slices}: {merged.executions} executions, "
+              f"{len(merged.violations)} violations", file=sys.stderr)
+        if args.minutes and time.perf_counter() - t0 > 60 * args.minutes:
+            stopped = k + 1 < slices
+            break
+    assert merged is not None
+    report = merged
+    n_sweep, sweep_outcomes, sweep_bad = pfl_sweep(world, {t.name: t for t in targets})
+    part: dict[str, Any] = report.as_dict()
+    part.update({
+        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "wall_seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
+        "loadavg": os.getloadavg(),
+        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "stopped_by_time_limit": stopped,
+        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
+                           "violations": sweep_bad},
+        "total_executions": report.executions + n_sweep,
+    })
+    doc: dict[str, Any] = {}
+    if args.json.exists():
+        doc = json.loads(args.json.read_text())
+    doc["pfl"] = part
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: part[k] for k in ("executions", "total_executions", "exceptions",
+                                           "peak_rss_growth_mb", "seconds", "wall_seconds",
+                                           "cpu_seconds", "loadavg", "stopped_by_time_limit")}
+                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
+    print()
+    print(table(report))
+    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
+    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
+                  for v in report.violations] + sweep_bad
+    print(f"violations: {len(violations)}")
+    for line in violations[:20]:
+        print("  " + line)
+    return 1 if violations else 0
 
 
 def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
@@ -161,12 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", type=float, default=10.0, help="seconds that make a call a "
                     "violation (a hard limit of 60 s stops hangs)")
     ap.add_argument("--json", type=Path, default=RESULTS)
-    ap.add_argument("--part", choices=("auc", "shapley"), default="auc",
-                    help="the key set-up and AUC decoders (default) or the secure Shapley "
-                    "roles (results under the JSON's 'shapley' key)")
+    ap.add_argument("--part", choices=("auc", "shapley", "pfl"), default="auc",
+                    help="the key set-up and AUC decoders (default), the secure Shapley "
+                    "roles or secure Priv-PFL (results under the JSON's 'shapley' or 'pfl' "
+                    "key)")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="--part pfl: stop the schedule after this long (0: no limit)")
     args = ap.parse_args(argv)
     if args.part == "shapley":
         return main_shapley(args, argv)
+    if args.part == "pfl":
+        return main_pfl(args, argv)
 
     t0 = time.perf_counter()
     world = fuzz_targets.build_world()

@@ -74,7 +74,8 @@ domain ``|x| <= 1 + 2^-10``: a client cannot push a comparison
 outside the domain by lying about its norm (the check fails) or by sending huge values
 (``n_i > B`` or the check fails). Pairs with an invalid client are never revealed. A
 client that fails is **invalid**: accepted by nobody, it accepts nobody, and its own
-result is its own (uploaded) model. Pairs whose margin is within ``2^-alpha M`` of 0 may
+result is its own model, which it keeps (nothing of an invalid client is ever
+decrypted: see "Replayed uploads"). Pairs whose margin is within ``2^-alpha M`` of 0 may
 be decided either way (the comparison's precision).
 
 **Limit** (not covered): the checks work modulo the ciphertext modulus. A client that
@@ -84,6 +85,23 @@ encoding ``2^24`` of ``G = 1``), tuned to the right residue -- would pass the no
 ruling that out needs a proof that the plaintext is short (a lattice range proof), which
 fedsec does not implement. Any client whose squared norm is below that (every honestly
 encrypted model up to ``2^17.5 B``) is caught.
+
+The sigmas and ``B`` are the server's own (``SecurePFLServer.receive(..., sigma=,
+norm_bound=)``): an upload claiming others is refused. Trusting a client's ``sigma`` let a
+malicious client claim ``sigma = 10^6``, inflate ``M`` by ``10^12`` and push every margin
+into the ``2^-alpha`` band, where honest clients accepted it by CKKS noise.
+
+Replayed uploads
+----------------
+Uploads are bare ciphertexts under the public key, so whoever sees client ``i``'s upload
+(an eavesdropper on a non-confidential link, or a server colluding with a client) can
+submit it, or ``Enc(u_i) + Enc(0)``, as its own. The server refuses a ciphertext it has
+seen before in the session (byte-for-byte replays), and nothing of an invalid client is
+decrypted (a replayer that failed the norm check on purpose used to get ``u_i`` back as
+its "own model"). **Not covered**: a re-randomized copy with the victim's published norm
+passes as a valid client, whose Eq. 2 result ``alpha w_i + (1 - alpha) mean_{S_j} w``
+contains ``w_i``; ruling it out needs a proof of plaintext knowledge bound to the sender.
+Uploads must therefore travel over confidential, client-authenticated channels.
 
 Blinded comparison (beyond the paper; ``comparison="blinded"``, off by default)
 -----------------------------------------------------------------------------
@@ -136,14 +154,24 @@ All parties honest-but-curious except malicious clients (any model, any publishe
 * **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
   nothing else; it cannot open another client's sealed result.
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
-  learn every model (they hold the masks and the key); a client + the server learn
-  nothing beyond that client's result (the client holds no secret key); a client + the
-  decryptor learn the masked Gram entries of other clients.
+  learn every model (they hold the masks and the key); a client + the decryptor learn
+  the masked Gram entries of other clients. **A client + the server learn the secret
+  key** (open, not fixed): the client receives the *exact* plaintext polynomial
+  ``p = c0 + c1 s mod q0`` of a ciphertext ``(c0, c1)`` the server built, so pooled they
+  solve ``s = (p - c0) / c1`` in the NTT domain (Li and Micciancio, EUROCRYPT 2021) and
+  decrypt every upload (tests/pfl/test_secure_attacks.py, an expected failure). Closing
+  it needs noise flooding of the result before it leaves the decryptor, with a flooding
+  noise ~2^s times the CKKS noise (s the statistical security): at the result level's
+  ~2^39 scale that leaves no precision, so it needs a larger result modulus/scale.
 * **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
   follow the protocol (the paper's semi-honest server); so is the decryptor (it could
-  skip the norm checks or flip bits).
+  skip the norm checks or flip bits). What the decryptor does refuse: reveals of
+  ciphertexts not at level 0 (an upload), pairs asked twice or with an invalid client,
+  more pairs than exist, and any decryption for an invalid client; a deviating server
+  can still learn one thresholded bit per unasked pair of any level-0 ciphertext it
+  builds (at most ``K (K - 1)`` per round), tests/pfl/test_secure_attacks.py.
 """
 
 from __future__ import annotations
@@ -206,6 +234,7 @@ SERVER_MAX_MESSAGE_BYTES = 256 << 20
 DECRYPTOR_MAX_MESSAGE_BYTES = 1 << 30
 _MAX_CLIENTS = 1024
 _SEAL_OVERHEAD = 32 + 12 + 16  # ephemeral key, nonce, tag of a sealed box
+_OWN = b"fedsec/pfl/own-model"  # the decryptor's notice to an invalid client
 
 
 def client_name(i: int) -> str:
@@ -487,7 +516,7 @@ class SecurePFLClient:
         self.ctx = keys.context
         self.enc = _Encoding.of(self.ctx, config.mask_bits)
         self._x = X25519PrivateKey.generate()
-        self._pending: tuple[int, int, float] | None = None  # round, d, bound
+        self._pending: tuple[int, int, float, FloatArray] | None = None  # round, d, B, w
 
     @property
     def session(self) -> str:
@@ -524,7 +553,7 @@ class SecurePFLClient:
         for z in _pack(w / b, self.enc.slots):
             pt = self.ctx.encode(z, scale=self.enc.upload_scale, parms_id=pid)
             blobs.append(self.ctx.serialize(self.ctx.encrypt_plaintext(pt)))
-        self._pending = (t, w.size, b)
+        self._pending = (t, w.size, b, w.copy())
         meta = {"session": self.session, "round": t, "client": self.index, "d": int(w.size),
                 "norm": norm, "bound": b, "sigma": s}
         return wire.encode("pfl/upload", meta, blobs)
@@ -533,11 +562,19 @@ class SecurePFLClient:
         """Step 6: open the decryptor's sealed plaintext and the server's mask; decode."""
         if self._pending is None:
             raise ProtocolError("a result arrived before this client uploaded")
-        t, d, b = self._pending
+        t, d, b, own = self._pending
         msg = wire.decode(result, expect="pfl/result", max_bytes=CLIENT_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, t)
         if not _is_int(msg.meta.get("client"), self.index):
             raise ProtocolError("result addressed to another client")
+        if msg.meta.get("own") is True:
+            # invalid this round (the decryptor says so, sealed): the result is the own
+            # model, which nobody decrypts
+            if len(msg.blobs) != 1 or open_sealed(self._x, msg.blobs[0], context=_box_context(
+                    b"own", self.session, t, self.index, 0)) != _OWN:
+                raise ProtocolError("malformed result")
+            self._pending = None
+            return own.copy()
         chunks = _n_chunks(d, self.enc.slots)
         if len(msg.blobs) != 2 * chunks:
             raise ProtocolError("malformed result")
@@ -697,6 +734,8 @@ class SecurePFLDecryptor:
         values: dict[int, NDArray[np.complex128]] = {}
         for c, blob in zip(cts_needed, msg.blobs, strict=True):
             ct = self.ctx.deserialize(blob)
+            if self.ctx.level_of(ct) != 0:  # what the comparison and the zeroing leave
+                raise ProtocolError("a comparison ciphertext must be at level 0")
             values[c] = self.ctx.decrypt(ct)
         cut = 0.0 if self.config.comparison == "blinded" else 0.5
         bits = [int(values[index[p] // slots][index[p] % slots].real > cut) for p in pairs]
@@ -719,6 +758,18 @@ class SecurePFLDecryptor:
             raise ProtocolError("a result for a client that did not register")
         if i in self._results:
             raise ProtocolError("a result request replayed")
+        if not self._valid[i]:
+            # an invalid client's result is its own model, which it holds: decrypting its
+            # upload would hand a client that replayed someone else's ciphertext (and
+            # failed the norm check on purpose) that client's model
+            if msg.blobs:
+                raise ProtocolError("no decryption for a client that failed the checks")
+            self._results.add(i)
+            notice = seal_to(self.clients[i], _OWN, context=_box_context(
+                b"own", self.session, self._round, i, 0))
+            return wire.encode("pfl/result-box", {"session": self.session,
+                                                  "round": self._round, "client": i,
+                                                  "own": True}, [notice])
         if len(msg.blobs) != self._chunks:
             raise ProtocolError("malformed result request")
         boxes = []
@@ -773,6 +824,7 @@ class SecurePFLServer:
         self.clients: dict[int, bytes] = {}
         self._round = -1
         self._uploads: dict[int, _Upload] = {}
+        self._seen: set[bytes] = set()  # digests of every upload ciphertext (replays)
         self._masks: dict[tuple[int, int], int] = {}
         self._cmp: list[Ciphertext] = []
         self.valid: NDArray[np.bool_] = np.zeros(0, dtype=bool)
@@ -791,8 +843,17 @@ class SecurePFLServer:
         return i
 
     # -------------------------------------------------------------- step 1
-    def receive(self, sender: int, upload: bytes, *, round_index: int) -> None:
-        """Accept client ``sender``'s upload for round ``round_index``."""
+    def receive(self, sender: int, upload: bytes, *, round_index: int,
+                sigma: float | None = None, norm_bound: float | None = None) -> None:
+        """Accept client ``sender``'s upload for round ``round_index``.
+
+        ``sigma`` and ``norm_bound`` are the round's public ``sigma_sender(t)`` and ``B``
+        as the server knows them; an upload that claims other values is refused. Without
+        them the server takes the client's word: a malicious client claiming a huge
+        ``sigma`` inflates ``M`` (the margin scale) and pushes every honest margin into
+        the comparison's ``2^-alpha`` band, so honest clients accept it by CKKS noise
+        (tests/pfl/test_secure_attacks.py) -- pass them outside tests.
+        """
         msg = wire.decode(upload, expect="pfl/upload", max_bytes=SERVER_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, round_index)
         if round_index < self._round:
@@ -806,12 +867,22 @@ class SecurePFLServer:
             raise ProtocolError("an upload with the wrong number of ciphertexts")
         norm = _meta_float(msg.meta, "norm", 0.0, 1e300)
         bound = _meta_float(msg.meta, "bound", 1e-300, 1e300)
-        sigma = _meta_float(msg.meta, "sigma", 1e-12, 1e6)
+        claimed_sigma = _meta_float(msg.meta, "sigma", 1e-12, 1e6)
+        if sigma is not None and claimed_sigma != float(sigma):
+            raise ProtocolError("an upload claims another sigma than the round's")
+        if norm_bound is not None and bound != float(norm_bound):
+            raise ProtocolError("an upload claims another norm bound than the round's")
         cts = [self.ctx.deserialize(b, scale=self.enc.upload_scale) for b in msg.blobs]
         for ct in cts:
             if self.ctx.level_of(ct) != UPLOAD_LEVEL:
                 raise ProtocolError(f"an upload must be at level {UPLOAD_LEVEL}")
-        self._uploads[sender] = _Upload(cts, d, norm, bound, sigma, len(upload))
+        # a byte-for-byte replay of another client's ciphertext (re-randomized copies are
+        # not caught: see the module docstring, "Replayed uploads")
+        digests = {hashlib.sha256(b).digest() for b in msg.blobs}
+        if len(digests) != len(msg.blobs) or digests & self._seen:
+            raise ProtocolError("an upload replays a ciphertext seen before")
+        self._seen |= digests
+        self._uploads[sender] = _Upload(cts, d, norm, bound, claimed_sigma, len(upload))
 
     # -------------------------------------------------------------- step 2
     def gram_request(self) -> bytes:
@@ -845,7 +916,7 @@ class SecurePFLServer:
         meta = {"session": self.session, "round": self._round, "clients": k,
                 "chunks": len(ups[0].cts),
                 "sigmas": [u.sigma for u in ups],
-                "norms_sq": [min((u.norm / b) ** 2, 1e300) for u in ups]}
+                "norms_sq": [min(u.norm / b, 1e150) ** 2 for u in ups]}
         return wire.encode("pfl/gram", meta, [_u64_blob(first), _u64_blob(rows)])
 
     # -------------------------------------------------------------- step 4
@@ -954,7 +1025,13 @@ class SecurePFLServer:
         self._result_seeds: dict[int, list[bytes]] = {}
         out = []
         for i in range(self.k):
-            s_i = sorted(selection.accepted[i]) if self.valid[i] else []
+            if not self.valid[i]:  # its own model, which it holds: nothing to decrypt
+                self._result_seeds[i] = []
+                out.append(wire.encode("pfl/result-request",
+                                       {"session": self.session, "round": self._round,
+                                        "client": i, "own": True}, []))
+                continue
+            s_i = sorted(selection.accepted[i])
             own = self._uploads[i].cts
             blobs = []
             seeds = []
@@ -989,17 +1066,22 @@ class SecurePFLServer:
         if not _is_int(msg.meta.get("client"), i) or i not in self.clients:
             raise ProtocolError("a result box for another client")
         seeds = self._result_seeds.get(i)
-        if seeds is None or len(seeds) != len(msg.blobs):
+        own = msg.meta.get("own") is True
+        if seeds is None or own != (not self.valid[i]):
             raise ProtocolError("a result box without a pending result")
-        if any(len(b) != 8 * self.enc.n + _SEAL_OVERHEAD for b in msg.blobs):
+        size = len(_OWN) if own else 8 * self.enc.n
+        if len(msg.blobs) != (1 if own else len(seeds)) or any(
+                len(b) != size + _SEAL_OVERHEAD for b in msg.blobs):
             raise ProtocolError("malformed result box")
         del self._result_seeds[i]
-        blobs: list[bytes] = []
-        for c, (sealed, seed) in enumerate(zip(msg.blobs, seeds, strict=True)):
+        blobs: list[bytes] = list(msg.blobs) if own else []
+        for c, (sealed, seed) in enumerate(zip([] if own else msg.blobs, seeds, strict=True)):
             blobs += [sealed, seal_to(self.clients[i], seed, context=_box_context(
                 b"mask", self.session, self._round, i, c))]
-        return wire.encode("pfl/result", {"session": self.session, "round": self._round,
-                                          "client": i}, blobs)
+        meta: dict[str, Any] = {"session": self.session, "round": self._round, "client": i}
+        if own:
+            meta["own"] = True
+        return wire.encode("pfl/result", meta, blobs)
 
 
 # ---------------------------------------------------------------------- in-process session
@@ -1177,7 +1259,7 @@ class SecurePFLSession:
                                      clip=clips[i], claimed_norm=claimed))
             up[i] = len(msg)
             srv_in += len(msg)
-            self.server.receive(i, msg, round_index=t)
+            self.server.receive(i, msg, round_index=t, sigma=float(sig[i]), norm_bound=b)
         t1 = time.perf_counter()
         sec["upload"] = t1 - t0
         # 2-3. Gram entries, norm checks, refresh
