@@ -151,18 +151,25 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   returns rounded bits only. Each Eq. 2 result plus a pseudorandom polynomial mod q:
   hidden as well as ChaCha20 is (perfectly, if the server sent client ``i`` the 256 KiB
   mask itself instead of its 32-byte seed).
-* **Client i**: its own Eq. 2 result (the CKKS noise included: no noise flooding) and
-  nothing else; it cannot open another client's sealed result.
+* **Client i**: its own Eq. 2 result (with the CKKS noise and one fresh encryption
+  noise, see collusion below) and nothing else; it cannot open another client's sealed
+  result.
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
-  learn every model (they hold the masks and the key); a client + the decryptor learn
-  the masked Gram entries of other clients. **A client + the server learn the secret
-  key** (open, not fixed): the client receives the *exact* plaintext polynomial
-  ``p = c0 + c1 s mod q0`` of a ciphertext ``(c0, c1)`` the server built, so pooled they
-  solve ``s = (p - c0) / c1`` in the NTT domain (Li and Micciancio, EUROCRYPT 2021) and
-  decrypt every upload (tests/pfl/test_secure_attacks.py, an expected failure). Closing
-  it needs noise flooding of the result before it leaves the decryptor, with a flooding
-  noise ~2^s times the CKKS noise (s the statistical security): at the result level's
-  ~2^39 scale that leaves no precision, so it needs a larger result modulus/scale.
+  learn every model (they hold the masks and the key); a client + the decryptor learn the
+  masked Gram entries of other clients. A client + the server hold a ciphertext ``(c0,
+  c1)`` of the client's result and its decryption: were that decryption exact (``p = c0 +
+  c1 s mod q0``), pooled they would solve ``s = (p - c0) / c1`` in the NTT domain and
+  decrypt every upload (Li and Micciancio, EUROCRYPT 2021; against the first version of
+  this module, which sent exact decryptions, the attack test in
+  tests/pfl/test_secure_attacks.py recovered another client's model to 3e-7). The
+  decryptor therefore adds a fresh encryption of zero under its key before decrypting a
+  result: the pooled view is ``c1 s + e'`` with fresh noise ``e'`` of SEAL's error
+  distribution (sigma 3.2), an RLWE sample -- recovering ``s`` from it is the RLWE
+  problem the public key already rests on (the public key is one such sample), and the
+  test checks the linear solve fails. This is **not** statistical noise flooding: ``e'``
+  is about as large as the result's own noise, so what that noise says about the
+  computation is not provably hidden (full flooding needs noise ~2^40 times larger and a
+  larger result modulus; not done).
 * **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
@@ -777,7 +784,13 @@ class SecurePFLDecryptor:
             ct = self.ctx.deserialize(blob)
             if self.ctx.level_of(ct) != 0:
                 raise ProtocolError("a result ciphertext must be at level 0")
-            pt = self.ctx.decrypt_plaintext(ct)
+            # re-randomised before decryption: what leaves is c0 + c1 s + e' for a fresh
+            # encryption noise e', so a client and the server pooling what they hold get an
+            # RLWE sample (c1, c1 s + e'), not the linear equation c1 s = p - c0 that an
+            # exact decryption would give them (Li-Micciancio key recovery)
+            zero = self.ctx.encrypt_plaintext(self.ctx.encode_constant(
+                0.0, scale=float(ct.scale), parms_id=ct.parms_id()))
+            pt = self.ctx.decrypt_plaintext(self.ctx.add(ct, zero))
             boxes.append(seal_to(self.clients[i], _u64_blob(plaintext_ntt(pt)),
                                  context=_box_context(b"result", self.session, self._round,
                                                       i, c)))
