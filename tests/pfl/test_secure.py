@@ -130,7 +130,7 @@ def test_huge_values_rejected_and_never_accepted(session: SecurePFLSession) -> N
         ups.append(clients[i].upload(w[i], norm_bound=b, sigma=float(sig[i]), round_index=t,
                                      clip=i > 1, claimed_norm=claimed))
     for i, u in enumerate(ups):
-        session.server.receive(i, u, round_index=t)
+        session.server.receive(i, u, round_index=t, sigma=float(sig[i]), norm_bound=b)
     refreshed = session.decryptor.refresh(session.server.gram_request())
     session.server.compare(refreshed)
     assert list(session.server.valid[:2]) == [False, False]
@@ -172,17 +172,21 @@ def _fresh_round(session: SecurePFLSession, d: int = 100) -> tuple[int, list[byt
     return t, ups
 
 
+#: The public sigma and bound of :func:`_fresh_round`'s uploads, as the server knows them.
+FRESH = {"sigma": 0.5, "norm_bound": 100.0}
+
+
 def test_replayed_foreign_and_other_round_messages_raise(session: SecurePFLSession) -> None:
     t, ups = _fresh_round(session)
     srv, dec = session.server, session.decryptor
     with pytest.raises(ProtocolError, match="another round"):
-        srv.receive(0, ups[0], round_index=t + 1)
+        srv.receive(0, ups[0], round_index=t + 1, **FRESH)
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t)
+        srv.receive(i, u, round_index=t, **FRESH)
     with pytest.raises(ProtocolError, match="twice"):
-        srv.receive(0, ups[0], round_index=t)
+        srv.receive(0, ups[0], round_index=t, **FRESH)
     with pytest.raises(ProtocolError, match="another client"):
-        srv.receive(1, ups[0], round_index=t)  # client 0's upload claimed by 1
+        srv.receive(1, ups[0], round_index=t, **FRESH)  # client 0's upload claimed by 1
     gram = srv.gram_request()
     refreshed = dec.refresh(gram)
     with pytest.raises(ProtocolError, match="replay"):
@@ -200,7 +204,7 @@ def test_replayed_foreign_and_other_round_messages_raise(session: SecurePFLSessi
     foreign = other.clients[0].upload(np.ones(10), norm_bound=10.0, sigma=0.5,
                                       round_index=t + 1)
     with pytest.raises(ProtocolError, match="another session"):
-        srv.receive(0, foreign, round_index=t + 1)
+        srv.receive(0, foreign, round_index=t + 1, sigma=0.5, norm_bound=10.0)
     with pytest.raises(ProtocolError, match="another session"):
         dec.register(other.clients[0].register())
     # results: replayed, and for another client
@@ -222,7 +226,7 @@ def test_client_cannot_decrypt_another_clients_result(session: SecurePFLSession)
     t, ups = _fresh_round(session, d=64)
     srv, dec = session.server, session.decryptor
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t)
+        srv.receive(i, u, round_index=t, **FRESH)
     srv.compare(dec.refresh(srv.gram_request()))
     sel = type("S", (), {"accepted": tuple(frozenset() for _ in range(session.n_clients))})
     reqs = srv.aggregate(sel, 0.5)  # type: ignore[arg-type]
@@ -256,9 +260,9 @@ def test_malformed_messages_raise_protocol_error(session: SecurePFLSession) -> N
     srv, dec = session.server, session.decryptor
     for bad in _mutations(ups[0]):
         with pytest.raises(ProtocolError):
-            srv.receive(0, bad, round_index=t)
+            srv.receive(0, bad, round_index=t, **FRESH)
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t)
+        srv.receive(i, u, round_index=t, **FRESH)
     gram = srv.gram_request()
     for bad in _mutations(gram):
         with pytest.raises(ProtocolError):

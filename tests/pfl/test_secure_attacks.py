@@ -63,6 +63,7 @@ def _blobs(msg: bytes, blobs: list[bytes]) -> bytes:
 
 
 def _to_compare(s: SecurePFLSession, ups: list[bytes], t: int, **kw: float) -> None:
+    kw = {"sigma": 0.5, "norm_bound": B, **kw}  # the round's public values
     for i, u in enumerate(ups):
         s.server.receive(i, u, round_index=t, **kw)
     s.server.compare(s.decryptor.refresh(s.server.gram_request()))
@@ -89,10 +90,13 @@ def test_huge_sigma_claim_is_refused_and_what_it_would_do(session: SecurePFLSess
     ups[3] = session.clients[3].upload(w[3], norm_bound=B, sigma=1e6, round_index=t)
     with pytest.raises(ProtocolError, match="sigma"):
         session.server.receive(3, ups[3], round_index=t, sigma=0.5, norm_bound=B)
-    # what the check prevents (server trusting the claim): the margin of honest client 0
-    # about the attacker, clearly negative in the honest scale, becomes indistinguishable
-    # from 0
-    _to_compare(session, ups, t)
+    # what the check prevents (a server that took the claim as the round's sigma): the
+    # margin of honest client 0 about the attacker, clearly negative in the honest scale,
+    # becomes indistinguishable from 0
+    for i, u in enumerate(ups):
+        session.server.receive(i, u, round_index=t, sigma=1e6 if i == 3 else 0.5,
+                               norm_bound=B)
+    session.server.compare(session.decryptor.refresh(session.server.gram_request()))
     x = session.decryptor.ctx.decrypt(session.server._margins[0]).real  # noqa: SLF001
     a = _pairs(K).index((0, 3))
     assert abs(x[a]) < 2.0 ** -30 < 2.0 ** -CFG.sign_alpha
@@ -115,7 +119,7 @@ def test_huge_published_norm_raises_protocol_error(session: SecurePFLSession) ->
     ups = _uploads(session, w, t)
     ups[2] = _edit(ups[2], norm=1e200)
     for i, u in enumerate(ups):
-        session.server.receive(i, u, round_index=t)
+        session.server.receive(i, u, round_index=t, sigma=0.5, norm_bound=B)
     session.server.compare(session.decryptor.refresh(session.server.gram_request()))
     assert list(session.server.valid) == [True, True, False, True]
 
@@ -124,14 +128,15 @@ def test_byte_replay_of_another_clients_upload_is_refused(session: SecurePFLSess
     w = _models(4)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    session.server.receive(0, ups[0], round_index=t)
+    session.server.receive(0, ups[0], round_index=t, sigma=0.5, norm_bound=B)
     stolen = _edit(ups[0], client=1)  # client 1 claims client 0's ciphertext
     with pytest.raises(ProtocolError, match="replays"):
-        session.server.receive(1, stolen, round_index=t)
+        session.server.receive(1, stolen, round_index=t, sigma=0.5, norm_bound=B)
     # ... or last round's: also refused (the server remembers the session's ciphertexts)
     t2 = next(_ROUND)
     with pytest.raises(ProtocolError, match="replays"):
-        session.server.receive(1, _edit(ups[0], client=1, round=t2), round_index=t2)
+        session.server.receive(1, _edit(ups[0], client=1, round=t2), round_index=t2,
+                               sigma=0.5, norm_bound=B)
 
 
 def test_rerandomized_replay_failing_the_norm_check_gets_its_own_model(
@@ -219,7 +224,7 @@ def test_hostile_upload_ciphertexts(session: SecurePFLSession, how: str) -> None
         c = ctx.deserialize(wire.decode(up).blobs[0])
         bad = _blobs(up, [ctx.serialize(ctx.multiply_lazy(c, c))])
     with pytest.raises(ProtocolError):
-        session.server.receive(0, bad, round_index=t)
+        session.server.receive(0, bad, round_index=t, sigma=0.5, norm_bound=B)
 
 
 # ---------------------------------------------------------------------- the reveal step

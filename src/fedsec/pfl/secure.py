@@ -857,15 +857,15 @@ class SecurePFLServer:
 
     # -------------------------------------------------------------- step 1
     def receive(self, sender: int, upload: bytes, *, round_index: int,
-                sigma: float | None = None, norm_bound: float | None = None) -> None:
+                sigma: float, norm_bound: float) -> None:
         """Accept client ``sender``'s upload for round ``round_index``.
 
         ``sigma`` and ``norm_bound`` are the round's public ``sigma_sender(t)`` and ``B``
-        as the server knows them; an upload that claims other values is refused. Without
-        them the server takes the client's word: a malicious client claiming a huge
-        ``sigma`` inflates ``M`` (the margin scale) and pushes every honest margin into
-        the comparison's ``2^-alpha`` band, so honest clients accept it by CKKS noise
-        (tests/pfl/test_secure_attacks.py) -- pass them outside tests.
+        as the server knows them (required); an upload that claims other values is
+        refused. Were the client's word taken, a malicious client claiming a huge
+        ``sigma`` would inflate ``M`` (the margin scale) and push every honest margin into
+        the comparison's ``2^-alpha`` band, so honest clients would accept it by CKKS
+        noise (tests/pfl/test_secure_attacks.py).
         """
         msg = wire.decode(upload, expect="pfl/upload", max_bytes=SERVER_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, round_index)
@@ -881,9 +881,9 @@ class SecurePFLServer:
         norm = _meta_float(msg.meta, "norm", 0.0, 1e300)
         bound = _meta_float(msg.meta, "bound", 1e-300, 1e300)
         claimed_sigma = _meta_float(msg.meta, "sigma", 1e-12, 1e6)
-        if sigma is not None and claimed_sigma != float(sigma):
+        if claimed_sigma != float(sigma):
             raise ProtocolError("an upload claims another sigma than the round's")
-        if norm_bound is not None and bound != float(norm_bound):
+        if bound != float(norm_bound):
             raise ProtocolError("an upload claims another norm bound than the round's")
         cts = [self.ctx.deserialize(b, scale=self.enc.upload_scale) for b in msg.blobs]
         for ct in cts:
