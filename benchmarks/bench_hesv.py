@@ -77,10 +77,13 @@ def _time(fn: Any, repeats: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
-def bench_squaring(repeats: int) -> list[dict[str, Any]]:
+def bench_squaring(repeats: int, shapes: list[tuple[int, int]] | None = None
+                   ) -> list[dict[str, Any]]:
+    """Matrix Squaring per sample for each ``(d_out, d_in)`` of ``shapes`` (default:
+    :data:`SHAPES`, seed 004's Table 4)."""
     rows = []
     rng = np.random.default_rng(0)
-    for d_out, d_in in SHAPES:
+    for d_out, d_in in SHAPES if shapes is None else shapes:
         shape = f"{d_out}x{d_in}"
         variants = {
             "squaring-per-block": (plan_squaring(d_out, d_in, 2048, tiled=False), True),

@@ -65,12 +65,15 @@ def _median_time(fn: Any, repeats: int) -> float:
     return statistics.median(out)
 
 
-def bench_reducing(repeats: int) -> list[dict[str, Any]]:
+def bench_reducing(repeats: int, shapes: list[tuple[int, int]] | None = None
+                   ) -> list[dict[str, Any]]:
+    """Matrix Reducing per sample for each ``(d_out, d_in)`` of ``shapes`` (default:
+    :data:`SHAPES`, seed 004's Table 4)."""
     rows = []
     ckks = CKKSContext.generate(AUTHORS_CKKS.check())
     bfv = BFVContext.from_seed(os.urandom(32))
     rng = np.random.default_rng(0)
-    for d_out, d_in in SHAPES:
+    for d_out, d_in in SHAPES if shapes is None else shapes:
         a = rng.uniform(-1, 1, (d_out, d_in))
         # CKKS (authors' ring): m = floor(2048 / d_out)
         w = rd.grid_width(d_out, ckks.slots)

@@ -200,12 +200,10 @@ def table3(record: Any, sets: Any, nssv: Any, hesv_cpu: float, hesv_wall: float,
 
 
 def table4(repeats: int, shapes: list[tuple[int, int]]) -> dict[str, Any]:
-    bench_hesv.SHAPES = shapes  # the imported functions read their module's SHAPES
-    bench_secsv.SHAPES = shapes
     say("table4: squaring")
-    sq = bench_hesv.bench_squaring(repeats)
+    sq = bench_hesv.bench_squaring(repeats, shapes)
     say("table4: reducing")
-    red = bench_secsv.bench_reducing(repeats)
+    red = bench_secsv.bench_reducing(repeats, shapes)
     rows = []
     by_sq = {(r["shape"], r["variant"].lower(), r["method"]): r for r in sq}
     by_rd = {(r["shape"], r["variant"], r["scheme"]): r for r in red}

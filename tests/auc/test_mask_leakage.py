@@ -286,8 +286,13 @@ def test_old_brute_force_finds_the_earlier_mask_but_nothing_now(fed, masking):
         if masking == "pair":
             ratio = float(wire.decode(response).meta["ratio"])
             x = x - ratio * y  # the party's best: d'*num + (c - ratio*d)*denom
-        found += old_brute_force(y, x)
-    print(f"\n(a) {masking}: 14-bit candidates surviving over 5 evaluations: {len(found)}")
+        # a surviving candidate is a leak only if it gives the party the true denominator:
+        # with a near-zero x (pair masking) a random k passes the x test, and the y test
+        # alone lets ~2e-6 of the 8,192 candidates through by chance (seen in CI: 1 in 5)
+        found += [kk for kk in old_brute_force(y, x)
+                  if round(y * (1 << OLD_BITS) / kk) == run.denom]
+    print(f"\n(a) {masking}: 14-bit candidates giving the true denominator over 5 "
+          f"evaluations: {len(found)}")
     assert found == []
 
 

@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.matmul import (
+    FoldedPlan,
     SquaringPlan,
+    folded_product,
+    matrix_product,
+    plan_folded,
     plan_squaring,
     squaring_product,
     sum_steps,
@@ -197,3 +201,125 @@ def test_complex_packing_halves_operands(d_out: int, d_in: int, block: int | Non
         assert np.abs(plan.decode(vals, m) - a @ b).max() < TOL
     with pytest.raises(ValueError, match="per_block"):
         squaring_product(ctx, plan, enc_a, [ctx.encrypt(v) for v in bv], per_block=True)
+
+
+# ---------------------------------------------------------------------- folded layout
+def _simulate_folded(plan: FoldedPlan, a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+    """The server's algorithm on plaintext slot vectors: slot-wise products (complex
+    packing: the real part), then the cyclic rotate-and-sum with np.roll."""
+    outs = []
+    bv = plan.encode_b(b)
+    for aj in plan.encode_a(a):
+        h = sum(x * y for x, y in zip(aj, bv, strict=True))
+        h = np.real(h) if plan.packed else np.asarray(h)
+        for step in plan.rotations():
+            h = h + np.roll(h, -step)
+        outs.append(h)
+    return outs
+
+
+def _groups_hold_copies(plan: FoldedPlan, outs: list[np.ndarray], want: np.ndarray,
+                        tol: float) -> None:
+    """Every group of every output holds the row block of ``A B`` (zero-padded rows and
+    samples) and the slots no group uses are zero: a decryptor sees ``A B`` only."""
+    rows, c, m = plan.rows, plan.capacity, want.shape[1]
+    full = np.zeros((plan.row_blocks * rows, c))
+    full[:plan.d_out, :m] = want
+    for j, v in enumerate(outs):
+        grid = np.real(np.asarray(v)).reshape(plan.groups, plan.stride)
+        block = full[j * rows:(j + 1) * rows].ravel()
+        assert np.abs(grid[:, :rows * c] - block[None, :]).max() < tol
+        if rows * c < plan.stride:
+            assert np.abs(grid[:, rows * c:]).max() < tol
+
+
+@settings(max_examples=80, deadline=None)
+@given(d_out=st.integers(1, 70), d_in=st.integers(1, 300), rows=st.integers(1, 70),
+       log_groups=st.integers(0, 10), packed=st.booleans(), data=st.data())
+def test_folded_layout_in_the_clear(d_out: int, d_in: int, rows: int, log_groups: int,
+                                    packed: bool, data: st.DataObject) -> None:
+    groups = 1 << log_groups
+    if min(rows, d_out) * groups > SLOTS:
+        with pytest.raises(ValueError, match="do not fit"):
+            plan_folded(d_out, d_in, SLOTS, rows=rows, groups=groups, packed=packed)
+        return
+    plan = plan_folded(d_out, d_in, SLOTS, rows=rows, groups=groups, packed=packed)
+    m = data.draw(st.integers(1, plan.capacity))
+    rng = np.random.default_rng(d_out * 1000 + d_in)
+    a = rng.normal(size=(d_out, d_in))
+    b = rng.normal(size=(d_in, m))
+    outs = _simulate_folded(plan, a, b)
+    np.testing.assert_allclose(plan.decode(outs, m), a @ b, atol=1e-9)
+    _groups_hold_copies(plan, outs, a @ b, 1e-9)
+    assert len(plan.encode_b(b)) == plan.b_count == (
+        (plan.terms + 1) // 2 if packed else plan.terms)
+    assert plan.terms == math.ceil(d_in / groups)
+
+
+def test_folded_plan_shapes_and_validation() -> None:
+    p = plan_folded(64, 257, 2048, rows=4, groups=4, packed=True)
+    assert (p.stride, p.capacity, p.row_blocks, p.terms, p.a_count) == (512, 128, 16, 65, 33)
+    assert p.rotations() == [512, 1024]
+    assert plan_folded(3, 5, 2048, rows=9, groups=1).rows == 3  # capped at d_out
+    assert plan_folded(3, 5, 2048, rows=3, groups=1).rotations() == []
+    assert p.to_dict()["layout"] == "folded"
+    # B is replicated `rows` times, not `block` times: far fewer operands per sample than
+    # the rotation-free square of the same output count (the HESV hidden-layer case)
+    sq = plan_squaring(64, 257, 2048, block=43, rotations=False, packed=True)
+    assert p.b_count / p.capacity < sq.b_count / sq.capacity / 5
+    with pytest.raises(ValueError, match="power of two"):
+        FoldedPlan(4, 4, 2048, 2, 3)
+    with pytest.raises(ValueError, match="do not fit"):
+        FoldedPlan(4, 4, 2048, 4, 1024)
+    with pytest.raises(ValueError, match="matrix sizes"):
+        FoldedPlan(0, 4, 2048, 1, 1)
+    with pytest.raises(ValueError, match="B must have shape"):
+        p.encode_b(np.zeros((257, 129)))
+    with pytest.raises(ValueError, match="B must have shape"):
+        p.encode_b(np.zeros((256, 3)))
+    with pytest.raises(ValueError, match="A must have shape"):
+        p.encode_a(np.zeros((64, 256)))
+    with pytest.raises(ValueError, match="need 16 outputs"):
+        p.decode([np.zeros(2048)] * 15, 3)
+    with pytest.raises(ValueError, match="per-block"):
+        p.cost(per_block=True)
+
+
+FOLDED = [  # (d_out, d_in, rows, groups, packed, m)
+    (64, 257, 4, 4, True, 64),   # the CNN's hidden layer (ring 2^11 here: 64 samples)
+    (10, 65, 10, 8, False, 12),  # rows = d_out, eight groups, d_in not a multiple of 8
+    (7, 3, 3, 2, True, 1),       # rows do not divide d_out, one sample, odd term count
+    (1, 1, 1, 1024, True, 1),    # scalars in every group
+    (5, 40, 2, 1, True, 512),    # no rotation, a full product
+]
+
+
+@pytest.mark.parametrize(("d_out", "d_in", "rows", "groups", "packed", "m"), FOLDED)
+def test_folded_encrypted_products_match_numpy(d_out: int, d_in: int, rows: int,
+                                               groups: int, packed: bool, m: int) -> None:
+    plan = plan_folded(d_out, d_in, SLOTS, rows=rows, groups=groups, packed=packed)
+    m = min(m, plan.capacity)
+    ctx = CKKSContext.generate(PRESET, rotations=plan.rotations(), conjugate=packed,
+                               allow_insecure=True)
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, size=(d_out, d_in))
+    b = rng.uniform(-1, 1, size=(d_in, m))
+    enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
+    bv = plan.encode_b(b)
+    enc_b = [ctx.encrypt(v) for v in bv]
+    plain_b = [ctx.encode_at(v, enc_a[0][0]) for v in bv]
+    want = a @ b
+    full = folded_product(ctx, plan, enc_a, enc_b)
+    half = matrix_product(ctx, plan, enc_a, plain_b, plain_b=True)
+    for outs in (full, half):
+        assert len(outs) == plan.row_blocks
+        vals = [ctx.decrypt(o) for o in outs]
+        got = plan.decode(vals, m)
+        assert got.shape == (d_out, m)
+        assert np.abs(got - want).max() < TOL
+        _groups_hold_copies(plan, vals, want, TOL)
+    assert ctx.level_of(full[0]) == ctx.level_of(enc_a[0][0]) - 1
+    with pytest.raises(ValueError, match="b must hold"):
+        folded_product(ctx, plan, enc_a, enc_b[:-1] if len(enc_b) > 1 else enc_b * 2)
+    with pytest.raises(ValueError, match="a must hold"):
+        folded_product(ctx, plan, enc_a[:-1] or enc_a * 2, enc_b)

@@ -29,6 +29,29 @@ def test_reducing_identity(shape: tuple[int, int, int]) -> None:
     np.testing.assert_array_equal(rd.reduce_plain(a, b), a @ b)
 
 
+@pytest.mark.parametrize("shape", [(2, 48, 30, 30), (4, 3, 10, 12), (1, 1, 1, 1),
+                                   (7, 2, 9, 9), (3, 5, 2, 6)])
+def test_diagonals_match_the_definition_on_repeated_calls(
+        shape: tuple[int, int, int, int]) -> None:
+    # the gather indices are cached per shape: every call must still follow the definition
+    # Ã⁽ᵒ⁾[i, j] = A[i, (i + j + o) mod d_in], B̃⁽ᵒ⁾[i, j] = B[(i + j + o) mod d_in, j]
+    d_out, d_in, m, width = shape
+    rng = np.random.default_rng(m + width)
+    for _ in range(2):
+        a = rng.integers(-99, 99, (d_out, d_in))
+        b = rng.integers(-99, 99, (d_in, m))
+        ad = rd.model_diagonals(a, width).reshape(d_in, d_out, width)
+        bd = rd.data_diagonals(b, d_out, width).reshape(d_in, d_out, width)
+        for o in range(d_in):
+            for i in range(d_out):
+                for j in range(width):
+                    k = (i + j + o) % d_in
+                    assert ad[o, i, j] == a[i, k]
+                    assert bd[o, i, j] == (b[k, j] if j < m else 0)
+        ad[...] = 0  # results are fresh arrays: writing them leaves the cache intact
+    np.testing.assert_array_equal(rd.reduce_plain(a, b), a @ b)
+
+
 def test_same_keys_from_the_same_seed_fresh_encryptions(bfv: BFVContext) -> None:
     seed = os.urandom(32)
     c1, c2 = BFVContext.from_seed(seed), BFVContext.from_seed(seed)

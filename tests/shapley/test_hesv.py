@@ -354,3 +354,103 @@ def test_rotating_first_layer_is_masked_before_decryption() -> None:
         valid = server._valid_slots
         assert valid is not None
         assert np.abs(vals[valid == 0]).max() < 1e-3 < np.abs(vals[valid == 1]).max()
+
+
+# ---------------------------------------------------------------------- CNN layers
+def _naive_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int
+                ) -> np.ndarray:
+    """Cross-correlation by explicit loops (independent of model.py's im2col)."""
+    m, _, h, w = x.shape
+    o, _, k, _ = weight.shape
+    ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
+    out = np.zeros((m, o, ho, wo))
+    for s in range(m):
+        for f in range(o):
+            for i in range(ho):
+                for j in range(wo):
+                    patch = x[s, :, i * stride:i * stride + k, j * stride:j * stride + k]
+                    out[s, f, i, j] = np.sum(patch * weight[f]) + bias[f]
+    return out.reshape(m, -1)
+
+
+CONVS = [  # (in_shape (C, H, W), out_channels, kernel, stride, samples)
+    ((1, 28, 28), 4, 7, 3, 3),   # seed 004's MNIST CNN: 8x8 outputs, a border left over
+    ((1, 8, 8), 4, 3, 1, 5),     # the digits CNN
+    ((3, 5, 7), 2, 3, 2, 4),     # channels, non-square input, stride 2
+    ((2, 6, 6), 3, 6, 1, 2),     # kernel = input: one output position per channel
+    ((1, 5, 5), 1, 1, 1, 1),     # 1x1 kernel, one sample
+    ((2, 9, 4), 5, 2, 3, 3),     # stride > kernel: skipped input rows and columns
+]
+
+
+@pytest.mark.parametrize(("in_shape", "out_channels", "kernel", "stride", "m"), CONVS)
+def test_conv_as_kernel_times_im2col_matches_plain_conv(
+        in_shape: tuple[int, int, int], out_channels: int, kernel: int, stride: int,
+        m: int) -> None:
+    """HESV's conv layer is one product ``[kernel | b] @ im2col(X)`` (a column per sample
+    and output position); in the clear and under CKKS it equals the convolution."""
+    from fedsec.crypto.ckks import CKKSContext
+    from fedsec.crypto.matmul import matrix_product
+
+    rng = np.random.default_rng(sum(in_shape) + kernel)
+    layer_spec = LayerSpec.conv2d(in_shape, out_channels, kernel, stride)
+    spec = ModelSpec("conv", (layer_spec, LayerSpec.dense(layer_spec.out_features, 2)))
+    params = spec.init_params(rng)
+    layer = spec.layers_of(params)[0]
+    x = rng.normal(size=(m, layer_spec.in_features))
+    want = _naive_conv(x.reshape(m, *in_shape), layer.params[0], layer.params[1], stride)
+    np.testing.assert_allclose(layer.linear(x), want, atol=1e-12)
+    w_mat, b_vec = layer.matrix()  # the Toeplitz form, a third reference
+    np.testing.assert_allclose(x @ w_mat.T + b_vec, want, atol=1e-12)
+    for shortcut in (True, False):
+        lp = HESVConfig(PRESET, batch_hint=m, linear_shortcut=shortcut).plans(spec)[0]
+        b = lp.inputs(x)
+        assert b.shape == (layer_spec.in_shape[0] * kernel ** 2 + 1,
+                           m * int(np.prod(layer_spec.out_shape[1:])))
+        np.testing.assert_allclose(lp.outputs(lp.matrix(layer) @ b, m), want, atol=1e-12)
+        # encrypted: the plan's operands, product and decoding, chunk by chunk
+        ctx = CKKSContext.generate(PRESET, rotations=lp.plan.rotations(),
+                                   conjugate=lp.plan.packed)
+        enc_a = [[ctx.encrypt(v) for v in vs] for vs in lp.plan.encode_a(lp.matrix(layer))]
+        enc_b = [ctx.encrypt(v) for v in lp.encode_inputs(x)]
+        per = lp.plan.b_count
+        outs = []
+        for k in range(len(lp.chunks(m))):
+            outs += matrix_product(ctx, lp.plan, enc_a, enc_b[k * per:(k + 1) * per])
+        got = lp.decode_outputs([ctx.decrypt(o).real for o in outs], m)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() < 1e-2 * max(1.0, np.abs(want).max())
+
+
+def _tiny_cnn_record(n: int, in_shape: tuple[int, int, int], seed: int) -> TrainingRecord:
+    rng = np.random.default_rng(seed)
+    conv = LayerSpec.conv2d(in_shape, 2, kernel=3, stride=1, activation="square")
+    spec = ModelSpec("tiny-cnn", (conv, LayerSpec.dense(conv.out_features, 6, "square"),
+                                  LayerSpec.dense(6, 3)))
+    params = [[1.5 * p for p in spec.init_params(rng)] for _ in range(n + 1)]
+    rnd = RoundRecord(params[0], tuple(range(n)), tuple(params[1:]),
+                      np.arange(1.0, n + 1.0))
+    return TrainingRecord(spec, n, (rnd,), params[0])
+
+
+@pytest.mark.parametrize("shortcut", [True, False])
+def test_hesv_cnn_matches_nssv(shortcut: bool) -> None:
+    """A tiny CNN (conv 2x6x6 -> x² -> dense 32->6 -> x² -> 6->3), n = 5 clients (the
+    strong level for L = 3): the hidden layer runs in the folded layout, and every
+    coalition's utility equals NSSV's up to near-tie predictions."""
+    from fedsec.crypto.matmul import FoldedPlan
+
+    rec = _tiny_cnn_record(5, (2, 6, 6), seed=6)  # seeds with no near-tie prediction
+    rng = np.random.default_rng(6)
+    sets = [(rng.normal(size=(k, 72)), rng.integers(0, 3, k)) for k in (9, 4, 7, 12, 6)]
+    x = np.concatenate([s[0] for s in sets])
+    y = np.concatenate([s[1] for s in sets])
+    plans = HESVConfig(PRESET, batch_hint=12, linear_shortcut=shortcut).plans(rec.spec)
+    assert plans[0].spec_kind == "conv2d" and plans[0].cols == 16
+    assert isinstance(plans[1].plan, FoldedPlan)
+    ref = federated_shapley(rec, x, y)
+    res = hesv_shapley(rec, sets, preset=PRESET, linear_shortcut=shortcut)
+    _assert_utilities(res, ref, rec, x)
+    assert sum(t.sum() for t in _near_ties(rec, x)) == 0  # so the FSVs must agree
+    assert res.error_to(ref) < 1e-9
+    assert len(set(np.round(ref.utilities[0], 6))) > 3  # coalitions really differ

@@ -79,7 +79,8 @@ def _zstd() -> Any:
     return lib
 
 
-def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
+def _plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANSION
+                      ) -> tuple[bytes, bytes]:
     """Check a SEAL object's framing and return it uncompressed (header, members), or
     raise ProtocolError.
 
@@ -98,7 +99,7 @@ def _plain_seal_bytes(data: bytes, what: str) -> tuple[bytes, bytes]:
     body = data[_SEAL_HEADER.size:]
     if compr == _COMPR_ZSTD:
         lib = _zstd()
-        limit = _MAX_EXPANSION * len(body) + (1 << 16)
+        limit = max_expansion * len(body) + (1 << 16)
         declared = lib.ZSTD_getFrameContentSize(body, len(body))
         if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
             raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")
@@ -255,6 +256,15 @@ class CKKSContext:
                  _save(self._rk) if self._rk is not None else b"",
                  _save(self._gk) if self._gk is not None else b""]
         return wire.encode("ckks/public", self._meta(), blobs)
+
+    def public_key_bytes(self) -> bytes:
+        """Parameters and the public key only: what a party that only encrypts needs (no
+        relinearization or Galois keys, never the secret key)."""
+        if self._pk is None:
+            raise ValueError("this context holds no public key")
+        blob = self._public_blobs[0] if self._public_blobs is not None else _save(self._pk)
+        meta = {**self._meta(), "rotations": [], "conjugate": False}
+        return wire.encode("ckks/public", meta, [blob, b"", b""])
 
     def secret_bytes(self) -> bytes:
         """The secret key with its parameters, to be *sealed* to another party."""
@@ -414,7 +424,17 @@ class CKKSContext:
     # ------------------------------------------------------------------ encryption
     def encrypt(self, values: ArrayLike, *, scale: float | None = None) -> Ciphertext:
         """Encrypt a vector: symmetrically if this context holds the secret key."""
+        return self.encrypt_plaintext(self.encode(values, scale=scale))
+
+    def encrypt_to_bytes(self, values: ArrayLike, *, scale: float | None = None) -> bytes:
+        """Encrypt and serialize; with the secret key, as a seeded (half-size) ciphertext."""
+        if self._sym is None:
+            return self.serialize(self.encrypt(values, scale=scale))
         pt = self.encode(values, scale=scale)
+        return _save(self._sym.encrypt_symmetric(pt))
+
+    def encrypt_plaintext(self, pt: Any) -> Ciphertext:
+        """Encrypt an encoded plaintext at its own level (symmetric with the secret key)."""
         ct = seal.Ciphertext()
         if self._sym is not None:
             self._sym.encrypt_symmetric(pt, ct)
@@ -424,12 +444,17 @@ class CKKSContext:
             raise ValueError("this context holds no key to encrypt with")
         return ct
 
-    def encrypt_to_bytes(self, values: ArrayLike, *, scale: float | None = None) -> bytes:
-        """Encrypt and serialize; with the secret key, as a seeded (half-size) ciphertext."""
-        if self._sym is None:
-            return self.serialize(self.encrypt(values, scale=scale))
-        pt = self.encode(values, scale=scale)
-        return _save(self._sym.encrypt_symmetric(pt))
+    def decrypt_plaintext(self, ct: Ciphertext) -> Any:
+        """Decrypt to the plaintext polynomial (NTT form), without decoding."""
+        if self._dec is None:
+            raise ValueError("this context holds no secret key")
+        pt = seal.Plaintext()
+        self._dec.decrypt(ct, pt)
+        return pt
+
+    def decode_plaintext(self, pt: Any) -> NDArray[np.complex128]:
+        """Decode a plaintext's slots as complex numbers (no key needed)."""
+        return np.asarray(self._encoder.decode_complex(pt), dtype=np.complex128)
 
     def decrypt(self, ct: Ciphertext) -> NDArray[np.complex128]:
         """Decrypt and decode all slots as complex numbers."""
@@ -487,6 +512,12 @@ class CKKSContext:
     def sub(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
         self._evaluator.sub(a, b, out)
+        return out
+
+    def sub_plain(self, a: Ciphertext, pt: Any) -> Ciphertext:
+        """``a`` minus an encoded plaintext (same level and scale)."""
+        out = seal.Ciphertext()
+        self._evaluator.sub_plain(a, pt, out)
         return out
 
     def negate(self, a: Ciphertext) -> Ciphertext:

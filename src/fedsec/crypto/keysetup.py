@@ -29,6 +29,12 @@ Rounds
    aggregator that showed different hellos, offers or public keys to different parties
    (equivocation) is detected here (:class:`~fedsec.errors.TamperingDetected`).
 
+**Fixed key holder** (``KeySpec.holder``, added for Priv-PFL): the spec names the holder,
+so every party checks that the offer comes from that party; the holder keeps the secret
+key to itself and seals only the shared seed to the others, who receive the public key
+(hashed into the signed offer header) to encrypt with. The spec digest covers the name,
+so parties configured with different holders fail at the first hello.
+
 What the aggregator learns: the public CKKS material, names, X25519 keys and sealed boxes.
 It can stop the set-up (denial of service) but cannot substitute keys, insert a party,
 make a party accept keys from anyone but the transcript's key holder, or replay an old
@@ -49,7 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES
-from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.identity import Identity, Roster, check_party_name
 from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.params import get_preset
 from fedsec.errors import ProtocolError, TamperingDetected
@@ -90,20 +96,31 @@ class KeySpec:
     rotations: tuple[int, ...]
     conjugate: bool
     allow_insecure: bool = False
+    #: Added for Priv-PFL (``fedsec.pfl.secure``). ``None`` (the default, used by FHAUC and
+    #: the Shapley protocols): the transcript hash picks the key holder and every party
+    #: receives the secret key. A party name: that party is the holder and the **only**
+    #: holder of the secret key; every other party receives the public key (signed with
+    #: the offer) and the shared seed only.
+    holder: str | None = None
 
     @classmethod
     def create(cls, preset: str, rotations: Sequence[int], conjugate: bool, *,
-               allow_insecure: bool = False) -> KeySpec:
+               allow_insecure: bool = False, holder: str | None = None) -> KeySpec:
         params = get_preset(preset, allow_insecure=allow_insecure)
         rot = tuple(sorted({int(r) % params.slots for r in rotations} - {0}))
         if len(rot) > _MAX_ROTATIONS:
             raise ValueError(f"a key spec may ask for at most {_MAX_ROTATIONS} rotations")
-        return cls(preset, rot, bool(conjugate), allow_insecure)
+        if holder is not None:
+            check_party_name(holder)
+        return cls(preset, rot, bool(conjugate), allow_insecure, holder)
 
     def digest(self) -> bytes:
-        return _h(b"fedsec/keyspec/v1", self.preset.encode(),
-                  ",".join(str(r) for r in self.rotations).encode(),
-                  b"1" if self.conjugate else b"0")
+        parts = [b"fedsec/keyspec/v1", self.preset.encode(),
+                 ",".join(str(r) for r in self.rotations).encode(),
+                 b"1" if self.conjugate else b"0"]
+        if self.holder is not None:  # unchanged digest without a fixed holder
+            parts.append(b"holder=" + self.holder.encode())
+        return _h(*parts)
 
     def matches(self, ctx: CKKSContext) -> bool:
         """Whether a public context carries exactly these keys."""
@@ -135,7 +152,12 @@ class PartyKeys:
 
     def to_bytes(self) -> bytes:
         """Serialize for local storage (a party's own disk). Contains the SECRET KEY."""
-        meta = {"session": self.session, "names": list(self.names), "index": self.index}
+        meta: dict[str, Any] = {"session": self.session, "names": list(self.names),
+                                "index": self.index}
+        if not self.context.has_secret_key:  # a party of a fixed-holder set-up
+            meta["public"] = True
+            return wire.encode("keys/party-state", meta, [self.context.public_bytes(),
+                                                          self.seed])
         return wire.encode("keys/party-state", meta, [self.context.secret_bytes(), self.seed])
 
     @classmethod
@@ -149,7 +171,10 @@ class PartyKeys:
                 isinstance(n, str) for n in names) or isinstance(index, bool) \
                 or not isinstance(index, int) or not 0 <= index < len(names):
             raise ProtocolError("malformed party key state")
-        ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
+        if msg.meta.get("public") is True:
+            ctx = CKKSContext.from_public_bytes(msg.blobs[0], allow_insecure=allow_insecure)
+        else:
+            ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
         return cls(session, tuple(names), index, ctx, msg.blobs[1])
 
 
@@ -195,6 +220,16 @@ def _holder_index(transcript: bytes, m: int) -> int:
     return int.from_bytes(_h(b"holder", transcript), "big") % m
 
 
+def _pick_holder(spec: KeySpec, transcript: bytes, names: Sequence[str]) -> int:
+    """The key holder's index: fixed by name in the spec, else by the transcript hash."""
+    if spec.holder is None:
+        return _holder_index(transcript, len(names))
+    if spec.holder not in names:
+        raise ProtocolError(f"the key holder {spec.holder!r} that the configuration names "
+                            "does not take part in the key set-up")
+    return list(names).index(spec.holder)
+
+
 def _box_context(transcript: bytes, holder: str, recipient: str) -> bytes:
     return b"fedsec/keysetup/v2/box|" + transcript + b"|" + holder.encode() + b"|" + \
         recipient.encode()
@@ -217,10 +252,13 @@ def _check_hellos(raws: Sequence[bytes], roster: Roster, spec: bytes, min_partie
     return hellos
 
 
-def _parse_header(header: bytes, m: int) -> tuple[bytes, str, bytes, list[bytes]]:
+def _parse_header(header: bytes, m: int, extra: int = 0
+                  ) -> tuple[bytes, str, bytes, list[bytes]]:
+    """``extra`` trailing hashes follow the boxes' (1 with a fixed holder: the public key
+    the other parties receive); they are returned after the box hashes."""
     msg = wire.decode(header, expect="keys/offer-header", max_bytes=1 << 20)
     holder = msg.meta.get("holder")
-    if not isinstance(holder, str) or len(msg.blobs) != m + 2 or \
+    if not isinstance(holder, str) or len(msg.blobs) != m + 2 + extra or \
             any(len(b) != 32 for b in msg.blobs):
         raise ProtocolError("malformed key offer header")
     return msg.blobs[0], holder, msg.blobs[1], list(msg.blobs[2:])
@@ -343,7 +381,8 @@ class KeySetupParty:
         """Generate the key set (this party is the transcript's key holder)."""
         msg = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
         hellos, transcript = self._verify_request(list(msg.blobs))
-        if hellos[_holder_index(transcript, len(hellos))].name != self.name:
+        names = [h.name for h in hellos]
+        if names[_pick_holder(self.spec, transcript, names)] != self.name:
             raise ProtocolError("this party is not the transcript's key holder")
         spec = self.spec
         ctx = CKKSContext.generate(spec.preset, rotations=spec.rotations,
@@ -351,33 +390,41 @@ class KeySetupParty:
                                    allow_insecure=spec.allow_insecure)
         seed = secrets.token_bytes(SEED_BYTES)
         public = ctx.public_bytes()
-        secret = wire.encode("keys/secret", {}, [ctx.secret_bytes(), seed])
+        if spec.holder is None:
+            secret = wire.encode("keys/secret", {}, [ctx.secret_bytes(), seed])
+            extra: list[bytes] = []
+        else:  # the secret key stays here; the others get the public key and the seed
+            secret = wire.encode("keys/seed", {}, [seed])
+            extra = [ctx.public_key_bytes()]
         boxes = [b"" if h.name == self.name else
                  seal_to(h.x25519, secret, context=_box_context(transcript, self.name, h.name))
                  for h in hellos]
         header = wire.encode("keys/offer-header", {"holder": self.name},
                              [transcript, hashlib.sha256(public).digest(),
-                              *[hashlib.sha256(b).digest() for b in boxes]])
+                              *[hashlib.sha256(b).digest() for b in boxes],
+                              *[hashlib.sha256(b).digest() for b in extra]])
         sig = self.identity.sign("keys/offer", header)
         self._own = (ctx, seed, header)
-        return wire.encode("keys/offer", {"holder": self.name}, [public, header, sig, *boxes])
+        return wire.encode("keys/offer", {"holder": self.name},
+                           [public, header, sig, *boxes, *extra])
 
     # -------------------------------------------------------------- round 4
     def receive(self, delivery: bytes) -> bytes:
         """Check the relayed transcript, open this party's box; return a confirmation."""
         msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self.max_message_bytes)
-        if len(msg.blobs) != 4:
+        fixed = self.spec.holder is not None
+        if len(msg.blobs) != (5 if fixed else 4):
             raise ProtocolError("malformed key delivery")
-        request, header, sig, box = msg.blobs
+        request, header, sig, box = msg.blobs[:4]
         req = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
         hellos, transcript = self._verify_request(list(req.blobs))
         names = tuple(h.name for h in hellos)
         m = len(hellos)
-        t_hash, holder, _public_hash, box_hashes = _parse_header(header, m)
+        t_hash, holder, _public_hash, box_hashes = _parse_header(header, m, int(fixed))
         if t_hash != transcript:
             raise TamperingDetected("the key offer belongs to another transcript",
                                     check="transcript")
-        expected_holder = names[_holder_index(transcript, m)]
+        expected_holder = names[_pick_holder(self.spec, transcript, names)]
         if holder != expected_holder:
             raise TamperingDetected("the key offer comes from a party that is not the "
                                     "transcript's key holder", check="holder")
@@ -402,6 +449,19 @@ class KeySetupParty:
             # The holder keeps only what a party needs (secret key); public keys stay out.
             ctx = CKKSContext.from_secret_bytes(ctx.secret_bytes(),
                                                 allow_insecure=self.spec.allow_insecure)
+        elif fixed:
+            shared = msg.blobs[4]
+            if hashlib.sha256(shared).digest() != box_hashes[m]:
+                raise TamperingDetected("the public key delivered is not the one the key "
+                                        "holder signed", check="box")
+            ctx = CKKSContext.from_public_bytes(shared, allow_insecure=self.spec.allow_insecure)
+            if ctx.has_secret_key or ctx.params.name != self.spec.preset:
+                raise TamperingDetected("the key holder used another preset", check="spec")
+            inner = wire.decode(open_sealed(self._x, box, context=_box_context(
+                transcript, holder, self.name)), expect="keys/seed")
+            if len(inner.blobs) != 1 or len(inner.blobs[0]) != SEED_BYTES:
+                raise ProtocolError("malformed sealed seed")
+            seed = inner.blobs[0]
         else:
             inner = wire.decode(open_sealed(self._x, box, context=_box_context(
                 transcript, holder, self.name)), expect="keys/secret")
@@ -508,7 +568,7 @@ class KeySetupAggregator:
         ordered = [valid[n] for n in self.roster.order(valid)]
         self.names = tuple(h.name for h in ordered)
         transcript = _transcript(self.roster, spec, ordered)
-        self.holder = _holder_index(transcript, len(ordered))
+        self.holder = _pick_holder(self.spec, transcript, self.names)
         self._transcript = transcript
         self._request = wire.encode("keys/request", {}, [h.raw for h in ordered])
         return self.holder, self._request
@@ -519,16 +579,19 @@ class KeySetupAggregator:
             raise ProtocolError("accept() before request()")
         m = wire.decode(offer, expect="keys/offer", max_bytes=self.max_message_bytes)
         n = len(self.names)
-        if len(m.blobs) != n + 3:
+        fixed = self.spec.holder is not None
+        if len(m.blobs) != n + 3 + int(fixed):
             raise ProtocolError("the key offer does not match the request")
-        public, header, sig, *boxes = m.blobs
+        public, header, sig = m.blobs[:3]
+        boxes = list(m.blobs[3:3 + n])
+        extra = list(m.blobs[3 + n:])
         holder = self.names[self.holder]
-        t_hash, h_name, public_hash, box_hashes = _parse_header(header, n)
+        t_hash, h_name, public_hash, box_hashes = _parse_header(header, n, int(fixed))
         if t_hash != self._transcript or h_name != holder:
             raise ProtocolError("the key offer does not match the request")
         self.roster.verify(holder, "keys/offer", header, sig)
         if hashlib.sha256(public).digest() != public_hash or any(
-                hashlib.sha256(b).digest() != bh for b, bh in zip(boxes, box_hashes,
+                hashlib.sha256(b).digest() != bh for b, bh in zip(boxes + extra, box_hashes,
                                                                    strict=True)):
             raise ProtocolError("the key offer's contents do not match its signed header")
         ctx = CKKSContext.from_public_bytes(public, allow_insecure=self.spec.allow_insecure)
@@ -538,7 +601,7 @@ class KeySetupAggregator:
         self.context = ctx
         self.public_bytes_size = len(public)
         self._final = _h(b"fedsec/keysetup/v2/final", self._transcript, header)
-        return [wire.encode("keys/deliver", {}, [self._request, header, sig, box])
+        return [wire.encode("keys/deliver", {}, [self._request, header, sig, box, *extra])
                 for box in boxes]
 
     def confirm(self, confirmations: Sequence[bytes]) -> bytes:
@@ -566,10 +629,16 @@ class KeySetupAggregator:
 
 def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec, *,
                   min_parties: int | None = None,
-                  tamper: Callable[[str, Any], Any] | None = None
+                  tamper: Callable[[str, Any], Any] | None = None,
+                  max_offer_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES,
+                  party_max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES
                   ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
     """Play key set-up in one process; return the aggregator side and each party's keys
     (in the order of ``identities``).
+
+    ``max_offer_bytes`` bounds the key holder's offer at the aggregator (Galois and
+    relinearization keys at ring 2^15 are ~100 MB each); ``party_max_message_bytes``
+    what a party accepts.
 
     ``tamper(step, value)`` lets tests play a cheating aggregator: it may rewrite
     ``("keys/hellos", list)``, ``("keys/request", bytes)``, ``("keys/deliveries", list)``
@@ -577,8 +646,10 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     bytes or list)`` (a list sends each party its own bundle).
     """
     edit = tamper or (lambda _step, value: value)
-    parties = [KeySetupParty(i, roster, spec, min_parties=min_parties) for i in identities]
-    agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2)
+    parties = [KeySetupParty(i, roster, spec, min_parties=min_parties,
+                             max_message_bytes=party_max_message_bytes) for i in identities]
+    agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2,
+                             max_message_bytes=max_offer_bytes)
     holder, request = agg.request(edit("keys/hellos", [p.hello() for p in parties]))
     by_name = {p.name: p for p in parties}
     deliveries = edit("keys/deliveries",

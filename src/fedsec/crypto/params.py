@@ -168,6 +168,11 @@ _PRESETS += [
         "TESTS ONLY, NOT SECURE: 16 rescalings at a 40-bit scale on a 4096 ring (2048 "
         "slots), for fast tests of the composite sign evaluation (alpha up to 12).",
     ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH19", 4096, (60,) + (40,) * 19 + (60,), SIGN_SCALE_BITS, 0,
+        "TESTS ONLY, NOT SECURE: CKKS_128_N32768_DEPTH19's chain on a 4096 ring (2048 "
+        "slots), for fast tests of Priv-PFL (fedsec.pfl.secure).",
+    ),
 ]
 
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}

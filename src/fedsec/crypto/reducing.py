@@ -27,6 +27,7 @@ Variants:
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -43,12 +44,22 @@ def grid_width(d_out: int, slots: int) -> int:
     return slots // d_out
 
 
-def _index(d_out: int, d_in: int, width: int) -> NDArray[np.int64]:
-    """``(d_in, d_out, width)`` array of ``(i + j + o) mod d_in``."""
+@lru_cache(maxsize=32)
+def _gather(d_out: int, d_in: int, width: int, side: str) -> NDArray[np.int64]:
+    """Flat gather indices of the diagonals (computed once per shape, read-only).
+
+    With ``k = (i + j + o) mod d_in`` over the ``(d_in, d_out, width)`` grid:
+    ``side="model"`` indexes ``A`` (``d_out × d_in``, row-major) at ``i·d_in + k``,
+    ``side="data"`` indexes the padded ``B`` (``d_in × width``) at ``k·width + j``.
+    """
     i = np.arange(d_out)[None, :, None]
     j = np.arange(width)[None, None, :]
     o = np.arange(d_in)[:, None, None]
-    out: NDArray[np.int64] = (i + j + o) % d_in
+    k = (i + j + o) % d_in
+    flat = i * d_in + k if side == "model" else k * width + j
+    out: NDArray[np.int64] = np.ascontiguousarray(flat.reshape(d_in, d_out * width),
+                                                  dtype=np.int64)
+    out.setflags(write=False)
     return out
 
 
@@ -56,9 +67,7 @@ def model_diagonals(a: NDArray[Any], width: int) -> NDArray[Any]:
     """``Ã⁽ᵒ⁾`` for ``o = 0..d_in−1``: array ``(d_in, d_out·width)`` (row-major grids)."""
     a = np.asarray(a)
     d_out, d_in = a.shape
-    idx = _index(d_out, d_in, width)
-    rows = np.broadcast_to(np.arange(d_out)[None, :, None], idx.shape)
-    return a[rows, idx].reshape(d_in, d_out * width)
+    return np.ravel(a)[_gather(d_out, d_in, width, "model")]
 
 
 def data_diagonals(b: NDArray[Any], d_out: int, width: int) -> NDArray[Any]:
@@ -70,9 +79,7 @@ def data_diagonals(b: NDArray[Any], d_out: int, width: int) -> NDArray[Any]:
         raise ValueError(f"a batch of {m} samples exceeds the grid width {width}")
     padded = np.zeros((d_in, width), dtype=b.dtype)
     padded[:, :m] = b
-    idx = _index(d_out, d_in, width)
-    cols = np.broadcast_to(np.arange(width)[None, None, :], idx.shape)
-    return padded[idx, cols].reshape(d_in, d_out * width)
+    return padded.ravel()[_gather(d_out, d_in, width, "data")]
 
 
 def bias_grid(bias: NDArray[Any], width: int) -> NDArray[Any]:

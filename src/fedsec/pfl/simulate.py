@@ -23,6 +23,14 @@ one update per malicious client, which sends ``r + update``. Label flipping inst
 the malicious clients from ``r`` on flipped labels. Under ``attack=None`` the clients chosen
 as malicious behave honestly (and are still left out of the benign statistics).
 
+Norm clipping (``clipping=``, server-assisted BALANCE only; the plaintext mirror of the
+encrypted run of :mod:`fedsec.pfl.secure_sim`): every client publishes ``||w_i^{t+1/2}||``,
+the round's bound is ``B_t = factor * median`` of the published norms (or a fixed ``bound``),
+both public; clients scale their model down to norm ``B_t`` when above it and send that.
+With ``unclipped_attackers`` the malicious clients skip clipping; a client whose sent model
+exceeds ``B_t`` is *invalid*: nobody accepts it, it accepts nobody, and it keeps its own
+model.
+
 Threat model: as :mod:`fedsec.pfl.balance` -- Byzantine clients, honest server, everything in
 the clear. All randomness (data split, malicious set, mini-batches, attack noise, graphs) is
 seeded simulation randomness.
@@ -56,11 +64,74 @@ from fedsec.pfl.balance import (
 from fedsec.pfl.robust import ROBUST_AGGREGATORS, robust_aggregator
 from fedsec.pfl.selection import SelectionResult
 
-__all__ = ["METHODS", "DEPLOYMENTS", "PFLRun", "RoundView", "run_pfl", "malicious_clients"]
+__all__ = ["METHODS", "DEPLOYMENTS", "ClientRounds", "NormClipping", "PFLRun", "RoundView",
+           "clip_models", "run_pfl", "malicious_clients",
+           "valid_neighbours"]
 
 METHODS: tuple[str, ...] = ("balance", "fedavg", "local", *ROBUST_AGGREGATORS)
 DEPLOYMENTS: tuple[str, ...] = ("server", *GRAPHS)
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NormClipping:
+    """How clients bound the norm of the model they send (public rule).
+
+    Parameters
+    ----------
+    factor : float, default=1.25
+        ``B_t = factor * median`` of the norms the clients publish in round ``t``.
+    bound : float, optional
+        A fixed bound ``B`` for every round instead (overrides ``factor``).
+    unclipped_attackers : bool, default=False
+        Malicious clients send their model unclipped (they come out invalid when it is
+        above the bound).
+    """
+
+    factor: float = 1.25
+    bound: float | None = None
+    unclipped_attackers: bool = False
+
+    def __post_init__(self) -> None:
+        check_real(self.factor, "factor", "NormClipping", gt=0.0)
+        if self.bound is not None:
+            check_real(self.bound, "bound", "NormClipping", gt=0.0)
+
+    def round_bound(self, published_norms: NDArray[Any]) -> float:
+        """``B_t`` from the published norms (or the fixed bound)."""
+        if self.bound is not None:
+            return float(self.bound)
+        b = self.factor * float(np.median(np.asarray(published_norms, dtype=np.float64)))
+        if not (math.isfinite(b) and b > 0):
+            raise ValueError(f"The norm bound of a round must be finite and > 0. Got {b} "
+                             f"(the median of the published norms times {self.factor}).")
+        return b
+
+    def clips(self, n_clients: int, malicious: tuple[int, ...]) -> list[bool]:
+        """``clips[i]``: does client ``i`` clip its model?"""
+        bad = set(malicious) if self.unclipped_attackers else set()
+        return [i not in bad for i in range(n_clients)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"factor": self.factor, "bound": self.bound,
+                "unclipped_attackers": self.unclipped_attackers}
+
+
+def clip_models(models: NDArray[Any], bound: float, clip: list[bool] | None = None
+                ) -> NDArray[np.float64]:
+    """Every row ``i`` with ``clip[i]`` scaled down to norm ``bound`` when above it."""
+    w = np.array(models, dtype=np.float64)
+    norms = np.linalg.norm(w, axis=1)
+    for i in range(w.shape[0]):
+        if (clip is None or clip[i]) and norms[i] > bound:
+            w[i] *= bound / norms[i]
+    return w
+
+
+def valid_neighbours(valid: NDArray[np.bool_]) -> list[frozenset[int]]:
+    """The complete graph on the valid clients; invalid clients have no neighbours."""
+    ok = frozenset(i for i in range(len(valid)) if bool(valid[i]))
+    return [ok - {i} if i in ok else frozenset() for i in range(len(valid))]
 
 
 @dataclass(frozen=True)
@@ -149,12 +220,95 @@ def _eval(task: Task, fed: Federation, vec: NDArray[np.float64], i: int) -> floa
     return accuracy(task.spec, unflatten_params(task.spec, vec), c.x_test, c.y_test)
 
 
+class ClientRounds:
+    """The clients' side of a simulation, shared by the plaintext and the encrypted runs:
+    data, the malicious set, local training and the attacks, all from one seed.
+
+    :meth:`half_models` performs round ``t``'s local training and attack on the clients'
+    current models and returns ``w^{t+1/2}`` (what each client would send) and the round's
+    thresholds; the attacker's randomness advances the same way in every run with the same
+    seed, so two runs that feed the same models get the same ``w^{t+1/2}``.
+    """
+
+    def __init__(self, task: Task, federation: Federation, *, rounds: int,
+                 attack: str | Attack | None, malicious: float, config: BalanceConfig | None,
+                 seed: int, owner: str) -> None:
+        self.task = task
+        self.federation = federation
+        self.rounds = check_int(rounds, "rounds", owner, min_value=1)
+        self.config = config if config is not None else BalanceConfig()
+        self.attack: Attack | None = make_attack(attack) if isinstance(attack, str) else attack
+        self.n_clients = federation.n_clients
+        self.seed = int(seed)
+        self.malicious = malicious_clients(self.n_clients, malicious, seed)
+        if self.attack is not None and not self.malicious:
+            raise ValueError("An attack needs at least one malicious client: raise "
+                             "'malicious'.")
+        self.benign = [i for i in range(self.n_clients) if i not in set(self.malicious)]
+        if not self.benign:
+            raise ValueError(f"{owner} needs at least one benign client.")
+        from fedsec.learning.torch_net import TrainConfig
+
+        self._train_cfg = TrainConfig(**vars(task.training))
+        self._rng_attack = np.random.default_rng(np.random.SeedSequence([seed, 0xA77AC]))
+
+    def initial_models(self) -> NDArray[np.float64]:
+        """Every client's starting model (the same seeded initial model)."""
+        from fedsec.learning.fedavg import initial_params
+
+        w0 = flatten_params(initial_params(self.task.spec, self.seed))
+        return np.tile(w0, (self.n_clients, 1))
+
+    def _train(self, i: int, frm: NDArray[np.float64], t: int, flip: bool = False
+               ) -> NDArray[np.float64]:
+        from fedsec.learning.torch_net import train_local
+
+        spec = self.task.spec
+        c = self.federation.clients[i]
+        y = LabelFlipping.flip(c.y_train, spec.n_classes) if flip else c.y_train
+        out = train_local(spec, unflatten_params(spec, frm), c.x_train, y, self._train_cfg,
+                          seed=(self.seed, i, t))
+        return flatten_params(out)
+
+    def half_models(self, models: NDArray[np.float64], t: int
+                    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Round ``t``: ``(w^{t+1/2}`` for every client, ``sigma_i(t))``."""
+        n, bad, benign, atk = self.n_clients, self.malicious, self.benign, self.attack
+        ref = models[benign].mean(axis=0)
+        half = np.empty_like(models)
+        for i in benign:
+            half[i] = self._train(i, models[i], t)
+        sigmas = self.config.sigmas(t, self.rounds, n)
+        if bad:
+            if atk is None:
+                for i in bad:
+                    half[i] = self._train(i, models[i], t)
+            elif atk.poisons_data:
+                own = np.vstack([self._train(i, ref, t, flip=True) - ref for i in bad])
+                half[list(bad)] = ref + atk(own, self._rng_attack, n_malicious=len(bad))
+            else:
+                radii = sigmas[benign] * np.linalg.norm(half[benign], axis=1)
+                half[list(bad)] = ref + atk(half[benign] - ref, self._rng_attack,
+                                            n_malicious=len(bad), radii=radii)
+        if not np.isfinite(half).all():
+            name = atk.name if atk is not None else "none"
+            raise ValueError(f"Round {t}: a model is not finite (attack {name}).")
+        return half, sigmas
+
+    def evaluate(self, models: NDArray[np.float64]) -> list[float | None]:
+        """Every benign client's accuracy on its own test data (``None``: malicious or no
+        test data)."""
+        return [None if i in self.malicious else _eval(self.task, self.federation, models[i], i)
+                for i in range(self.n_clients)]
+
+
 def run_pfl(task: Task, federation: Federation, *, method: str = "balance", rounds: int = 20,
             attack: str | Attack | None = None, malicious: float = 0.2,
             config: BalanceConfig | None = None, deployment: str = "server",
             selection: str = "efficient", graph_p: float = 0.5, seed: int = 0,
             progress: Progress | None = None,
-            observer: Callable[[RoundView], None] | None = None) -> PFLRun:
+            observer: Callable[[RoundView], None] | None = None,
+            clipping: NormClipping | None = None) -> PFLRun:
     """Train and evaluate one method under one attack.
 
     Parameters
@@ -183,6 +337,10 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
         Called with a short message after every round.
     observer : callable, optional
         BALANCE only: called with a :class:`RoundView` every round.
+    clipping : NormClipping, optional
+        Server-assisted BALANCE only: clients clip the model they send (module docstring);
+        the round's bounds and invalid clients go into ``meta``. ``RoundView.sent`` holds
+        the models as sent (clipped).
     """
     if method not in METHODS:
         raise ValueError(f"The 'method' parameter of run_pfl must be one of {METHODS}. "
@@ -195,25 +353,15 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
                          f"Got {selection!r} instead.")
     t_rounds = check_int(rounds, "rounds", "run_pfl", min_value=1)
     check_real(graph_p, "graph_p", "run_pfl", ge=0.0, le=1.0)
-    cfg = config if config is not None else BalanceConfig()
-    atk: Attack | None = make_attack(attack) if isinstance(attack, str) else attack
-    n = federation.n_clients
-    bad = malicious_clients(n, malicious, seed)
-    if atk is not None and not bad:
-        raise ValueError("An attack needs at least one malicious client: raise 'malicious'.")
-    benign = [i for i in range(n) if i not in set(bad)]
-    if not benign:
-        raise ValueError("run_pfl needs at least one benign client.")
-
-    from fedsec.learning.fedavg import initial_params
-    from fedsec.learning.torch_net import TrainConfig, train_local
-
+    if clipping is not None and (method != "balance" or deployment != "server"):
+        raise ValueError("The 'clipping' parameter of run_pfl applies to server-assisted "
+                         "BALANCE only (method='balance', deployment='server').")
+    sim = ClientRounds(task, federation, rounds=t_rounds, attack=attack, malicious=malicious,
+                       config=config, seed=seed, owner="run_pfl")
+    cfg, atk, n, bad = sim.config, sim.attack, sim.n_clients, sim.malicious
     spec = task.spec
-    train_cfg = TrainConfig(**vars(task.training))
-    w0 = flatten_params(initial_params(spec, seed))
-    models = np.tile(w0, (n, 1))  # each client's current (personalised) model
+    models = sim.initial_models()
     sizes = np.array([max(len(c.y_train), 1) for c in federation.clients], dtype=np.float64)
-    rng_attack = np.random.default_rng(np.random.SeedSequence([seed, 0xA77AC]))
     nbs = None
     if method == "balance" and deployment != "server":
         nbs = graph_neighbours(deployment, n, p=graph_p,
@@ -229,35 +377,23 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
                                   "params": spec.n_params(), "balance": cfg.to_dict(),
                                   "malicious_share": malicious,
                                   "training": vars(task.training)})
+    if clipping is not None:
+        run.meta["clipping"] = clipping.to_dict()
+        run.meta["norm_bounds"] = []
+        run.meta["invalid"] = []
+        clip_mask = clipping.clips(n, bad)
     start = time.perf_counter()
 
-    def train(i: int, frm: NDArray[np.float64], t: int, flip: bool = False
-              ) -> NDArray[np.float64]:
-        c = federation.clients[i]
-        y = LabelFlipping.flip(c.y_train, spec.n_classes) if flip else c.y_train
-        out = train_local(spec, unflatten_params(spec, frm), c.x_train, y, train_cfg,
-                          seed=(seed, i, t))
-        return flatten_params(out)
-
     for t in range(t_rounds):
-        ref = models[benign].mean(axis=0)
-        half = np.empty_like(models)
-        for i in benign:
-            half[i] = train(i, models[i], t)
-        sigmas = cfg.sigmas(t, t_rounds, n)
-        if bad:
-            if atk is None:
-                for i in bad:
-                    half[i] = train(i, models[i], t)
-            elif atk.poisons_data:
-                own = np.vstack([train(i, ref, t, flip=True) - ref for i in bad])
-                half[list(bad)] = ref + atk(own, rng_attack, n_malicious=len(bad))
-            else:
-                radii = sigmas[benign] * np.linalg.norm(half[benign], axis=1)
-                half[list(bad)] = ref + atk(half[benign] - ref, rng_attack, n_malicious=len(bad),
-                                      radii=radii)
-        if not np.isfinite(half).all():
-            raise ValueError(f"Round {t}: a model is not finite (attack {run.attack}).")
+        half, sigmas = sim.half_models(models, t)
+        if clipping is not None:
+            bound = clipping.round_bound(np.linalg.norm(half, axis=1))
+            raw = half
+            half = clip_models(raw, bound, clip_mask)
+            valid = np.array([clip_mask[i] or bool(np.linalg.norm(raw[i]) <= bound)
+                              for i in range(n)])
+            run.meta["norm_bounds"].append(bound)
+            run.meta["invalid"].append([i for i in range(n) if not valid[i]])
 
         accepted: tuple[frozenset[int], ...] = ()
         sel: SelectionResult | None = None
@@ -268,6 +404,8 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
                     else (sizes[:, None] * half).sum(axis=0) / sizes.sum())
             models = np.tile(glob, (n, 1))
         elif server is not None:
+            if clipping is not None:  # Algorithm 1 over the valid clients only
+                server.neighbours = valid_neighbours(valid)
             sel = server.select(half, t)
             accepted = sel.accepted
             models = server.aggregate(half, sel)
@@ -291,8 +429,7 @@ def run_pfl(task: Task, federation: Federation, *, method: str = "balance", roun
             run.accepted.append([sorted(s) for s in accepted])
             if observer is not None:
                 observer(RoundView(t, half.copy(), sigmas, sel, accepted))
-        run.accuracy.append([None if i in bad else _eval(task, federation, models[i], i)
-                             for i in range(n)])
+        run.accuracy.append(sim.evaluate(models))
         if progress is not None:
             extra = f", {run.checks[-1]} checks" if run.checks else ""
             progress(f"{method}/{run.attack} round {t + 1}/{t_rounds}: benign mean "
