@@ -123,3 +123,26 @@ def test_tiny_cnn_fsv_equals_nssv(conv) -> None:
                             config=SecSVConfig(frac_bits_hidden=10))
         assert np.abs(ref.fsv).max() > 0  # a non-trivial game
         assert got.error_to(ref) <= 1e-12
+
+
+def test_tiny_cnn_sample_skip_masks_whole_samples() -> None:
+    """SampleSkip on a conv grid: a skipped sample's ``per`` columns are noise, the kept
+    ones exact -- same skips and utilities as the plaintext SampleSkip."""
+    c1 = LayerSpec.conv2d((2, 6, 6), 2, 3, stride=1, activation="square")
+    spec = ModelSpec("tiny-cnn", (c1, LayerSpec.dense(c1.out_features, 3)))
+    n = 4
+    rec = _record(spec, n, seed=5)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((48, spec.in_features))
+    y = predict(spec, rec.final_params, x)
+    y[::4] = (y[::4] + 1) % 3
+    sets = [(x[i::n], y[i::n]) for i in range(n)]
+    ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),
+                            np.concatenate([b for _, b in sets]), sample_skip=True)
+    for shortcut in (True, False):
+        got = secsv_shapley(rec, sets, sample_skip=True, linear_shortcut=shortcut,
+                            config=SecSVConfig(frac_bits_hidden=10))
+        assert got.error_to(ref) <= 1e-12
+        assert got.skip.skipped == ref.skip.skipped > 0
+        for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
+            np.testing.assert_array_equal(a, b)

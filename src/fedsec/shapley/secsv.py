@@ -52,6 +52,16 @@ share one ciphertext (in separate slot segments), cutting model encryptions and 
 by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
 columns), so the decryptor learns only the segment sum — the product — as in the paper.
 
+Convolutions (:class:`LayerPlan`, :func:`im2col`): a conv layer is the kernel matrix
+(``out_channels × C·k²``, bias per channel) times the im2col patches of the batch
+(``C·k² × per·m``, ``per`` output positions per sample), not the unrolled ``d_out × d_in``
+matrix: a model's conv layer is ``C·k²`` diagonals instead of ``d_in`` (MNIST CNN: 49
+instead of 784), and so are P's and A's products. The clients share raw inputs as for a
+dense layer; im2col is a public gather, so P and A unfold their own shares (shares of the
+patches, exact mod ``t``, no extra bytes). The grid has ``out_channels`` rows and
+``per·width`` columns (the same slots as ``d_out × width``); the decrypting client reads it
+back as the channel-major ``(C_out, H_out, W_out)`` features the next layer expects.
+
 Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
 either with a client); the clients share the BFV secret key (as the paper's leader
 broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A learns
