@@ -191,6 +191,7 @@ def bench_cnn(m_test: int) -> dict[str, Any]:
            "ms_per_sample_per_model": 1e3 * cpu / (m_test * res.models_tested),
            "authors_ms_per_sample_per_model": {"P": 12.4, "P+A": 22.6},
            "error_to_nssv": res.error_to(nssv),
+           "bytes_total": res.accounting.total_bytes if res.accounting else None,
            "time_split_seconds": res.to_dict()["time_split_seconds"]}
     print(json.dumps(row), flush=True)
     return row

@@ -52,6 +52,16 @@ share one ciphertext (in separate slot segments), cutting model encryptions and 
 by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
 columns), so the decryptor learns only the segment sum — the product — as in the paper.
 
+Convolutions (:class:`LayerPlan`, :func:`im2col`): a conv layer is the kernel matrix
+(``out_channels × C·k²``, bias per channel) times the im2col patches of the batch
+(``C·k² × per·m``, ``per`` output positions per sample), not the unrolled ``d_out × d_in``
+matrix: a model's conv layer is ``C·k²`` diagonals instead of ``d_in`` (MNIST CNN: 49
+instead of 784), and so are P's and A's products. The clients share raw inputs as for a
+dense layer; im2col is a public gather, so P and A unfold their own shares (shares of the
+patches, exact mod ``t``, no extra bytes). The grid has ``out_channels`` rows and
+``per·width`` columns (the same slots as ``d_out × width``); the decrypting client reads it
+back as the channel-major ``(C_out, H_out, W_out)`` features the next layer expects.
+
 Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
 either with a client); the clients share the BFV secret key (as the paper's leader
 broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A learns
@@ -98,7 +108,7 @@ from fedsec.crypto import wire
 from fedsec.crypto.bfv import BFV_DEFAULT, BFVContext, BFVParams
 from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import PrivacyWarning, ProtocolError
-from fedsec.learning.model import ModelSpec, Params, activate
+from fedsec.learning.model import LayerSpec, ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.binding import (
@@ -186,12 +196,71 @@ def _pow2_ceil(v: float) -> int:
 # ====================================================================== layout
 @dataclass(frozen=True)
 class LayerPlan:
+    """A layer's Matrix Reducing geometry: ``d_out``/``d_in`` are the layer's features;
+    the product is ``rows × inner`` (the model) times ``inner × (per·m)`` (the data):
+    ``(d_out, d_in, 1)`` for a dense layer, and for a conv layer the kernel matrix
+    (``out_channels × C·k²``) times the im2col patches (``per`` = output positions per
+    sample; grid column ``j·per + p`` is position ``p`` of sample ``j``)."""
+
     d_out: int
     d_in: int
     fold: int
+    rows: int = 0
+    inner: int = 0
+    per: int = 1
+
+    def __post_init__(self) -> None:
+        if self.rows == 0:  # a dense layer
+            object.__setattr__(self, "rows", self.d_out)
+            object.__setattr__(self, "inner", self.d_in)
 
     def n_cts(self) -> int:
-        return -(-self.d_in // self.fold)
+        return -(-self.inner // self.fold)
+
+    def cols(self, width: int) -> int:
+        """Grid columns for a batch width of ``width`` samples."""
+        return width * self.per
+
+
+def _geometry(ls: LayerSpec) -> tuple[int, int, int]:
+    """``(rows, inner, per)`` of a layer's product (see :class:`LayerPlan`)."""
+    if ls.kind == "conv2d":
+        c, k = ls.in_shape[0], ls.kernel
+        return ls.out_channels, c * k * k, ls.out_features // ls.out_channels
+    return ls.out_features, ls.in_features, 1
+
+
+def _layer_plan(ls: LayerSpec, fold: int) -> LayerPlan:
+    rows, inner, per = _geometry(ls)
+    return LayerPlan(ls.out_features, ls.in_features, fold, rows, inner, per)
+
+
+def im2col(x: NDArray[Any], ls: LayerSpec) -> NDArray[Any]:
+    """The im2col patches of a conv layer's input batch ``x`` (``d_in × m``, columns are
+    flattened ``(C, H, W)`` samples): ``(C·k²) × (m·per)``, column ``j·per + p`` the
+    patch of output position ``p`` (row-major ``(H_out, W_out)``) of sample ``j``.
+    A public gather (no arithmetic): applied to each additive share it gives shares of
+    the patches, so P and A unfold their shares locally."""
+    c, h, w = ls.in_shape
+    k, s = ls.kernel, ls.stride
+    m = x.shape[1]
+    xs = np.ascontiguousarray(np.asarray(x).T).reshape(m, c, h, w)
+    win = np.lib.stride_tricks.sliding_window_view(xs, (k, k), axis=(2, 3))
+    win = win[:, :, ::s, ::s]  # (m, C, Ho, Wo, k, k)
+    ho, wo = win.shape[2], win.shape[3]
+    out: NDArray[Any] = np.ascontiguousarray(win.transpose(1, 4, 5, 0, 2, 3)).reshape(
+        c * k * k, m * ho * wo)
+    return out
+
+
+def grid_to_features(g: NDArray[Any], lp: LayerPlan, m: int) -> NDArray[Any]:
+    """A decrypted ``rows × (per·m)`` product grid as the layer's ``d_out × m`` output
+    (a conv layer's output flattened channel-major, ``(C_out, H_out, W_out)``)."""
+    if lp.per == 1:
+        return g
+    out: NDArray[Any] = g.reshape(lp.rows, m, lp.per).transpose(0, 2, 1).reshape(
+        lp.d_out, m)
+    return out
 
 
 @dataclass(frozen=True)
@@ -227,7 +296,13 @@ def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
         if layer.spec.kind == "gru":
             raise ValueError("SecSV evaluates dense and conv2d layers; a gru layer needs "
                              "per-step decryption and is not supported.")
-        w, b = layer.matrix()
+        if layer.spec.kind == "conv2d":  # the kernel matrix (out_channels × C·k²), per-
+            # channel bias: the product with im2col patches (see LayerPlan). Its rows'
+            # l1 norms are the unrolled matrix's (every output row holds one kernel).
+            w = layer.params[0].reshape(layer.spec.out_channels, -1)
+            b = layer.params[1]
+        else:
+            w, b = layer.matrix()
         out.append((np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64),
                     layer.activation))
     return out
@@ -283,10 +358,11 @@ class SecSVClient:
                 raise ProtocolError("malformed plan: layer")
             d_out, d_in, fold = lp
             exp_in = ls.in_features if ls.kind != "gru" else -1
-            if d_out != ls.out_features or d_in != exp_in or not 1 <= fold <= d_in \
+            if d_out != ls.out_features or d_in != exp_in \
+                    or not 1 <= fold <= _geometry(ls)[1] \
                     or fold * d_out * width > self.bfv.slots:
                 raise ProtocolError("plan does not fit the model or the ring")
-            lps.append(LayerPlan(d_out, d_in, fold))
+            lps.append(_layer_plan(ls, fold))
         fm = _int_meta(msg.meta, "frac_model", 1, 30)
         fxs = msg.meta.get("frac_inputs")
         if not isinstance(fxs, list) or len(fxs) != len(lps) or not all(
@@ -330,10 +406,11 @@ class SecSVClient:
             if max(beta, gamma) >= t // 2:
                 raise sh.FixedPointOverflow("model weights exceed the fixed-point budget")
             bounds.append([_pow2_ceil(beta), _pow2_ceil(gamma)])
-            diags = rd.model_diagonals(sh.to_residues(wq, t), plan.width)
+            cols = lp.cols(plan.width)
+            diags = rd.model_diagonals(sh.to_residues(wq, t), cols)
             rows = _fold(diags, lp.fold, self.bfv.slots)
             bias = np.zeros(self.bfv.slots, dtype=np.uint64)
-            bias[:lp.d_out * plan.width] = rd.bias_grid(sh.to_residues(bq, t), plan.width)
+            bias[:lp.rows * cols] = rd.bias_grid(sh.to_residues(bq, t), cols)
             with acc.timed("encryption"):
                 blobs.extend(self.bfv.serialize(self.bfv.encrypt(r), ntt=True) for r in rows)
                 blobs.append(self.bfv.serialize(self.bfv.encrypt(bias), ntt=True))
@@ -420,7 +497,8 @@ class SecSVClient:
             total = parts[0].copy()
             for p in parts[1:]:
                 total = sh.add_mod(total, p, t)
-            vals = sh.centre(rd.read_grid(total, lp.d_out, plan.width, m), t)[:, active]
+            grid = rd.read_grid(total, lp.rows, lp.cols(plan.width), lp.per * m)
+            vals = sh.centre(grid_to_features(grid, lp, m), t)[:, active]
             if vals.size and int(np.abs(vals).max()) > bound:
                 raise ProtocolError("decrypted values exceed the announced bound")
             if divisor_log2 != plan.frac_model + plan.frac_inputs[layer]:  # the plan fixes it
@@ -571,7 +649,9 @@ class _Server:
         if key is not None and key in self._plain_cache:
             return self._plain_cache[key]
         lp = self.plan.layers[layer]
-        rows = _fold(rd.data_diagonals(x, lp.d_out, self.plan.width), lp.fold,
+        if lp.per > 1:  # a conv layer: this share's im2col patches (local, exact mod t)
+            x = im2col(x, self.spec.layers[layer])
+        rows = _fold(rd.data_diagonals(x, lp.rows, lp.cols(self.plan.width)), lp.fold,
                      self.bfv.slots)
         pts = [self.bfv.encode_ntt(r) for r in rows]
         if key is not None:
@@ -912,8 +992,8 @@ class _Run:
             out[(lp.fold - 1) * seg:lp.fold * seg] = sh.sub_mod(np.zeros(seg, np.uint64),
                                                                 total, t)
         if hidden:
-            grid = np.zeros((lp.d_out, width), dtype=bool)
-            grid[:, :m] = ~active[None, :]
+            grid = np.zeros((lp.rows, lp.cols(width)), dtype=bool)
+            grid[:, :m * lp.per] = np.repeat(~active, lp.per)[None, :]
             idx = (lp.fold - 1) * seg + np.flatnonzero(grid.ravel())
             out[idx] = sh.add_mod(out[idx], sh.uniform_mod(t, idx.size), t)
         return out
@@ -1084,9 +1164,7 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
     per_group = [sum(sizes[c] for c in g) for g in groups]
     cap = min(public.slots // layer.out_features for layer in record.spec.layers)
     width = _pick_width(record, per_group, cap, public.slots)
-    lps = [LayerPlan(ly.out_features, ly.in_features, _fold_of(ly.out_features, ly.in_features,
-                                                               width, public.slots))
-           for ly in record.spec.layers]
+    lps = [_layer_plan(ly, _fold_of(ly, width, public.slots)) for ly in record.spec.layers]
     leader = secrets.randbelow(n)
     clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg,
                            session=session) for i in range(n)]
@@ -1129,8 +1207,8 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
                 leader=leader)
 
 
-def _fold_of(d_out: int, d_in: int, width: int, slots: int) -> int:
-    return max(1, min(d_in, slots // (d_out * width)))
+def _fold_of(ly: LayerSpec, width: int, slots: int) -> int:
+    return max(1, min(_geometry(ly)[1], slots // (ly.out_features * width)))
 
 
 def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slots: int) -> int:
@@ -1143,7 +1221,7 @@ def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slot
     best, best_cost = top, math.inf
     for j in range(1, 17):
         w = max(1, -(-top // j))
-        cts = sum(-(-ly.in_features // _fold_of(ly.out_features, ly.in_features, w, slots)) + 1
+        cts = sum(-(-_geometry(ly)[1] // _fold_of(ly, w, slots)) + 1
                   for ly in record.spec.layers)
         batches = sum(-(-g // w) for g in per_group if g)
         cost = 10.0 * models * cts + 8.0 * evals * batches * len(record.spec.layers)
