@@ -85,25 +85,13 @@ def _variants(valid: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def shapley_sweep(world: fuzz_shapley.ShapleyWorld, targets: dict[str, fuzz_targets.Target]
-                  ) -> tuple[int, Counter[str], list[str]]:
-    """The Shapley roles' metadata sweep (:func:`fuzz_shapley.shapley_meta_cases`)."""
+def meta_sweep(cases: dict[str, tuple[str, dict[str, Any], Any]],
+               targets: dict[str, fuzz_targets.Target]) -> tuple[int, Counter[str], list[str]]:
+    """A roles' metadata sweep: every valid metadata dict of ``cases``
+    (:func:`fuzz_shapley.shapley_meta_cases`, :func:`fuzz_pfl.pfl_meta_cases`) with one
+    key at a time replaced by hostile values, run through its target."""
     count, outcomes, bad = 0, Counter[str](), []
-    for case, (name, valid, build) in fuzz_shapley.shapley_meta_cases(world).items():
-        for meta in _variants(valid):
-            outcome, problem, _ = fuzz_targets.execute(targets[name], build(meta))
-            count += 1
-            outcomes[outcome] += 1
-            if problem is not None:
-                bad.append(f"{case}: {problem.splitlines()[0]}")
-    return count, outcomes, bad
-
-
-def pfl_sweep(world: fuzz_pfl.PFLWorld, targets: dict[str, fuzz_targets.Target]
-              ) -> tuple[int, Counter[str], list[str]]:
-    """The Priv-PFL roles' metadata sweep (:func:`fuzz_pfl.pfl_meta_cases`)."""
-    count, outcomes, bad = 0, Counter[str](), []
-    for case, (name, valid, build) in fuzz_pfl.pfl_meta_cases(world).items():
+    for case, (name, valid, build) in cases.items():
         for meta in _variants(valid):
             outcome, problem, _ = fuzz_targets.execute(targets[name], build(meta))
             count += 1
@@ -155,7 +143,8 @@ def main_pfl(args: argparse.Namespace, argv: list[str] | None) -> int:
             break
     assert merged is not None
     report = merged
-    n_sweep, sweep_outcomes, sweep_bad = pfl_sweep(world, {t.name: t for t in targets})
+    n_sweep, sweep_outcomes, sweep_bad = meta_sweep(fuzz_pfl.pfl_meta_cases(world),
+                                                   {t.name: t for t in targets})
     part: dict[str, Any] = report.as_dict()
     part.update({
         "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
@@ -203,7 +192,8 @@ def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
     report = fuzz_targets.run(world, targets, executions=args.executions, seed=args.seed,
                               slow_seconds=args.slow,
                               progress=lambda line: print(line, file=sys.stderr))
-    n_sweep, sweep_outcomes, sweep_bad = shapley_sweep(world, {t.name: t for t in targets})
+    n_sweep, sweep_outcomes, sweep_bad = meta_sweep(fuzz_shapley.shapley_meta_cases(world),
+                                                   {t.name: t for t in targets})
     part: dict[str, Any] = report.as_dict()
     part.update({
         "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),

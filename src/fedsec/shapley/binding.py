@@ -53,7 +53,7 @@ from typing import Any
 from fedsec.errors import ProtocolError
 
 __all__ = ["CTX", "RID", "RE", "Context", "ReplayRefused", "Requests", "Answered",
-           "new_request_id", "bind", "context_of", "check_context", "request_id",
+           "open_evaluation", "new_request_id", "bind", "context_of", "check_context", "request_id",
            "session_from_nonces", "new_nonce"]
 
 CTX = "ctx"
@@ -171,6 +171,23 @@ def request_id(meta: dict[str, Any], key: str = RID) -> str:
     if not isinstance(v, str) or not _ID.match(v):
         raise ProtocolError(f"malformed message: field {key!r}")
     return v
+
+
+def open_evaluation(meta: dict[str, Any], base: Context, seen: set[str]) -> tuple[Context, str]:
+    """Check an evaluation announcement (P to A): the context is ``base`` (session,
+    protocol, round; step ``"eval"``) with the coalition and batch it announces (both
+    ``>= 0``), and its id is fresh (not in ``seen``; the caller adds it once it accepts).
+    ``ReplayRefused`` for a replay or splice, ``ProtocolError`` for a malformed one."""
+    got = context_of(meta)
+    ctx = check_context(meta, replace(base, mask=got.mask, batch=got.batch, step="eval"),
+                        what="evaluation")
+    ev = request_id(meta, RID)
+    if ev in seen:
+        raise ReplayRefused("evaluation id already used (a replayed evaluation)",
+                            check="request-id")
+    if ctx.round < 0 or ctx.mask < 0 or ctx.batch < 0:
+        raise ProtocolError("malformed evaluation: context")
+    return ctx, ev
 
 
 class Requests:

@@ -67,6 +67,7 @@ from fedsec.shapley.binding import (
     context_of,
     new_nonce,
     new_request_id,
+    open_evaluation,
     request_id,
     session_from_nonces,
 )
@@ -303,15 +304,8 @@ class _Server:
         """(A) Start the evaluation P announces: this session and round, a fresh id, rows
         of the announced group."""
         msg = wire.decode(data, expect="secretsv/eval", max_bytes=1 << 28)
-        got = context_of(msg.meta)
-        ctx = check_context(msg.meta, self._ctx(round=self.round, mask=got.mask,
-                                                batch=got.batch, step="eval"),
-                            what="evaluation")
-        ev = request_id(msg.meta, RID)
-        if ev in self.evals_seen:
-            raise ReplayRefused("evaluation id already used (a replayed evaluation)",
-                                check="request-id")
-        if self.round < 0 or ctx.mask < 0 or not 0 <= ctx.batch < len(self.order):
+        ctx, ev = open_evaluation(msg.meta, self._ctx(round=self.round), self.evals_seen)
+        if ctx.batch >= len(self.order):
             raise ProtocolError("malformed evaluation: context")
         rows = _rows_list(msg.meta.get("rows"), len(self.y))
         if not np.isin(rows, self.order[ctx.batch]).all():

@@ -121,6 +121,7 @@ from fedsec.shapley.binding import (
     check_context,
     context_of,
     new_request_id,
+    open_evaluation,
     request_id,
 )
 from fedsec.shapley.secure_common import (
@@ -736,16 +737,7 @@ class AuxiliaryServer(_Server):
         """Start an evaluation P announces (its context and id; the rows of a re-packed
         batch under SampleSkip, a subset of one announced batch group)."""
         msg = wire.decode(data, expect="secsv/eval", max_bytes=1 << 24)
-        got = context_of(msg.meta)
-        ctx = check_context(msg.meta, self._ctx(round=self.round, mask=got.mask,
-                                                batch=got.batch, step="eval"),
-                            what="evaluation")
-        ev = request_id(msg.meta, RID)
-        if ev in self._evals_seen:
-            raise ReplayRefused("evaluation id already used (a replayed evaluation)",
-                                check="request-id")
-        if self.round < 0 or ctx.mask < 0 or ctx.batch < 0:
-            raise ProtocolError("malformed evaluation: context")
+        ctx, ev = open_evaluation(msg.meta, self._ctx(round=self.round), self._evals_seen)
         nb = len(self.batches)
         rows_meta = msg.meta.get("rows")
         if ctx.batch < nb and rows_meta is None:
