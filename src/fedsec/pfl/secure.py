@@ -169,7 +169,10 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   test checks the linear solve fails. This is **not** statistical noise flooding: ``e'``
   is about as large as the result's own noise, so what that noise says about the
   computation is not provably hidden (full flooding needs noise ~2^40 times larger and a
-  larger result modulus; not done).
+  larger result modulus; not done). The argument needs ``c1`` to be what honest uploads
+  make it: a client that deviates together with the server (crafting its upload so that
+  its result's ``c1`` is, say, 1, then averaging ``s + e'`` over many rounds) is not
+  covered.
 * **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
