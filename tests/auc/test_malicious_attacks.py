@@ -122,8 +122,16 @@ def test_every_attack_is_tested() -> None:
     "blind-shift-1e-6", "start-isolate", "oracle-slotsum"])
 def test_semi_honest_mode_accepts_the_forgery(semi: TamperHarness, name: str) -> None:
     """The same forgeries against semi-honest mode: accepted, AUC wrong (its threat
-    model, and the proof that the malicious-mode tests can fail)."""
-    t = semi.trial(name)
+    model, and the proof that the malicious-mode tests can fail). Semi-honest parties
+    range-check the error bound, which a blind forgery such as add-constant (a random
+    constant added to every slot, the bound channel included) trips now and then by
+    chance (seen once in CI): a sanity check, not a guarantee, so such a trial is
+    repeated (at most three times) and the forgery must then get through."""
+    for _ in range(3):
+        t = semi.trial(name)
+        if t.checks and set(t.checks) <= {"error-bound"} and t.kind == "detected":
+            continue
+        break
     assert t.kind == "changed" and t.error > 1e-7, (name, t)
 
 
