@@ -125,9 +125,10 @@ def test_semi_honest_mode_accepts_the_forgery(semi: TamperHarness, name: str) ->
     model, and the proof that the malicious-mode tests can fail). Semi-honest parties
     range-check the error bound, which a blind forgery such as add-constant (a random
     constant added to every slot, the bound channel included) trips now and then by
-    chance (seen once in CI): a sanity check, not a guarantee, so such a trial is
-    repeated (at most three times) and the forgery must then get through."""
-    for _ in range(3):
+    chance (seen once in CI; 6 of 40 trials measured): a sanity check, not a guarantee,
+    so such a trial is repeated (at most eight times) and the forgery must then get
+    through."""
+    for _ in range(8):
         t = semi.trial(name)
         if t.checks and set(t.checks) <= {"error-bound"} and t.kind == "detected":
             continue
