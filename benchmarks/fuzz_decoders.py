@@ -101,9 +101,51 @@ def meta_sweep(cases: dict[str, tuple[str, dict[str, Any], Any]],
     return count, outcomes, bad
 
 
-def main_pfl(args: argparse.Namespace, argv: list[str] | None) -> int:
+def _report_part(args: argparse.Namespace, argv: list[str] | None, key: str,
+                 report: Any, cases: dict[str, tuple[str, dict[str, Any], Any]],
+                 targets: list[fuzz_targets.Target], t0: float, cpu0: float,
+                 extra: dict[str, Any]) -> int:
+    """Run a part's metadata sweep, store the part under ``key`` in ``--json``, print its
+    summary and table; exit status 1 on any violation."""
     import os
     import resource
+
+    n_sweep, sweep_outcomes, sweep_bad = meta_sweep(cases, {t.name: t for t in targets})
+    part: dict[str, Any] = report.as_dict()
+    part.update({
+        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "wall_seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
+        "loadavg": os.getloadavg(),
+        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        **extra,
+        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
+                           "violations": sweep_bad},
+        "total_executions": report.executions + n_sweep,
+    })
+    doc: dict[str, Any] = {}
+    if args.json.exists():
+        doc = json.loads(args.json.read_text())
+    doc[key] = part
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: part[k] for k in ("executions", "total_executions", "exceptions",
+                                           "peak_rss_growth_mb", "seconds", "wall_seconds",
+                                           "cpu_seconds", "loadavg", *extra)}
+                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
+    print()
+    print(table(report))
+    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
+    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
+                  for v in report.violations] + sweep_bad
+    print(f"violations: {len(violations)}")
+    for line in violations[:20]:
+        print("  " + line)
+    return 1 if violations else 0
+
+
+def main_pfl(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -142,46 +184,11 @@ def main_pfl(args: argparse.Namespace, argv: list[str] | None) -> int:
             stopped = k + 1 < slices
             break
     assert merged is not None
-    report = merged
-    n_sweep, sweep_outcomes, sweep_bad = meta_sweep(fuzz_pfl.pfl_meta_cases(world),
-                                                   {t.name: t for t in targets})
-    part: dict[str, Any] = report.as_dict()
-    part.update({
-        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
-        "machine": f"{platform.machine()}, {platform.python_version()}",
-        "wall_seconds": time.perf_counter() - t0,
-        "cpu_seconds": time.process_time() - cpu0,
-        "loadavg": os.getloadavg(),
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "stopped_by_time_limit": stopped,
-        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
-                           "violations": sweep_bad},
-        "total_executions": report.executions + n_sweep,
-    })
-    doc: dict[str, Any] = {}
-    if args.json.exists():
-        doc = json.loads(args.json.read_text())
-    doc["pfl"] = part
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(json.dumps({k: part[k] for k in ("executions", "total_executions", "exceptions",
-                                           "peak_rss_growth_mb", "seconds", "wall_seconds",
-                                           "cpu_seconds", "loadavg", "stopped_by_time_limit")}
-                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
-    print()
-    print(table(report))
-    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
-    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
-                  for v in report.violations] + sweep_bad
-    print(f"violations: {len(violations)}")
-    for line in violations[:20]:
-        print("  " + line)
-    return 1 if violations else 0
+    return _report_part(args, argv, "pfl", merged, fuzz_pfl.pfl_meta_cases(world), targets,
+                        t0, cpu0, {"stopped_by_time_limit": stopped})
 
 
 def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
-    import os
-    import resource
 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -192,39 +199,8 @@ def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
     report = fuzz_targets.run(world, targets, executions=args.executions, seed=args.seed,
                               slow_seconds=args.slow,
                               progress=lambda line: print(line, file=sys.stderr))
-    n_sweep, sweep_outcomes, sweep_bad = meta_sweep(fuzz_shapley.shapley_meta_cases(world),
-                                                   {t.name: t for t in targets})
-    part: dict[str, Any] = report.as_dict()
-    part.update({
-        "command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
-        "machine": f"{platform.machine()}, {platform.python_version()}",
-        "wall_seconds": time.perf_counter() - t0,
-        "cpu_seconds": time.process_time() - cpu0,
-        "loadavg": os.getloadavg(),
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "metadata_sweep": {"executions": n_sweep, "outcomes": dict(sweep_outcomes),
-                           "violations": sweep_bad},
-        "total_executions": report.executions + n_sweep,
-    })
-    doc: dict[str, Any] = {}
-    if args.json.exists():
-        doc = json.loads(args.json.read_text())
-    doc["shapley"] = part
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(json.dumps({k: part[k] for k in ("executions", "total_executions", "exceptions",
-                                           "peak_rss_growth_mb", "seconds", "wall_seconds",
-                                           "cpu_seconds", "loadavg")}
-                     | {"violations": len(report.violations) + len(sweep_bad)}, indent=1))
-    print()
-    print(table(report))
-    print(f"\nmetadata sweep: {n_sweep} executions, {dict(sweep_outcomes)}")
-    violations = [f"{v.target} [{v.producer}] {v.seed}: {v.detail.splitlines()[0]}"
-                  for v in report.violations] + sweep_bad
-    print(f"violations: {len(violations)}")
-    for line in violations[:20]:
-        print("  " + line)
-    return 1 if violations else 0
+    return _report_part(args, argv, "shapley", report,
+                        fuzz_shapley.shapley_meta_cases(world), targets, t0, cpu0, {})
 
 
 def table(report: fuzz_targets.Report) -> str:
