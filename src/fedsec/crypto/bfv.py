@@ -104,13 +104,21 @@ _COEFF_BITS = {8192: [60, 60, 60, 38], 16384: [60, 60, 60, 60, 60, 60, 60, 18],
                32768: [60] * 14 + [41]}
 
 
+@functools.lru_cache(maxsize=8)
+def _moduli(params: BFVParams) -> tuple[Any, Any]:
+    """The coefficient primes and the plaintext prime (SEAL's prime searches, ~9 ms: once
+    per parameter set and process)."""
+    return (seal.CoeffModulus.Create(params.poly_modulus_degree,
+                                     _COEFF_BITS[params.poly_modulus_degree]),
+            seal.PlainModulus.Batching(params.poly_modulus_degree, params.plain_bits))
+
+
 def _parms(params: BFVParams) -> Any:
+    coeff, plain = _moduli(params)
     p = seal.EncryptionParameters(seal.SCHEME_TYPE.BFV)
     p.set_poly_modulus_degree(params.poly_modulus_degree)
-    p.set_coeff_modulus(seal.CoeffModulus.Create(params.poly_modulus_degree,
-                                                 _COEFF_BITS[params.poly_modulus_degree]))
-    p.set_plain_modulus(seal.PlainModulus.Batching(params.poly_modulus_degree,
-                                                   params.plain_bits))
+    p.set_coeff_modulus(coeff)
+    p.set_plain_modulus(plain)
     return p
 
 
@@ -235,7 +243,9 @@ class BFVContext:
             raise ValueError(f"The 'seed' parameter must be {SEED_BYTES} bytes.")
         parms = _parms(params.check())
         parms.set_random_generator(seal.Blake2xbPRNGFactory(_seed_words(seed, label)))
-        kctx = seal.SEALContext(parms, True, seal.SEC_LEVEL_TYPE.TC128)
+        # Key level only (no modulus-switching chain): keys live at the key level, and
+        # the chain's NTT tables would double the cost of this throw-away context.
+        kctx = seal.SEALContext(parms, False, seal.SEC_LEVEL_TYPE.TC128)
         gen = seal.KeyGenerator(kctx)
         pk = seal.PublicKey()
         gen.create_public_key(pk)
