@@ -173,6 +173,7 @@ def clone_srun(run: Any) -> Any:
     c = copy.copy(run)
     c.P, c.A = clone_sserver(run.P), clone_sserver(run.A)
     c.lin_cache = dict(run.lin_cache)
+    c.derived_correct = dict(run.derived_correct)
     c.acc = Recorder(keep=False)
     c.clients = [clone_sclient(x) for x in run.clients]
     return c

@@ -47,6 +47,23 @@ plaintext-weighted sum of ciphertexts. For one-layer (logistic) models this remo
 ``2^n`` factor from the HE work. The decrypting client sees exactly what the paper's
 protocol shows it (the first-layer output of ``θ_S`` on the batch, up to a public scale).
 
+Derived decryption (``derived_decryption``, default for one-layer models with the shortcut,
+exact SSVs and no SampleSkip): one decryption request per batch and round instead of one
+per coalition. P sends the batch's decrypting client ``d`` (not a batch owner) the global
+model's output, ``q_i·lin(θ_i, X_b)`` of every *other* participant and, if ``d``
+participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)``; ``d`` derives every
+coalition's output exactly (``Σ_{i∈S} q_i·lin(θ_i, X_b)``, checked against P's bounds),
+predicts, and shares the ``2^k`` coalitions' labels with P and A, who reconstruct every
+``Ŷ_S − Y`` at once. What ``d`` learns is what the paper's protocol shows a client that P
+picks to decrypt every coalition but ``{d}`` on batch ``b`` -- a schedule Prop. 6.8
+allows (it forbids decrypting one's own samples or one's own model's *singleton*): in
+particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtracting ``{p}``
+from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
+request that asks for either. P learns the ``Ŷ_S − Y`` of every coalition, as in the exact
+protocol. With SampleSkip or an estimator the mode is off (the paper would show the client
+fewer coalitions); ``derived_decryption=False`` restores one request per coalition with
+rotating decryptors.
+
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
 share one ciphertext (in separate slot segments), cutting model encryptions and products
 by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
@@ -148,6 +165,9 @@ Progress = Callable[[str], None]
 _MAX_SAMPLES = 1 << 22
 PROTOCOL = "secsv"
 EV = "ev"  # the evaluation id P issues (A and the decrypting client echo it)
+#: The coalition field of a derived evaluation: every coalition of the round at once.
+ALL = (1 << 62) - 1
+_MAX_DERIVED = 16  # participants of a round for derived decryption (2^16 coalitions)
 
 
 # ====================================================================== configuration
@@ -530,6 +550,158 @@ class SecSVClient:
                             [l2.tobytes()]))
 
 
+    # ------------------------------------------------------------- derived decryption
+    def _derived_request(self, meta: dict[str, Any]) -> tuple[Context, str, str]:
+        got = context_of(meta)
+        ctx = check_context(meta, self._ctx(round=got.round, mask=ALL, batch=got.batch,
+                                            layer=0, step="decrypt-all"),
+                            what="derived decryption request")
+        if min(ctx.round, ctx.batch) < 0:
+            raise ProtocolError("malformed derived decryption request: context")
+        rid, ev = request_id(meta, RID), request_id(meta, EV)
+        if ctx.round < self._round:
+            raise ReplayRefused("decryption request of an earlier round (a replay)",
+                                check="round")
+        if rid in self._answered:
+            raise ReplayRefused("decryption request was already answered (a replay)",
+                                check="request-id")
+        if 0 in self._seen.get((ctx.round, ALL, ctx.batch), set()):
+            raise ReplayRefused("this batch's outputs were already decrypted here "
+                                "(a replay)", check="layer")
+        return ctx, rid, ev
+
+    def _derived_terms(self, meta: dict[str, Any]) -> tuple[list[int], list[int], int]:
+        """Check the request's participants, weights and term list; ``(participants,
+        weights, partner)`` (``partner`` -1 when this client does not participate)."""
+        parts, weights, terms = (meta.get("participants"), meta.get("weights"),
+                                 meta.get("terms"))
+        if not (isinstance(parts, list) and isinstance(weights, list)
+                and isinstance(terms, list) and 1 <= len(parts) <= _MAX_DERIVED
+                and len(weights) == len(parts)
+                and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < self.n
+                        for c in parts)
+                and len(set(parts)) == len(parts)
+                and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 40
+                        for w in weights)):
+            raise ProtocolError("malformed derived decryption request: participants")
+        me = self.index
+        want: list[list[int]] = [[]] + [[c] for c in parts if c != me]
+        partner = -1
+        if me in parts:
+            if len(parts) < 2 or len(terms) != len(want) + 1:
+                raise ProtocolError("refusing derived decryption: without a pair term "
+                                    "I would decrypt my own model's output")
+            pair = terms[-1]
+            if not (isinstance(pair, list) and len(pair) == 2 and pair[0] == me
+                    and pair[1] in parts and pair[1] != me):
+                raise ProtocolError("malformed derived decryption request: pair term")
+            partner = int(pair[1])
+            terms = terms[:-1]
+        if terms != want:  # never the singleton of my own model (Prop. 6.8)
+            raise ProtocolError("refusing derived decryption: the terms must be the global "
+                                "model and every other participant's singleton")
+        return [int(c) for c in parts], [int(w) for w in weights], partner
+
+    def decrypt_all(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
+        """Derived decryption of a batch (one-layer models, linear shortcut, exact SSVs).
+
+        The request holds the global model's output on the batch, the weighted output
+        ``q_i·lin(θ_i, X_b)`` of every *other* participant's model and, if this client
+        participates, one pair ``q_me·lin(θ_me, X_b) + q_p·lin(θ_p, X_b)``. From these the
+        client derives the exact output of every coalition of the round, predicts, and
+        shares the predicted labels of all ``2^k`` coalitions with P and A. It refuses its
+        own samples (it must not be a batch owner) and its own model's singleton; it
+        checks every decrypted value and every derived sum against P's bounds."""
+        plan = self._need_plan()
+        if len(plan.layers) != 1:
+            raise ProtocolError("derived decryption is for one-layer models only")
+        msg = wire.decode(data, expect="secsv/decrypt-all", max_bytes=1 << 28)
+        meta = msg.meta
+        ctx, rid, ev = self._derived_request(meta)
+        lp = plan.layers[0]
+        m = _int_meta(meta, "m", 1, plan.width)
+        owners = meta.get("batch_owners")
+        if not (isinstance(owners, list) and owners
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in owners)):
+            raise ProtocolError("malformed derived decryption request: owners")
+        if self.index in owners:
+            raise ProtocolError("refusing to decrypt the last layer of my own samples")
+        parts, weights, partner = self._derived_terms(meta)
+        n_terms = len(parts) + 1  # global, k - 1 or k singletons, the pair if any
+        t = self.bfv.t
+        bounds = meta.get("bounds")
+        if not (isinstance(bounds, list) and len(bounds) == n_terms and all(
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= (t - 1) // 2
+                for b in bounds)):
+            raise ProtocolError("malformed derived decryption request: bounds")
+        if _int_meta(meta, "scale_bits", 0, 62) != plan.frac_model + plan.frac_inputs[0]:
+            raise ProtocolError("malformed derived decryption request: scale_bits")
+        if len(msg.blobs) != n_terms:
+            raise ProtocolError("malformed derived decryption request: blobs")
+        cts = [self.bfv.deserialize(b, low=True) for b in msg.blobs]
+        self._answered.once(rid, what="decryption request")
+        self._round = ctx.round
+        self._seen.setdefault((ctx.round, ALL, ctx.batch), set()).add(0)
+        values = np.zeros((n_terms, lp.d_out * m), dtype=np.int64)
+        seg = lp.d_out * plan.width
+        for j, ct in enumerate(cts):
+            with acc.timed("decryption"):
+                slots = self.bfv.decrypt(ct)
+            with acc.timed("other"):
+                parts_ = slots[:lp.fold * seg].reshape(lp.fold, seg)
+                total = parts_[0].copy()
+                for p_ in parts_[1:]:
+                    total = sh.add_mod(total, p_, t)
+                grid = rd.read_grid(total, lp.rows, lp.cols(plan.width), lp.per * m)
+                vals = sh.centre(grid_to_features(grid, lp, m), t)
+                if vals.size and int(np.abs(vals).max()) > bounds[j]:
+                    raise ProtocolError("decrypted values exceed the announced bound")
+                values[j] = vals.ravel()
+        with acc.timed("other"):
+            labels = self._derive_labels(values, parts, weights, partner, lp.d_out, m,
+                                         plan.frac_model + plan.frac_inputs[0])
+        with acc.timed("share_generation"):
+            l1, l2 = sh.share(labels, t, self._rng)
+        meta2 = {"m": m, "coalitions": int(labels.shape[0]), "from": self.index, EV: ev}
+        return (wire.encode("secsv/labels-all", bind(meta2, ctx.at(step="labels-all/P"),
+                                                     re_=rid), [l1.tobytes()]),
+                wire.encode("secsv/labels-all", bind(meta2, ctx.at(step="labels-all/A"),
+                                                     re_=rid), [l2.tobytes()]))
+
+    def _derive_labels(self, values: NDArray[np.int64], parts: list[int],
+                       weights: list[int], partner: int, d_out: int, m: int,
+                       scale_bits: int) -> U64:
+        """Every coalition's predicted labels (``2^k × m``) from the decrypted terms:
+        term 0 is the global model (coalition 0), then the other participants'
+        singletons in order, then the pair ``{me, partner}`` if present."""
+        k = len(parts)
+        me = self.index
+        idx = {c: 1 + j for j, c in enumerate(c for c in parts if c != me)}
+        coef = np.zeros((1 << k, values.shape[0]), dtype=np.int64)
+        coef[0, 0] = 1
+        qsum = np.zeros(1 << k, dtype=np.int64)
+        qsum[0] = 1
+        masks = np.arange(1 << k)
+        for j, c in enumerate(parts):
+            has = (masks >> j & 1).astype(bool)
+            qsum[has] += weights[j]
+            if c == me:  # q_me·Y_me = pair - q_p·Y_p
+                coef[has, values.shape[0] - 1] += 1
+                coef[has, idx[partner]] -= 1
+            else:
+                coef[has, idx[c]] += 1
+        sums = coef @ values  # exact: |each term| <= its bound < t/2, at most k + 2 terms
+        if sums.size and int(np.abs(sums).max()) >= self.bfv.t // 2:
+            raise ProtocolError("a derived coalition output exceeds t/2")
+        act = self.spec.layers[0].activation
+        labels = np.zeros((1 << k, m), dtype=np.uint64)
+        for s in range(1 << k):
+            real = sums[s].reshape(d_out, m).astype(np.float64) / (
+                float(qsum[s]) * 2.0 ** scale_bits)
+            labels[s] = np.argmax(activate(act, real), axis=0).astype(np.uint64)
+        return labels
+
+
 # ====================================================================== servers
 @dataclass
 class _Model:
@@ -794,6 +966,25 @@ class AuxiliaryServer(_Server):
             layer=layer, step="label-diff"), re_=ev.ev), [diff_a.tobytes()])
 
 
+    def label_diff_all(self, data: bytes, m: int) -> bytes:
+        """Derived evaluation: ``Ŷ''_S − Y''`` for every coalition ``S`` of the round (the
+        client's ``2^k × m`` label share; ``k`` = this round's local models here)."""
+        ev = self._need_eval()
+        if ev.ctx.mask != ALL:
+            raise ProtocolError("all-coalition labels outside a derived evaluation")
+        k = sum(1 for (r, key) in self.models if r == self.round and key != "global")
+        peek = wire.decode(data, expect="secsv/labels-all", max_bytes=1 << 28)
+        if _int_meta(peek.meta, "coalitions", 1, 1 << _MAX_DERIVED) != 1 << k:
+            raise ProtocolError("malformed secsv/labels-all: coalitions")
+        la, _ = self._share(data, "secsv/labels-all", "labels-all/A", 0, (1 << k, m))
+        diff_a = sh.sub_mod(la, self.y[ev.rows][None, :], self.bfv.t)
+        self.eval = None
+        return wire.encode("secsv/label-diff-all", bind({"m": m, "coalitions": 1 << k},
+                                                        ev.ctx.at(layer=0,
+                                                                  step="label-diff-all"),
+                                                        re_=ev.ev), [diff_a.tobytes()])
+
+
 class PrincipalServer(_Server):
     """Server P: plans, combines, masks, routes decryptions, keeps Φ (see module).
 
@@ -886,6 +1077,40 @@ class PrincipalServer(_Server):
         return ok
 
 
+    def decrypt_all_request(self, meta: dict[str, Any], blobs: Sequence[bytes]) -> bytes:
+        """The derived evaluation's decryption request, with a fresh id."""
+        ev = self._need_eval()
+        if ev.ctx.mask != ALL:
+            raise ProtocolError("a derived request outside a derived evaluation")
+        ctx = ev.ctx.at(layer=0, step="decrypt-all")
+        rid = self.requests.issue(ctx)
+        return wire.encode("secsv/decrypt-all", bind({**meta, EV: ev.ev}, ctx, rid=rid),
+                           blobs)
+
+    def compare_all(self, to_p: bytes, diff_a: bytes, brows: NDArray[np.int64], m: int,
+                    n_masks: int) -> BoolArray:
+        """Derived evaluation: ``Ŷ_S − Y`` exactly for every coalition (``n_masks × m``)."""
+        ev = self._need_eval()
+        msg = self._answer(to_p, "secsv/labels-all", "labels-all/P", 0)
+        dm = wire.decode(diff_a, expect="secsv/label-diff-all", max_bytes=1 << 28)
+        check_context(dm.meta, ev.ctx.at(layer=0, step="label-diff-all"),
+                      what="label difference")
+        if request_id(dm.meta, "re") != ev.ev:
+            raise ReplayRefused("label difference of another evaluation",
+                                check="request-id")
+        if len(msg.blobs) != 1 or len(dm.blobs) != 1:
+            raise ProtocolError("malformed derived labels: one blob expected")
+        lp_ = _u64(msg.blobs[0], (n_masks, m), "label share")
+        diff_b = _u64(dm.blobs[0], (n_masks, m), "label difference")
+        t = self.bfv.t
+        if lp_.size and max(int(lp_.max()), int(diff_b.max())) >= t:
+            raise ProtocolError("share out of range")
+        diff = sh.add_mod(sh.sub_mod(lp_, self.y[brows][None, :], t), diff_b, t)
+        ok: BoolArray = sh.centre(diff, t) == 0
+        self.eval = None
+        return ok
+
+
 # ====================================================================== the run
 @dataclass
 class _Batch:
@@ -906,8 +1131,10 @@ class _Run:
     batches: list[_Batch]
     linear_shortcut: bool
     leader: int
+    derived: bool = False  # derived decryption (see secsv_shapley)
     turn: int = 0
     lin_cache: dict[tuple[int, str, int], Any] = field(default_factory=dict)
+    derived_correct: dict[int, NDArray[np.bool_]] = field(default_factory=dict)
 
     @property
     def n_layers(self) -> int:
@@ -919,6 +1146,7 @@ class _Run:
 
     def end_round(self, t: int) -> None:
         self.lin_cache.clear()
+        self.derived_correct.pop(t, None)
         for srv in (self.P, self.A):
             srv.new_round()
             for key in [k for k in srv.models if k[0] == t]:
@@ -992,6 +1220,14 @@ class _Run:
 
     def evaluate(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> BoolArray:
         """Test ``θ_S^t`` on the pooled samples ``rows`` (all if None); True = correct."""
+        if self.derived and rows is None:
+            if t not in self.derived_correct:
+                plan = self._derived_plan(t)
+                if plan is not None:
+                    self.derived_correct[t] = self._derive_round(t, plan)
+            if t in self.derived_correct:
+                out: BoolArray = self.derived_correct[t][mask].copy()
+                return out
         keys, q, mowners = self._keys_weights(t, mask)
         m_total = len(self.P.y)
         todo = np.zeros(m_total, dtype=bool)
@@ -1076,28 +1312,98 @@ class _Run:
                     correct[brows[active]] = ok[active]
         return correct[todo] if rows is not None else correct
 
+    # ------------------------------------------------------------- derived decryption
+    def _derived_plan(self, t: int) -> list[tuple[int, int]] | None:
+        """Per batch, the decrypting client ``d`` (not a batch owner) and, if ``d``
+        participates in round ``t``, the partner ``p`` of its pair term (else -1); None
+        if some batch has no such client (the round then decrypts per coalition)."""
+        parts = list(self.record.rounds[t].participants)
+        if len(parts) > _MAX_DERIVED:
+            return None
+        out = []
+        for b in self.batches:
+            owners = set(self.groups[b.group])
+            eligible = [c for c in range(len(self.clients)) if c not in owners
+                        and not (c in parts and len(parts) < 2)]
+            if not eligible:
+                return None
+            d = eligible[self.turn % len(eligible)]
+            others = [c for c in parts if c != d]
+            p = others[self.turn % len(others)] if d in parts else -1
+            self.turn += 1
+            out.append((d, p))
+        return out
+
+    def _derive_round(self, t: int, plan: list[tuple[int, int]]) -> NDArray[np.bool_]:
+        """Every coalition of round ``t`` on every batch with one decryption request per
+        batch (see :meth:`SecSVClient.decrypt_all`); ``2^k × M`` correctness."""
+        rnd = self.record.rounds[t]
+        parts = [int(c) for c in rnd.participants]
+        q = [int(v) for v in integer_weights(rnd.weights, self.cfg.weight_bits)]
+        n_masks = 1 << len(parts)
+        correct = np.zeros((n_masks, self.n_samples), dtype=bool)
+        lp = self.P.plan.layers[0]
+        scale = self.P.plan.frac_model + self.P.plan.frac_inputs[0]
+        for bi, (b, (d, partner)) in enumerate(zip(self.batches, plan, strict=True)):
+            gowners = self.groups[b.group]
+            m = len(b.rows)
+            xb = max(self.P.xbound.get(c, 1) for c in gowners)
+            self.A.open_eval(self._msg("P", "A", "eval", self.P.open_eval(ALL, bi, None)))
+            x_p, x_a = self.P.x[b.rows].T.copy(), self.A.batch_input()
+            terms: list[tuple[list[int], list[str], list[int]]] = [([], ["global"], [1])]
+            terms += [([c], [f"c{c}"], [q[j]]) for j, c in enumerate(parts) if c != d]
+            if partner >= 0:
+                terms.append(([d, partner], [f"c{d}", f"c{partner}"],
+                              [q[parts.index(d)], q[parts.index(partner)]]))
+            # every coalition's output stays below t/2 (the full one bounds them all)
+            self._bound(t, [f"c{c}" for c in parts], q, 0, xb)
+            blobs, bounds = [], []
+            active = np.ones(m, dtype=bool)
+            with self.acc.timed("arithmetic"):
+                for _members, keys, qs in terms:
+                    bounds.append(self._bound(t, keys, qs, 0, xb))
+                    ct = self.P.bfv.add_many([self._lin_term(t, k, qi, bi, x_p, x_a)
+                                              for k, qi in zip(keys, qs, strict=True)])
+                    rmask = self._mask(lp, m, active)
+                    if rmask is not None:
+                        ct = self.P.bfv.add_plain(ct, rmask)
+                    blobs.append(self.P.bfv.serialize(ct))
+            req = self.P.decrypt_all_request({
+                "m": m, "batch_owners": gowners, "participants": parts, "weights": q,
+                "terms": [members for members, _k, _q in terms], "bounds": bounds,
+                "scale_bits": scale}, blobs)
+            to_p, to_a = self.clients[d].decrypt_all(
+                self._msg("P", f"client:{d}", "decrypt", req), self.acc)
+            to_p = self._msg(f"client:{d}", "P", "share", to_p)
+            to_a = self._msg(f"client:{d}", "A", "share", to_a)
+            with self.acc.timed("arithmetic"):
+                diff_a = self._msg("A", "P", "label-diff", self.A.label_diff_all(to_a, m))
+                correct[:, b.rows] = self.P.compare_all(to_p, diff_a, b.rows, m, n_masks)
+        return correct
+
     def _shortcut_sum(self, t: int, keys: Sequence[str], q: Sequence[int], bi: int,
                       x_p: U64, x_a: U64) -> Any:
-        terms = []
-        for k in keys:
-            ck = (t, k, bi)
-            if ck not in self.lin_cache:  # q_i · lin(θ_i, X) once per round and batch
-                qi = q[keys.index(k)]
-                a_ct = self.A.product(self.A.models[(t, k)].layers[0], 0, x_a, (0, bi),
-                                      False)
-                a_bytes = self._msg("A", "P", "product",
-                                    self.A.product_message(a_ct, 0, f"lin/{k}"))
-                ct = self.P.product(self.P.models[(t, k)].layers[0], 0, x_p, (0, bi), True)
-                self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(
-                    self.P.receive_product(a_bytes, 0, f"lin/{k}"), ntt=True))
-                if qi != 1:
-                    ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
-                # Cached in coefficient form one prime down (what a decryption request
-                # carries): every subset's sum is then additions only -- no inverse NTT
-                # and no modulus switch per subset and batch.
-                self.lin_cache[ck] = self.P.bfv.mod_switch_down(self.P.bfv.from_ntt(ct))
-            terms.append(self.lin_cache[ck])
-        return self.P.bfv.add_many(terms)
+        return self.P.bfv.add_many([self._lin_term(t, k, qi, bi, x_p, x_a)
+                                    for k, qi in zip(keys, q, strict=True)])
+
+    def _lin_term(self, t: int, k: str, qi: int, bi: int, x_p: U64, x_a: U64) -> Any:
+        """``q_i · lin(θ_i, X_b)`` in decryption form (cached per round, model, batch)."""
+        ck = (t, k, bi)
+        if ck not in self.lin_cache:  # q_i · lin(θ_i, X) once per round and batch
+            a_ct = self.A.product(self.A.models[(t, k)].layers[0], 0, x_a, (0, bi),
+                                  False)
+            a_bytes = self._msg("A", "P", "product",
+                                self.A.product_message(a_ct, 0, f"lin/{k}"))
+            ct = self.P.product(self.P.models[(t, k)].layers[0], 0, x_p, (0, bi), True)
+            self.P.bfv.add_inplace(ct, self.P.bfv.deserialize(
+                self.P.receive_product(a_bytes, 0, f"lin/{k}"), ntt=True))
+            if qi != 1:
+                ct = self.P.bfv.multiply_plain(ct, self.P.scalar(qi))
+            # Cached in coefficient form one prime down (what a decryption request
+            # carries): every subset's sum is then additions only -- no inverse NTT
+            # and no modulus switch per subset and batch.
+            self.lin_cache[ck] = self.P.bfv.mod_switch_down(self.P.bfv.from_ntt(ct))
+        return self.lin_cache[ck]
 
 
 # ====================================================================== set-up
@@ -1141,7 +1447,8 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> tuple[list[BFVConte
 
 
 def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray[np.int64]]],
-           cfg: SecSVConfig, acc: Accounting, linear_shortcut: bool) -> _Run:
+           cfg: SecSVConfig, acc: Accounting, linear_shortcut: bool,
+           derived: bool = False) -> _Run:
     n = record.n_clients
     n_layers = len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
@@ -1155,7 +1462,7 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
     sizes = [len(y) for _, y in sets]
     per_group = [sum(sizes[c] for c in g) for g in groups]
     cap = min(public.slots // layer.out_features for layer in record.spec.layers)
-    width = _pick_width(record, per_group, cap, public.slots)
+    width = _pick_width(record, per_group, cap, public.slots, derived)
     lps = [_layer_plan(ly, _fold_of(ly, width, public.slots)) for ly in record.spec.layers]
     leader = secrets.randbelow(n)
     clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg,
@@ -1196,20 +1503,24 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
     with acc.timed("other"):
         A.receive_batches(acc.message("P", "A", "batches", spec_bytes))
     return _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
-                leader=leader)
+                leader=leader, derived=derived)
 
 
 def _fold_of(ly: LayerSpec, width: int, slots: int) -> int:
     return max(1, min(_geometry(ly)[1], slots // (ly.out_features * width)))
 
 
-def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slots: int) -> int:
+def _pick_width(record: TrainingRecord, per_group: Sequence[int], cap: int, slots: int,
+                derived: bool = False) -> int:
     """Batch width trading model ciphertexts (fewer with a narrow, more folded grid)
     against decryptions (more batches). Costs in units of one ciphertext's round trip
-    (encrypt + two uploads) vs one decryption chain step, both measured ~10 ms : 8 ms."""
+    (encrypt + two uploads) vs one decryption chain step, both measured ~10 ms : 8 ms;
+    with derived decryption a batch costs ``k + 2`` ciphertext decryptions per round
+    instead of ``2^k`` chain steps."""
     top = max(1, min(max(per_group), cap))
     models = sum(len(r.participants) + 1 for r in record.rounds)
-    evals = sum(2 ** len(r.participants) for r in record.rounds)
+    evals = sum(len(r.participants) + 2 if derived else 2 ** len(r.participants)
+                for r in record.rounds)
     best, best_cost = top, math.inf
     for j in range(1, 17):
         w = max(1, -(-top // j))
@@ -1273,7 +1584,8 @@ def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: Se
 # ====================================================================== entry point
 def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                   budget: int | None = None, sample_skip: bool = False, seed: int = 0,
-                  linear_shortcut: bool = True, config: SecSVConfig | None = None,
+                  linear_shortcut: bool = True, derived_decryption: bool | None = None,
+                  config: SecSVConfig | None = None,
                   progress: Progress | None = None) -> SecureShapleyResult:
     """Federated Shapley values with SecSV (seed 004, Alg. 3-4; SampleSkip Alg. 6-7).
 
@@ -1294,6 +1606,13 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         Seed of the estimators' sampling (public randomness).
     linear_shortcut : bool, default=True
         First layer by plaintext-weighted sums of the ``n + 1`` local products per round.
+    derived_decryption : bool, optional
+        One decryption request per batch and round instead of one per coalition: the
+        decrypting client gets the global model's and the other participants' outputs
+        (and one pair with its own model) and derives every coalition's output itself
+        (see the module's threat model). Needs the linear shortcut, a one-layer model,
+        exact SSVs and no SampleSkip; default (None): on exactly then. ``True`` where it
+        does not apply raises ``ValueError``; ``False`` decrypts per coalition.
     config : SecSVConfig, optional
         Fixed-point and BFV parameters.
     progress : callable, optional
@@ -1308,10 +1627,21 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                                  sample_skip=sample_skip, linear_shortcut=linear_shortcut)
     cfg = (config or SecSVConfig()).check()
     sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
+    derivable = (linear_shortcut and len(record.spec.layers) == 1 and estimator == "exact"
+                 and not sample_skip)
+    if derived_decryption is not None and not isinstance(derived_decryption, bool):
+        raise TypeError(f"The 'derived_decryption' parameter of {where} must be a bool or "
+                        f"None. Got {derived_decryption!r} instead.")
+    if derived_decryption and not derivable:
+        raise ValueError(f"The 'derived_decryption' parameter of {where} needs "
+                         "linear_shortcut=True, a one-layer model, estimator='exact' and "
+                         "sample_skip=False (otherwise the decrypting client would see "
+                         "outputs the protocol does not show it).")
+    derived = derivable if derived_decryption is None else derived_decryption
     acc = Accounting()
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        run = _setup(record, sets, cfg, acc, linear_shortcut)
+        run = _setup(record, sets, cfg, acc, linear_shortcut, derived)
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress, "secsv")
     result.seconds = time.perf_counter() - t0
     result.accounting = acc
