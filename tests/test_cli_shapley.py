@@ -91,11 +91,32 @@ def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> 
     assert roles <= set(doc["bytes_by_role"])
 
 
+def test_secsv_derived_and_per_coalition_decryption(capsys) -> None:
+    """Default secsv (no SampleSkip, one layer): one decryption request per batch and
+    round; --per-coalition-decryption: one per coalition and batch, the same FSV."""
+    docs = []
+    for extra in ([], ["--per-coalition-decryption"]):
+        assert main([*SMALL, "--protocol", "secsv", "--json", "--workers", "1", *extra]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+
+    def requests(doc: dict) -> int:
+        return sum(m["count"] for m in doc["messages"]
+                   if m["sender"] == "P" and m["receiver"].startswith("client:")
+                   and m["kind"] == "decrypt")
+
+    np.testing.assert_array_equal(docs[0]["fsv"], docs[1]["fsv"])
+    assert docs[0]["error"] <= 1e-3
+    assert 0 < requests(docs[0]) * 2 < requests(docs[1])  # 2^3 coalitions vs 1 request
+
+
 def test_secure_protocol_option_errors(capsys) -> None:
     assert main([*SMALL, "--protocol", "secsv", "--audit", "--sample-skip"]) == 2
     assert "--audit" in capsys.readouterr().err
     assert main([*SMALL, "--no-shortcut"]) == 2
     assert "--no-shortcut" in capsys.readouterr().err
+    for proto in ("nssv", "hesv"):
+        assert main([*SMALL, "--protocol", proto, "--per-coalition-decryption"]) == 2
+        assert "--per-coalition-decryption" in capsys.readouterr().err
     assert main([*SMALL, "--protocol", "hesv", "--sample-skip"]) == 2
     assert "secsv" in capsys.readouterr().err
     assert main([*SMALL, "--protocol", "secsv", "--ray-address", "127.0.0.1:1"]) == 2

@@ -69,6 +69,12 @@ def register(sub: Any) -> None:
     p.add_argument("--no-shortcut", action="store_true",
                    help="hesv/secsv: evaluate every coalition's first layer under HE as the "
                         "paper does, instead of deriving it from the n local products")
+    p.add_argument("--per-coalition-decryption", action="store_true",
+                   help="secsv: one decryption request per coalition and batch, with "
+                        "rotating decryptors, instead of one per batch from which the "
+                        "decrypting client derives every coalition's output (the default "
+                        "for one-layer models with the shortcut, exact SSVs and no "
+                        "SampleSkip; see the threat model in fedsec.shapley.secsv)")
     p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
                    help="secure protocols: evaluate the rounds in up to this many parallel "
                         "workers (default: the cores available; 1 = in this process)")
@@ -159,6 +165,8 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
     if args.protocol == "nssv":
         if args.no_shortcut:
             raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
+        if args.per_coalition_decryption:
+            raise ValueError("--per-coalition-decryption applies to --protocol secsv only")
         return federated_shapley(record, fed.x_test, fed.y_test, estimator=args.estimator,
                                  budget=args.budget, sample_skip=args.sample_skip,
                                  audit=args.audit, seed=args.seed, progress=progress)
@@ -172,6 +180,10 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
     if args.protocol == "hesv" and args.sample_skip:
         raise ValueError("--sample-skip needs plaintext test data at the servers "
                          "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
+    if args.per_coalition_decryption:
+        if args.protocol != "secsv":
+            raise ValueError("--per-coalition-decryption applies to --protocol secsv only")
+        common["derived_decryption"] = False
     if args.protocol in ("hesv", "secsv"):
         common["linear_shortcut"] = not args.no_shortcut
     elif args.no_shortcut:
