@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(CASES), default="bank")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--label", default="")
+    ap.add_argument("--per-coalition", action="store_true",
+                    help="derived_decryption=False (one decryption request per coalition)")
     args = ap.parse_args()
     m_test, rounds = CASES[args.task]
     rec, _fed, sets = bench._task(args.task, m_test, rounds)
@@ -41,7 +43,8 @@ def main() -> None:
     with threadpool_limits(limits=1):
         for _ in range(args.repeats):
             c0, w0 = time.process_time(), time.perf_counter()
-            res = secsv_shapley(rec, sets)
+            kw = {"derived_decryption": False} if args.per_coalition else {}
+            res = secsv_shapley(rec, sets, **kw)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             cpus.append(cpu)
             walls.append(wall)
