@@ -59,10 +59,11 @@ picks to decrypt every coalition but ``{d}`` on batch ``b`` -- a schedule Prop. 
 allows (it forbids decrypting one's own samples or one's own model's *singleton*): in
 particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtracting ``{p}``
 from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
-request that asks for either. P learns the ``Ŷ_S − Y`` of every coalition, as in the exact
-protocol. With SampleSkip or an estimator the mode is off (the paper would show the client
-fewer coalitions); ``derived_decryption=False`` restores one request per coalition with
-rotating decryptors.
+request that asks for either, or a label table of more than ``2^22`` coalition × sample
+entries (P decrypts per coalition beyond it). P learns the ``Ŷ_S − Y`` of every
+coalition, as in the exact protocol. With SampleSkip or an estimator the mode is off
+(the paper would show the client fewer coalitions); ``derived_decryption=False`` restores
+one request per coalition with rotating decryptors.
 
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
 share one ciphertext (in separate slot segments), cutting model encryptions and products
@@ -168,6 +169,11 @@ EV = "ev"  # the evaluation id P issues (A and the decrypting client echo it)
 #: The coalition field of a derived evaluation: every coalition of the round at once.
 ALL = (1 << 62) - 1
 _MAX_DERIVED = 16  # participants of a round for derived decryption (2^16 coalitions)
+#: Coalitions × samples of one derived request's label table a client accepts (32 MiB per
+#: share; ~200 MiB peak at the client): P's choice of participants and batch width is
+#: bounded by the client's policy, and P decrypts per coalition beyond it.
+_MAX_DERIVED_LABELS = 1 << 22
+_DERIVED_BLOCK = 1 << 22  # int64 entries of derived sums computed at once
 
 
 # ====================================================================== configuration
@@ -627,6 +633,9 @@ class SecSVClient:
         if self.index in owners:
             raise ProtocolError("refusing to decrypt the last layer of my own samples")
         parts, weights, partner = self._derived_terms(meta)
+        if (1 << len(parts)) * m > _MAX_DERIVED_LABELS:
+            raise ProtocolError(f"refusing derived decryption: {1 << len(parts)} coalitions "
+                                f"x {m} samples exceed {_MAX_DERIVED_LABELS} labels")
         n_terms = len(parts) + 1  # global, k - 1 or k singletons, the pair if any
         t = self.bfv.t
         bounds = meta.get("bounds")
@@ -690,15 +699,19 @@ class SecSVClient:
                 coef[has, idx[partner]] -= 1
             else:
                 coef[has, idx[c]] += 1
-        sums = coef @ values  # exact: |each term| <= its bound < t/2, at most k + 2 terms
-        if sums.size and int(np.abs(sums).max()) >= self.bfv.t // 2:
-            raise ProtocolError("a derived coalition output exceeds t/2")
         act = self.spec.layers[0].activation
         labels = np.zeros((1 << k, m), dtype=np.uint64)
-        for s in range(1 << k):
-            real = sums[s].reshape(d_out, m).astype(np.float64) / (
-                float(qsum[s]) * 2.0 ** scale_bits)
-            labels[s] = np.argmax(activate(act, real), axis=0).astype(np.uint64)
+        block = max(1, _DERIVED_BLOCK // max(1, values.shape[1]))  # bounded int64 sums
+        for lo in range(0, 1 << k, block):
+            # exact: |each term| <= its bound < t/2, at most k + 2 terms
+            sums = coef[lo:lo + block] @ values
+            if sums.size and int(np.abs(sums).max()) >= self.bfv.t // 2:
+                raise ProtocolError("a derived coalition output exceeds t/2")
+            for j in range(sums.shape[0]):
+                s = lo + j
+                real = sums[j].reshape(d_out, m).astype(np.float64) / (
+                    float(qsum[s]) * 2.0 ** scale_bits)
+                labels[s] = np.argmax(activate(act, real), axis=0).astype(np.uint64)
         return labels
 
 
@@ -1316,10 +1329,13 @@ class _Run:
     def _derived_plan(self, t: int) -> list[tuple[int, int]] | None:
         """Per batch, the decrypting client ``d`` (not a batch owner) and, if ``d``
         participates in round ``t``, the partner ``p`` of its pair term (else -1); None
-        if some batch has no such client (the round then decrypts per coalition)."""
+        if some batch has no such client or the label table (``2^k`` coalitions × the
+        widest batch) exceeds what a client accepts (the round then decrypts per
+        coalition)."""
         parts = list(self.record.rounds[t].participants)
-        if len(parts) > _MAX_DERIVED:
-            return None
+        widest = max((len(b.rows) for b in self.batches), default=0)
+        if len(parts) > _MAX_DERIVED or (1 << len(parts)) * widest > _MAX_DERIVED_LABELS:
+            return None  # the decrypting client would refuse the label table's size
         out = []
         for b in self.batches:
             owners = set(self.groups[b.group])
