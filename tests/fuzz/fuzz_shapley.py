@@ -807,9 +807,10 @@ def _derived_in_flight_oracle(table: np.ndarray, mask: int, strict: bool
                               ) -> Callable[[Any], str | None]:
     """A derived evaluation returns the mask's row of a ``2^k × M`` boolean table; an
     accepted message whose content is unchanged (a framing-neutral change), whose
-    metadata alone changed (blobs intact) or that is a replay must leave the whole
-    table exactly the honest one. (A blob replaced by another in-range ciphertext or
-    share can shift values: BFV ciphertexts and shares are not authenticated.)"""
+    metadata alone changed (blobs intact; :func:`_forge_layout` for P's request) or that
+    is a replay must leave the whole table exactly the honest one. (A blob replaced by
+    another in-range ciphertext or share can shift values: BFV ciphertexts and shares
+    are not authenticated.)"""
     def check(result: Any) -> str | None:
         out, got, same = result
         if not isinstance(out, np.ndarray) or out.dtype != bool or out.shape != table[0].shape:
@@ -864,6 +865,34 @@ def _forge_terms(m: Mutator, meta: dict[str, Any], me: int) -> dict[str, Any]:
     return meta
 
 
+def _forge_layout(m: Mutator, data: bytes) -> bytes:
+    """P's derived request with its metadata rewritten as an in-flight forger could,
+    blobs intact: the pair's partner changed to another participant, the participants
+    (with their weights and singletons) consistently reordered, the weights changed, or
+    the bounds raised. Accepted, none of these may change the derived table."""
+    msg = wire.decode(data)
+    meta = dict(msg.meta)
+    parts, weights = list(meta["participants"]), list(meta["weights"])
+    terms = [list(x) for x in meta["terms"]]
+    pair = terms[-1] if len(terms[-1]) == 2 else None
+    op = m.rng.randrange(4)
+    if op == 0 and pair is not None:
+        pair[1] = m.rng.choice([c for c in parts if c not in pair] or [pair[1]])
+    elif op <= 1:
+        perm = list(range(len(parts)))
+        while perm == sorted(perm) and len(perm) > 1:
+            m.rng.shuffle(perm)
+        parts, weights = [parts[j] for j in perm], [weights[j] for j in perm]
+        me = pair[0] if pair is not None else None
+        terms = [[]] + [[c] for c in parts if c != me] + ([pair] if pair is not None else [])
+    elif op == 2:
+        weights = [v + m.rng.randrange(1, 4) for v in weights]
+    else:
+        meta["bounds"] = [b * 2 for b in meta["bounds"]]
+    meta.update(participants=parts, weights=weights, terms=terms)
+    return _encode_loose(msg.kind, meta, list(msg.blobs))
+
+
 def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     """``SecSVClient.decrypt_all`` and every message of a derived evaluation in flight."""
     reqs = w.d_requests
@@ -910,7 +939,7 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
             else:
                 mm = Mutator(random.Random(sub), w.pools)  # noqa: S311 - fuzzing
                 new = {"outsider": hostile.outsider, "meta": hostile.meta,
-                       "blob": hostile.blob}[how](mm, old)
+                       "blob": hostile.blob, "forged": _forge_layout}[how](mm, old)
             same.append(_same_message(new, old))
             return new
 
@@ -926,8 +955,10 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
         r = m.rng.random()
         how = "outsider" if r < 0.3 else "meta" if r < 0.6 else "blob" if r < 0.85 \
             else "replay"
+        if kind == "decrypt" and m.rng.random() < 0.3:
+            how = "forged"
         replay = m.rng.choice(same)
-        oracle = _derived_in_flight_oracle(table, mask, how in ("meta", "replay"))
+        oracle = _derived_in_flight_oracle(table, mask, how in ("meta", "replay", "forged"))
         return Case((mask, kind, k, how, m.rng.random(), replay), f"{kind}:{how}", oracle)
 
     flight = Target("SecSV.evaluate[derived,in-flight]", call, [("any", 1, produce)],

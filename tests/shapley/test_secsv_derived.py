@@ -297,6 +297,53 @@ def test_blocked_derivation_is_exact(monkeypatch) -> None:
     np.testing.assert_array_equal(run.derived_correct[0], want)
 
 
+def test_metadata_cannot_relabel_a_ciphertext() -> None:
+    """Regression (found reviewing what the derived in-flight target's strict oracle
+    must hold; its ``decrypt:forged`` producer reproduces it: 19 violations in 1,000
+    executions with ``--seed 1`` before the fix, 0 after): client 1's request holds the
+    pair ``{1, p}``; rewriting only the partner in the metadata to another participant
+    (blobs intact) was accepted and the client derived its coalitions from the wrong
+    singleton -- 15 of the 96 table entries changed silently on this world -- and so
+    was a consistently reordered participant list. The partner is now fixed (the first
+    other participant) and the participants must be ascending, so the term list follows
+    from the participants: both forgeries are refused, and an accepted metadata change
+    (here the weights: a positive divisor per coalition) leaves the table exact."""
+    rec, run, log = _tiny()
+    honest = fz.clone_srun(run)
+    honest.evaluate(0, 0, None)
+    table = honest.derived_correct[0]
+
+    def forge(edit):
+        def swap(data: bytes) -> bytes:
+            msg = wire.decode(data)
+            meta = dict(msg.meta)
+            if 1 in meta["terms"][-1]:
+                edit(meta)
+            return fz._encode_loose(msg.kind, meta, list(msg.blobs))  # noqa: SLF001
+        return swap
+
+    def partner(meta: dict) -> None:
+        meta["terms"] = [*meta["terms"][:-1], [1, 3]]
+
+    def reorder(meta: dict) -> None:  # participants and singletons swapped consistently
+        meta["participants"] = [3, 1, 0]
+        meta["weights"] = meta["weights"][::-1]
+        meta["terms"] = [[], [3], [0], [1, 0]]
+
+    def weights(meta: dict) -> None:  # harmless: a positive divisor per coalition
+        meta["weights"] = [w + 1 for w in meta["weights"]]
+
+    for edit in (partner, reorder):
+        r = fz.clone_srun(run)
+        r.acc.swaps = {("decrypt", k): forge(edit) for k in range(2)}
+        with pytest.raises(ProtocolError, match="pair term|participants"):
+            r.evaluate(0, 0, None)
+    r = fz.clone_srun(run)
+    r.acc.swaps = {("decrypt", k): forge(weights) for k in range(2)}
+    r.evaluate(0, 0, None)
+    np.testing.assert_array_equal(r.derived_correct[0], table)
+
+
 # ---------------------------------------------------------------- attacks from the bytes
 def test_curious_principal_reuses_a_singleton_in_a_per_coalition_request() -> None:
     """A curious P takes the ciphertext of client 3's singleton ``q_3·lin(θ_3, X_b)`` out
@@ -346,7 +393,7 @@ def test_curious_principal_reuses_a_singleton_in_a_per_coalition_request() -> No
 
 
 def test_relabelled_own_singleton_reveals_nothing_new() -> None:
-    """P swaps the pair term ``q_1·lin(θ_1, X_b) + q_3·lin(θ_3, X_b)`` of client 1's
+    """P swaps the pair term ``q_1·lin(θ_1, X_b) + q_0·lin(θ_0, X_b)`` of client 1's
     derived request for client 1's own singleton ``q_1·lin(θ_1, X_b)`` (which P can
     compute), so that client 1 decrypts its own singleton under the pair's name.
 
@@ -362,7 +409,7 @@ def test_relabelled_own_singleton_reveals_nothing_new() -> None:
     run.evaluate(0, 0, None)
     me, data = next((me, d) for me, d in _requests(log) if me == 1)
     msg = wire.decode(data)
-    assert msg.meta["terms"][-1] == [1, 3]
+    assert msg.meta["terms"][-1] == [1, 0]
     bi = msg.meta["ctx"][4]
     # q_1·lin(θ_1, X_b): P computed it for the pair (the shortcut's cache), as it can
     own = run.lin_cache[(0, "c1", bi)]
@@ -370,7 +417,7 @@ def test_relabelled_own_singleton_reveals_nothing_new() -> None:
     client = fz.clone_sclient(snap.clients[1])
     t = client.bfv.t
     pair = _segment_sum(client, msg.blobs[-1])
-    partner = _segment_sum(client, msg.blobs[msg.meta["terms"].index([3])])
+    partner = _segment_sum(client, msg.blobs[msg.meta["terms"].index([0])])
     assert np.array_equal((pair - partner) % t, _segment_sum(client, own_bytes))
     # the swap: P re-issues the request (fresh id) with its own singleton as the pair
     P = fz.clone_sserver(snap.P)

@@ -51,7 +51,9 @@ Derived decryption (``derived_decryption``, default for one-layer models with th
 exact SSVs and no SampleSkip): one decryption request per batch and round instead of one
 per coalition. P sends the batch's decrypting client ``d`` (not a batch owner) the global
 model's output, ``q_i·lin(θ_i, X_b)`` of every *other* participant and, if ``d``
-participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)``; ``d`` derives every
+participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)`` (``p`` the first other
+participant: the term list is fixed by the participants, so P's metadata alone cannot
+relabel a ciphertext); ``d`` derives every
 coalition's output exactly (``Σ_{i∈S} q_i·lin(θ_i, X_b)``, checked against P's bounds),
 predicts, and shares the ``2^k`` coalitions' labels with P and A, who reconstruct every
 ``Ŷ_S − Y`` at once. What ``d`` learns is what the paper's protocol shows a client that P
@@ -578,7 +580,14 @@ class SecSVClient:
 
     def _derived_terms(self, meta: dict[str, Any]) -> tuple[list[int], list[int], int]:
         """Check the request's participants, weights and term list; ``(participants,
-        weights, partner)`` (``partner`` -1 when this client does not participate)."""
+        weights, partner)`` (``partner`` -1 when this client does not participate).
+
+        The term list is fixed by the participants (ascending ids, as in the round's
+        record) and this client: the global model, every other participant's singleton
+        in order, and, if this client participates, the pair with the first other
+        participant. P's metadata alone therefore cannot relabel a ciphertext (a
+        reordered list or another partner is refused); the ciphertexts themselves are
+        not authenticated (see the module's threat model)."""
         parts, weights, terms = (meta.get("participants"), meta.get("weights"),
                                  meta.get("terms"))
         if not (isinstance(parts, list) and isinstance(weights, list)
@@ -586,7 +595,7 @@ class SecSVClient:
                 and len(weights) == len(parts)
                 and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < self.n
                         for c in parts)
-                and len(set(parts)) == len(parts)
+                and len(set(parts)) == len(parts) and parts == sorted(parts)
                 and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 40
                         for w in weights)):
             raise ProtocolError("malformed derived decryption request: participants")
@@ -598,10 +607,12 @@ class SecSVClient:
                 raise ProtocolError("refusing derived decryption: without a pair term "
                                     "I would decrypt my own model's output")
             pair = terms[-1]
+            # the partner is fixed (the first other participant): a relabelled partner
+            # would derive this client's coalitions from the wrong singleton, silently
             if not (isinstance(pair, list) and len(pair) == 2 and pair[0] == me
-                    and pair[1] in parts and pair[1] != me):
+                    and pair[1] == want[1][0]):
                 raise ProtocolError("malformed derived decryption request: pair term")
-            partner = int(pair[1])
+            partner = want[1][0]
             terms = terms[:-1]
         if terms != want:  # never the singleton of my own model (Prop. 6.8)
             raise ProtocolError("refusing derived decryption: the terms must be the global "
@@ -1344,8 +1355,8 @@ class _Run:
             if not eligible:
                 return None
             d = eligible[self.turn % len(eligible)]
-            others = [c for c in parts if c != d]
-            p = others[self.turn % len(others)] if d in parts else -1
+            others = [c for c in parts if c != d]  # ascending (RoundRecord)
+            p = others[0] if d in parts else -1  # the partner the client expects
             self.turn += 1
             out.append((d, p))
         return out
