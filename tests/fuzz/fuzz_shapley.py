@@ -19,7 +19,8 @@ objects, one per entry point where a role consumes another role's bytes:
   ``decrypt_all`` (mutated, replayed to the client that answered it, misrouted, or with
   its terms and batch owners forged as P could) and, in flight, every message of the
   derived evaluation of a round (``secsv/eval``, A's products, the ``decrypt-all``
-  request, the ``labels-all`` shares, A's ``label-diff-all``);
+  request, the ``labels-all`` shares, A's ``label-diff-all``); A's ``label_diff_all`` and
+  P's ``compare_all`` on their own (a metadata-only change must give the honest answer);
 * **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
   dealer's triple) and ``beaver`` (the other server's opening); the client's
   ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
@@ -265,6 +266,21 @@ class DRequest:
 
 
 @dataclass
+class DShare:
+    """A derived evaluation just before P and A read the decrypting client's label
+    shares (batch ``rows``, ``n_masks`` coalitions), with A's honest answer and the
+    honest correctness of those rows."""
+
+    run: Any
+    to_p: bytes
+    to_a: bytes
+    diff_a: bytes
+    rows: np.ndarray
+    n_masks: int
+    honest: np.ndarray  # n_masks x m
+
+
+@dataclass
 class ShapleyWorld:
     record: TrainingRecord
     sets: list[tuple[np.ndarray, np.ndarray]]
@@ -307,6 +323,7 @@ class ShapleyWorld:
     d_table: np.ndarray                # honest correctness, 2^k coalitions x samples
     d_reference: np.ndarray            # the same from per-coalition SecSV (must be equal)
     d_requests: list[DRequest]         # each decrypt-all request, the client around it
+    d_at_share: list[DShare]           # P and A before they read each batch's label shares
     # the run just before P and A read a client's shares (mask MASKS[0]): run, P's, A's
     s_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
     t_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
@@ -440,17 +457,31 @@ def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
             me = int(receiver.split(":")[1])
             befores.append((me, payload, clone_sclient(r2.clients[me])))
 
-    log.hook = hook
+    snaps: list[tuple[Any, bytes, bytes]] = []
+    share_hook = _share_snapshots(r2, clone_srun, snaps)
+
+    def hooks(sender: str, receiver: str, kind: str, payload: bytes) -> None:
+        hook(sender, receiver, kind, payload)
+        share_hook(sender, receiver, kind, payload)
+
+    log.hook = hooks
     r2.evaluate(0, 0, None)
     log.hook = None
     table = np.asarray(r2.derived_correct[0])
     requests = [DRequest(me, req, before, clone_sclient(r2.clients[me]))
                 for me, req, before in befores]
+    at_share = []
+    for snap, to_p, to_a in snaps:
+        assert snap.P.eval is not None
+        rows = snap.batches[snap.P.eval.ctx.batch].rows
+        diff_a = clone_sserver(snap.A).label_diff_all(to_a, len(rows))
+        at_share.append(DShare(snap, to_p, to_a, diff_a, rows, len(table),
+                               table[:, rows]))
     ref = sv._setup(record, sets, cfg, Accounting(), True, False)  # noqa: SLF001
     ref.upload_round(0)
     reference = np.stack([ref.evaluate(0, mask, None) for mask in range(len(table))])
     return {"d_record": record, "d_run": run, "d_log": log, "d_table": table,
-            "d_reference": reference, "d_requests": requests}
+            "d_reference": reference, "d_requests": requests, "d_at_share": at_share}
 
 
 def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
@@ -827,6 +858,36 @@ def _derived_in_flight_oracle(table: np.ndarray, mask: int, strict: bool
     return check
 
 
+def _label_diff_all_oracle(s: DShare, strict: bool) -> Callable[[Any], str | None]:
+    """A's ``label-diff-all``: ``n_masks × m`` differences; a label share whose content
+    is unchanged or whose metadata alone changed gives exactly A's honest answer."""
+    honest = wire.decode(s.diff_a).blobs
+
+    def check(out: Any) -> str | None:
+        msg = wire.decode(out)
+        if msg.meta.get("coalitions") != s.n_masks or len(msg.blobs) != 1 \
+                or len(msg.blobs[0]) != 8 * s.n_masks * len(s.rows):
+            return f"a label difference of {msg.meta.get('coalitions')!r} coalitions"
+        if strict and msg.blobs != honest:
+            return "an accepted metadata change altered A's label differences"
+        return None
+    return check
+
+
+def _compare_all_oracle(s: DShare, strict: bool) -> Callable[[Any], str | None]:
+    """P's ``compare_all``: ``n_masks × m`` booleans; with the shares' content unchanged
+    (metadata alone changed), exactly the honest rows of the table."""
+    def check(out: Any) -> str | None:
+        if not isinstance(out, np.ndarray) or out.dtype != bool \
+                or out.shape != s.honest.shape:
+            return f"compare_all returned {type(out).__name__} {getattr(out, 'shape', '')}"
+        if strict and not np.array_equal(out, s.honest):
+            return (f"an accepted metadata change altered {int((out != s.honest).sum())} "
+                    "correctness entries")
+        return None
+    return check
+
+
 def _forge_terms(m: Mutator, meta: dict[str, Any], me: int) -> dict[str, Any]:
     """What a curious P could put in a derived request's metadata to have ``me`` decrypt
     its own singleton or its own samples (the blobs are left as they are)."""
@@ -963,7 +1024,41 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
 
     flight = Target("SecSV.evaluate[derived,in-flight]", call, [("any", 1, produce)],
                     allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5)
-    return [dec, flight]
+
+    shares = w.d_at_share
+
+    def diff_call(x: tuple[DShare, bytes]) -> Any:
+        return clone_sserver(x[0].run.A).label_diff_all(x[1], len(x[0].rows))
+
+    def diff(m: Mutator) -> Case:
+        sh_ = m.rng.choice(shares)
+        data, name = hostile.any(m, sh_.to_a, [sh_.to_p] + [o.to_a for o in shares
+                                                            if o is not sh_])
+        strict = name == "meta" or _same_message(data, sh_.to_a)
+        return Case((sh_, data), name, _label_diff_all_oracle(sh_, strict))
+
+    a_diff = Target("SecSVServer.label_diff_all", diff_call, [("any", 1, diff)], weight=0.7)
+
+    def compare_call(x: tuple[DShare, bytes, bytes]) -> Any:
+        sh_, to_p, diff_a = x
+        return clone_sserver(sh_.run.P).compare_all(to_p, diff_a, sh_.rows, len(sh_.rows),
+                                                    sh_.n_masks)
+
+    def compare(m: Mutator) -> Case:
+        sh_ = m.rng.choice(shares)
+        to_p, diff_a = sh_.to_p, sh_.diff_a
+        others = [o for o in shares if o is not sh_]
+        if m.rng.random() < 0.5:
+            to_p, name = hostile.any(m, to_p, [sh_.to_a] + [o.to_p for o in others])
+            strict = name == "meta" or _same_message(to_p, sh_.to_p)
+        else:
+            diff_a, name = hostile.any(m, diff_a, [o.diff_a for o in others])
+            strict = name == "meta" or _same_message(diff_a, sh_.diff_a)
+        return Case((sh_, to_p, diff_a), name, _compare_all_oracle(sh_, strict))
+
+    p_compare = Target("SecSVServer.compare_all", compare_call, [("any", 1, compare)],
+                       weight=0.7)
+    return [dec, flight, a_diff, p_compare]
 
 
 # ---------------------------------------------------------------------- targets
@@ -973,6 +1068,7 @@ SHAPLEY_TARGETS = (
     "SecSVClient.receive_plan", "SecSVClient.decrypt_layer", "secsv._pick_fixed_point",
     "SecSVServer.receive_data", "SecSVServer.receive_model", "SecSV.evaluate[in-flight]",
     "SecSVClient.decrypt_all", "SecSV.evaluate[derived,in-flight]",
+    "SecSVServer.label_diff_all", "SecSVServer.compare_all",
     "SecretSVServer.receive_data", "SecretSVServer.receive_model",
     "SecretSVServer.open_share", "SecretSVServer.beaver", "SecretSVClient.reconstruct",
     "SecretSV.evaluate[in-flight]", "RecordingFedAvg.aggregate_train",
@@ -1367,6 +1463,21 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
             return Case((r.before, data), "sweep", _derived_oracle(r.before, data))
         return "SecSVClient.decrypt_all", meta(r.request), build
 
+    dsh = w.d_at_share[0]
+    dsh_m = meta(dsh.to_a)
+
+    def sdiff(m: dict[str, Any]) -> Case:
+        data = rebuild(dsh.to_a, m)
+        return Case((dsh, data), "sweep", _label_diff_all_oracle(dsh, True))
+
+    def scompare(which: str) -> tuple[str, dict[str, Any], MetaBuild]:
+        def build(m: dict[str, Any]) -> Case:
+            to_p = rebuild(dsh.to_p, m) if which == "P" else dsh.to_p
+            diff_a = rebuild(dsh.diff_a, m) if which == "A" else dsh.diff_a
+            return Case((dsh, to_p, diff_a), "sweep", _compare_all_oracle(dsh, True))
+        return "SecSVServer.compare_all", meta(dsh.to_p if which == "P" else dsh.diff_a), \
+            build
+
     pair = next(r for r in w.d_requests if r.me in DERIVED_PARTS)
     no_pair = next(r for r in w.d_requests if r.me not in DERIVED_PARTS)
 
@@ -1391,6 +1502,9 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
         "SecSVClient.decrypt_layer": ("SecSVClient.decrypt_layer", meta(s_req), sdecrypt),
         "SecSVClient.decrypt_all": sderived(pair),
         "SecSVClient.decrypt_all[no pair]": sderived(no_pair),
+        "SecSVServer.label_diff_all": ("SecSVServer.label_diff_all", dsh_m, sdiff),
+        "SecSVServer.compare_all[labels]": scompare("P"),
+        "SecSVServer.compare_all[label-diff]": scompare("A"),
         "secsv._pick_fixed_point": ("secsv._pick_fixed_point", meta(w.s_bounds[0]),
                                     lambda m: Case([rebuild(w.s_bounds[0], m),
                                                     *w.s_bounds[1:]], "sweep")),

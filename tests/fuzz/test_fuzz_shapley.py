@@ -85,6 +85,8 @@ CASES = ["HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step
          "HESVServer.step[predicted]", "HESVServer.step[count]", "HESVClient.decrypt_layer",
          "HESVClient.count", "SecSVClient.receive_plan", "SecSVClient.decrypt_layer",
          "SecSVClient.decrypt_all", "SecSVClient.decrypt_all[no pair]",
+         "SecSVServer.label_diff_all", "SecSVServer.compare_all[labels]",
+         "SecSVServer.compare_all[label-diff]",
          "secsv._pick_fixed_point", "SecSVServer.receive_data", "SecSVServer.receive_model",
          "SecretSVServer.receive_data", "SecretSVServer.receive_model",
          "SecretSVServer.open_share", "SecretSVClient.reconstruct"]
