@@ -2,8 +2,9 @@
 
 :func:`build_shapley_world` plays one small honest run of each protocol step by step
 (4 clients, a two-layer model ``dense(3,4,square) -> dense(4,2)``, 3 test samples per
-client, one round) and keeps every message and every role's state between steps (a few
-seconds). :func:`make_shapley_targets` turns that into :class:`~fuzz_targets.Target`
+client, one round; and for SecSV's derived decryption a one-layer record on the same data,
+:func:`tiny_derived_record`) and keeps every message and every role's state between steps
+(a few seconds). :func:`make_shapley_targets` turns that into :class:`~fuzz_targets.Target`
 objects, one per entry point where a role consumes another role's bytes:
 
 * **HESV** - the server's ``receive_data``, ``receive_model`` and ``step`` (each reply
