@@ -250,7 +250,8 @@ def _wide_request(k: int, m: int):
 
 
 def test_client_bounds_the_label_table(monkeypatch) -> None:
-    """Regression (fuzzing review of the derived mode): the client took any ``2^k × m``
+    """Regression (found reading the derived code for the fuzz campaign; the fuzz world's
+    4 clients cannot reach it): the client took any ``2^k × m``
     table P asked for -- 16 participants and a 4096-column batch (what the plan allows
     for ``d_out = 2``) meant ~12 GiB at the client (measured: 196 MiB traced at k = 10,
     772 MiB at k = 12, x2 per participant). It now refuses more than 2^22 entries before
