@@ -463,3 +463,40 @@ def test_derived_request_replayed_in_the_next_round() -> None:
             with pytest.raises(ReplayRefused, match="earlier round"):
                 fz.clone_sclient(client).decrypt_all(
                     _rebuild(data, **{RID: "ef" * 16}), Accounting())
+
+
+def test_own_samples_under_other_owners() -> None:
+    """A P that lies about a batch's owners: client 2 is asked to derive the outputs on
+    the batch of clients {2, 3} -- its own samples.
+
+    Detected: the batch named with its true owners (client 2 among them) is refused,
+    whatever the terms. Not detected -- the limit: announced as the batch of {0, 1}
+    (the context's batch index is P's to choose, and the client holds no schedule nor
+    any way to recognise its samples in the ciphertexts), the same request is
+    decrypted, and client 2 learns every participant's model output on its own samples.
+    Prop. 6.8 is enforced on what the request says; a P that lies about it is outside
+    the semi-honest model (as for per-coalition SecSV)."""
+    rec, run, log = _tiny()
+    snap = fz.clone_srun(run)
+    run.evaluate(0, 0, None)
+    bi = next(i for i, b in enumerate(run.batches) if 2 in run.groups[b.group])
+    other = next(i for i in range(len(run.batches)) if i != bi)
+    keys = ["global", "c0", "c1", "c3"]  # client 2's terms: [], [0], [1], [3]
+    blobs = [run.P.bfv.serialize(run.lin_cache[(0, k, bi)]) for k in keys]
+    parts = list(rec.rounds[0].participants)
+    q = [int(v) for v in sv.integer_weights(rec.rounds[0].weights, run.cfg.weight_bits)]
+    m = len(run.batches[bi].rows)
+    meta = {"m": m, "participants": parts, "weights": q,
+            "terms": [[]] + [[c] for c in parts], "bounds": [(run.P.bfv.t - 1) // 8] * 4,
+            "scale_bits": run.P.plan.frac_model + run.P.plan.frac_inputs[0]}
+
+    def request(batch: int, owners: list[int]) -> bytes:
+        P = fz.clone_sserver(snap.P)
+        P.open_eval(sv.ALL, batch, None)
+        return P.decrypt_all_request({**meta, "batch_owners": owners}, blobs)
+
+    with pytest.raises(ProtocolError, match="own samples"):
+        fz.clone_sclient(snap.clients[2]).decrypt_all(request(bi, [2, 3]), Accounting())
+    to_p, _ = fz.clone_sclient(snap.clients[2]).decrypt_all(request(other, [0, 1]),
+                                                            Accounting())
+    assert wire.decode(to_p).meta["coalitions"] == 2 ** len(parts)
