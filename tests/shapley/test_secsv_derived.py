@@ -5,7 +5,12 @@ singleton output and one pair with its own model, and derives every coalition's 
 itself. Tests: the FSV is bit-identical to per-coalition decryption (and to NSSV's
 utilities), one request per batch and round, what each decryptor receives (never its own
 samples, never its own model's singleton), the client's refusals, A's and P's checks of
-the all-coalition shares, and when the mode applies.
+the all-coalition shares, and when the mode applies. Then regressions from the fuzz
+campaign (``tests/fuzz/fuzz_shapley.py``: the label table's size is bounded, P's metadata
+cannot relabel a ciphertext) and attacks built from the bytes the roles receive, each
+stating what is detected and what is not (a curious P reusing a singleton in a
+per-coalition request, relabelling a client's own singleton as its pair, lying about a
+batch's owners, replaying a request in the next round).
 """
 
 from __future__ import annotations
