@@ -12,11 +12,16 @@ rejects); it exits 1 if there is any.
     python benchmarks/fuzz_decoders.py --executions 5000   # a quick look
 
 ``--part shapley`` fuzzes the secure Shapley roles instead (HESV, SecSV, SecretSV:
-``tests/fuzz/fuzz_shapley.py``, 18 targets, ``--executions`` of them, then a sweep of every
-metadata key of one message per entry point with every sweep value); its results go under
-the ``"shapley"`` key of the same JSON file, leaving the key set-up/AUC part in place.
+``tests/fuzz/fuzz_shapley.py``, the 23 targets of ``SHAPLEY_TARGETS``, ``--executions`` of
+them, then a sweep of every metadata key of one message per entry point with every sweep
+value); its results go under the ``"shapley"`` key of the same JSON file, leaving the key
+set-up/AUC part in place.
+``--target`` (repeatable) runs only the named targets and their sweep cases, stored
+under ``"shapley/<name>/<name>..."``.
 
     python benchmarks/fuzz_decoders.py --part shapley      # 50,000 executions
+    python benchmarks/fuzz_decoders.py --part shapley --executions 20000 \
+        --target SecSVClient.decrypt_all --target 'SecSV.evaluate[derived,in-flight]'
 
 ``--part pfl`` fuzzes secure Priv-PFL (``tests/fuzz/fuzz_pfl.py``: the fixed-holder key
 set-up and the client, server and decryptor steps, 17 targets), then sweeps every metadata
@@ -194,13 +199,21 @@ def main_shapley(args: argparse.Namespace, argv: list[str] | None) -> int:
     cpu0 = time.process_time()
     world = fuzz_shapley.build_shapley_world()
     targets = fuzz_shapley.make_shapley_targets(world)
+    cases = fuzz_shapley.shapley_meta_cases(world)
+    if args.target:
+        names = set(args.target)
+        unknown = names - {t.name for t in targets}
+        if unknown:
+            raise SystemExit(f"unknown targets: {sorted(unknown)}")
+        targets = [t for t in targets if t.name in names]
+        cases = {c: v for c, v in cases.items() if v[0] in names}
     print(f"corpus: HESV, SecSV and SecretSV runs, {len(world.pools.messages)} messages, "
           f"{len(targets)} targets ({world.build_seconds:.1f} s)", file=sys.stderr)
     report = fuzz_targets.run(world, targets, executions=args.executions, seed=args.seed,
                               slow_seconds=args.slow,
                               progress=lambda line: print(line, file=sys.stderr))
-    return _report_part(args, argv, "shapley", report,
-                        fuzz_shapley.shapley_meta_cases(world), targets, t0, cpu0, {})
+    return _report_part(args, argv, "shapley" + "".join("/" + n for n in sorted(args.target)),
+                        report, cases, targets, t0, cpu0, {})
 
 
 def table(report: fuzz_targets.Report) -> str:
@@ -230,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the key set-up and AUC decoders (default), the secure Shapley "
                     "roles or secure Priv-PFL (results under the JSON's 'shapley' or 'pfl' "
                     "key)")
+    ap.add_argument("--target", action="append", default=[],
+                    help="--part shapley: only this target (repeat for several), e.g. "
+                    "'SecSV.evaluate[derived,in-flight]'")
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="--part pfl: stop the schedule after this long (0: no limit)")
     args = ap.parse_args(argv)

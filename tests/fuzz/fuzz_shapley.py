@@ -2,8 +2,9 @@
 
 :func:`build_shapley_world` plays one small honest run of each protocol step by step
 (4 clients, a two-layer model ``dense(3,4,square) -> dense(4,2)``, 3 test samples per
-client, one round) and keeps every message and every role's state between steps (a few
-seconds). :func:`make_shapley_targets` turns that into :class:`~fuzz_targets.Target`
+client, one round; and for SecSV's derived decryption a one-layer record on the same data,
+:func:`tiny_derived_record`) and keeps every message and every role's state between steps
+(a few seconds). :func:`make_shapley_targets` turns that into :class:`~fuzz_targets.Target`
 objects, one per entry point where a role consumes another role's bytes:
 
 * **HESV** - the server's ``receive_data``, ``receive_model`` and ``step`` (each reply
@@ -14,6 +15,13 @@ objects, one per entry point where a role consumes another role's bytes:
   inside one evaluation (messages substituted in flight), P's evaluation announcement to
   A, A's encrypted products to P, the decryption request to the client, its re-shares and
   label shares to P and A, A's label difference;
+* **SecSV, derived decryption** (a one-layer model ``dense(3,2)``, participants 0, 1, 3 of
+  the same 4 clients, so that one batch's decryptor does not participate) - the client's
+  ``decrypt_all`` (mutated, replayed to the client that answered it, misrouted, or with
+  its terms and batch owners forged as P could) and, in flight, every message of the
+  derived evaluation of a round (``secsv/eval``, A's products, the ``decrypt-all``
+  request, the ``labels-all`` shares, A's ``label-diff-all``); A's ``label_diff_all`` and
+  P's ``compare_all`` on their own (a metadata-only change must give the honest answer);
 * **SecretSV** - P's and A's ``receive_data``, ``receive_model``, ``open_share`` (the
   dealer's triple) and ``beaver`` (the other server's opening); the client's
   ``reconstruct``; inside one evaluation, every message (triples, openings, outputs,
@@ -31,9 +39,11 @@ message of another step, evaluation or role -- since messages are bound to their
 evaluation in flight), and P and A are snapshotted mid-evaluation where a decoder needs
 that state (a first Beaver product; just before they read a client's shares). Oracles
 check what must hold when a hostile message is accepted: a client never decrypts against
-Prop. 6.8's rules for itself, the HESV server's counts stay within the batch and nothing
-is counted twice, a model is never stored under a key its message does not own, and an
-evaluation returns one boolean per sample.
+Prop. 6.8's rules for itself (with derived decryption: never its own samples, never its own
+model's singleton, never a batch or request twice), the HESV server's counts stay within
+the batch and nothing is counted twice, a model is never stored under a key its message
+does not own, and an evaluation returns one boolean per sample (a derived one, the honest
+table of every coalition when only metadata changed or a message was replayed).
 """
 
 from __future__ import annotations
@@ -122,6 +132,30 @@ def _tiny_record() -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]
     sets = [(rng.normal(size=(3, 3)), rng.integers(0, 2, 3).astype(np.int64))
             for _ in range(N_CLIENTS)]
     return record, sets
+
+
+#: Participants of the derived-decryption record. A one-layer model groups the 4 clients
+#: in pairs ({0, 1}, {2, 3}); client 2 does not participate, so the batch of {0, 1} goes
+#: to client 2 without a pair term and the batch of {2, 3} to client 1 with one.
+DERIVED_PARTS = (0, 1, 3)
+
+
+def tiny_derived_record(sets: Sequence[tuple[np.ndarray, np.ndarray]], rounds: int = 1
+                        ) -> TrainingRecord:
+    """A one-layer (logistic-like) record on the tiny world's data: ``dense(3, 2)``,
+    participants :data:`DERIVED_PARTS` with weights 1, 2, 3 in every round -- what
+    SecSV's derived decryption applies to."""
+    rng = np.random.default_rng(13)
+    spec = ModelSpec("tiny1", (LayerSpec.dense(3, 2),))
+    assert all(x.shape[1] == spec.in_features for x, _ in sets)
+    rnds = []
+    glob = spec.init_params(rng)
+    for _ in range(rounds):
+        local = tuple(spec.init_params(rng) for _ in DERIVED_PARTS)
+        rnds.append(RoundRecord(glob, DERIVED_PARTS, local,
+                                np.arange(1.0, len(DERIVED_PARTS) + 1.0)))
+        glob = spec.init_params(rng)
+    return TrainingRecord(spec, N_CLIENTS, tuple(rnds), glob)
 
 
 # ---------------------------------------------------------------------- cloning roles
@@ -222,6 +256,32 @@ class HRequest:
 
 
 @dataclass
+class DRequest:
+    """A derived decryption request and its client just before and just after it
+    answered (the latter must refuse it again)."""
+
+    me: int
+    request: bytes
+    before: Any
+    after: Any
+
+
+@dataclass
+class DShare:
+    """A derived evaluation just before P and A read the decrypting client's label
+    shares (batch ``rows``, ``n_masks`` coalitions), with A's honest answer and the
+    honest correctness of those rows."""
+
+    run: Any
+    to_p: bytes
+    to_a: bytes
+    diff_a: bytes
+    rows: np.ndarray
+    n_masks: int
+    honest: np.ndarray  # n_masks x m
+
+
+@dataclass
 class ShapleyWorld:
     record: TrainingRecord
     sets: list[tuple[np.ndarray, np.ndarray]]
@@ -257,6 +317,14 @@ class ShapleyWorld:
     t_server_empty: Any
     t_eval: dict[int, tuple[Recorder, np.ndarray]]
     t_open: tuple[Any, Any, bytes, bytes]  # P and A in a first layer, and its triples
+    # SecSV with derived decryption (one-layer record, participants DERIVED_PARTS)
+    d_record: TrainingRecord
+    d_run: Any                         # the round's models uploaded, nothing evaluated
+    d_log: Recorder                    # every message of the round's derived evaluation
+    d_table: np.ndarray                # honest correctness, 2^k coalitions x samples
+    d_reference: np.ndarray            # the same from per-coalition SecSV (must be equal)
+    d_requests: list[DRequest]         # each decrypt-all request, the client around it
+    d_at_share: list[DShare]           # P and A before they read each batch's label shares
     # the run just before P and A read a client's shares (mask MASKS[0]): run, P's, A's
     s_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
     t_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
@@ -373,6 +441,50 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
             "s_foreign_ct": foreign, "s_at_share": at_share}
 
 
+def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """A derived-decryption SecSV run of round 0 (all coalitions at once, one request per
+    batch), the per-coalition run of the same record as a reference, and every
+    ``decrypt-all`` request with its client just before and after answering it."""
+    record = tiny_derived_record(sets)
+    cfg = sv.SecSVConfig().check()
+    run = sv._setup(record, sets, cfg, Recorder(keep=False), True, True)  # noqa: SLF001
+    run.upload_round(0)
+    r2 = clone_srun(run)
+    r2.acc = log = Recorder()
+    befores: list[tuple[int, bytes, Any]] = []
+
+    def hook(sender: str, receiver: str, kind: str, payload: bytes) -> None:
+        if kind == "decrypt":
+            me = int(receiver.split(":")[1])
+            befores.append((me, payload, clone_sclient(r2.clients[me])))
+
+    snaps: list[tuple[Any, bytes, bytes]] = []
+    share_hook = _share_snapshots(r2, clone_srun, snaps)
+
+    def hooks(sender: str, receiver: str, kind: str, payload: bytes) -> None:
+        hook(sender, receiver, kind, payload)
+        share_hook(sender, receiver, kind, payload)
+
+    log.hook = hooks
+    r2.evaluate(0, 0, None)
+    log.hook = None
+    table = np.asarray(r2.derived_correct[0])
+    requests = [DRequest(me, req, before, clone_sclient(r2.clients[me]))
+                for me, req, before in befores]
+    at_share = []
+    for snap, to_p, to_a in snaps:
+        assert snap.P.eval is not None
+        rows = snap.batches[snap.P.eval.ctx.batch].rows
+        diff_a = clone_sserver(snap.A).label_diff_all(to_a, len(rows))
+        at_share.append(DShare(snap, to_p, to_a, diff_a, rows, len(table),
+                               table[:, rows]))
+    ref = sv._setup(record, sets, cfg, Accounting(), True, False)  # noqa: SLF001
+    ref.upload_round(0)
+    reference = np.stack([ref.evaluate(0, mask, None) for mask in range(len(table))])
+    return {"d_record": record, "d_run": run, "d_log": log, "d_table": table,
+            "d_reference": reference, "d_requests": requests, "d_at_share": at_share}
+
+
 def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
               ) -> dict[str, Any]:
     rec = Recorder()
@@ -426,6 +538,7 @@ def build_shapley_world() -> ShapleyWorld:
     parts.update(_hesv(record, sets))
     parts.update(_secsv(record, sets))
     parts.update(_secretsv(record, sets))
+    parts.update(_secsv_derived(sets))
     world = ShapleyWorld(record, sets, **parts)
     pools = world.pools
     for m in (world.h_data + [b for _, b in world.h_models] + [s.reply for s in world.h_steps]
@@ -433,7 +546,8 @@ def build_shapley_world() -> ShapleyWorld:
               + world.s_data_p[:1] + world.s_models[:2] + world.t_data_p[:1]
               + world.t_models_p[:2]):
         pools.add_message(m)
-    for log, _ in list(world.s_eval.values()) + list(world.t_eval.values()):
+    logs = [log for log, _ in list(world.s_eval.values()) + list(world.t_eval.values())]
+    for log in logs + [world.d_log]:
         for _, _, _, p in log.log:
             if len(p) < 1 << 18:
                 pools.add_message(p)
@@ -682,12 +796,280 @@ def _tmodel_oracle(stored_before: set[Any]) -> Callable[[Any], str | None]:
     return check
 
 
+def _derived_oracle(before: Any, request: bytes) -> Callable[[Any], str | None]:
+    """SecSV derived decryption: what the client must have refused, from the request's own
+    metadata and the client's memory before it (Prop. 6.8: never its own samples, never
+    its own model's singleton; each request id and each batch of a round once, no
+    earlier round), and the shape of the label shares it sent."""
+    meta = _meta_of(request) or {}
+    me = before.index
+    ctx = meta.get("ctx")
+    rnd, batch = (ctx[2], ctx[4]) if isinstance(ctx, list) and len(ctx) == 7 else (None, None)
+    seen = before._seen.get((rnd, sv.ALL, batch), set()) if (  # noqa: SLF001
+        isinstance(rnd, int) and isinstance(batch, int)) else set()
+    answered = isinstance(meta.get("rid"), str) and meta["rid"] in before._answered  # noqa: SLF001
+    earlier = isinstance(rnd, int) and rnd < before._round  # noqa: SLF001
+
+    def check(out: Any) -> str | None:
+        owners, terms = meta.get("batch_owners"), meta.get("terms")
+        if isinstance(owners, list) and me in owners:
+            return "decrypted the outputs of a batch of its own samples"
+        if isinstance(terms, list) and any(isinstance(x, list) and len(x) == 1
+                                           and x[0] == me for x in terms):
+            return "decrypted its own model's singleton output"
+        if answered:
+            return "answered a request id twice"
+        if 0 in seen:
+            return f"decrypted batch {batch} of round {rnd} twice"
+        if earlier:
+            return f"decrypted a request of round {rnd} after a later round"
+        parts = meta.get("participants")
+        want = 1 << len(parts) if isinstance(parts, list) else None
+        for data in out:
+            got = wire.decode(data)
+            k, m = got.meta.get("coalitions"), meta.get("m")
+            if k != want or len(got.blobs) != 1 or not isinstance(m, int) \
+                    or len(got.blobs[0]) != 8 * k * m:
+                return f"labels of {k!r} coalitions for {want!r} ({len(got.blobs)} blobs)"
+        return None
+    return check
+
+
+def _derived_in_flight_oracle(table: np.ndarray, mask: int, strict: bool
+                              ) -> Callable[[Any], str | None]:
+    """A derived evaluation returns the mask's row of a ``2^k × M`` boolean table; an
+    accepted message whose content is unchanged (a framing-neutral change), whose
+    metadata alone changed (blobs intact; :func:`_forge_layout` for P's request) or that
+    is a replay must leave the whole table exactly the honest one. (A blob replaced by
+    another in-range ciphertext or share can shift values: BFV ciphertexts and shares
+    are not authenticated.)"""
+    def check(result: Any) -> str | None:
+        out, got, same = result
+        if not isinstance(out, np.ndarray) or out.dtype != bool or out.shape != table[0].shape:
+            return f"an evaluation returned {type(out).__name__} {getattr(out, 'shape', '')}"
+        if got is None or got.shape != table.shape or got.dtype != bool:
+            return "no derived table of every coalition"
+        if not np.array_equal(out, got[mask]):
+            return "the evaluation's result is not its coalition's row of the table"
+        if (strict or any(same)) and not np.array_equal(got, table):
+            return (f"an accepted {'message' if strict else 'same message'} changed the "
+                    f"derived table silently: {int((got != table).sum())} of {table.size} "
+                    "entries differ")
+        return None
+    return check
+
+
+def _label_diff_all_oracle(s: DShare, strict: bool) -> Callable[[Any], str | None]:
+    """A's ``label-diff-all``: ``n_masks × m`` differences; a label share whose content
+    is unchanged or whose metadata alone changed gives exactly A's honest answer."""
+    honest = wire.decode(s.diff_a).blobs
+
+    def check(out: Any) -> str | None:
+        msg = wire.decode(out)
+        if msg.meta.get("coalitions") != s.n_masks or len(msg.blobs) != 1 \
+                or len(msg.blobs[0]) != 8 * s.n_masks * len(s.rows):
+            return f"a label difference of {msg.meta.get('coalitions')!r} coalitions"
+        if strict and msg.blobs != honest:
+            return "an accepted metadata change altered A's label differences"
+        return None
+    return check
+
+
+def _compare_all_oracle(s: DShare, strict: bool) -> Callable[[Any], str | None]:
+    """P's ``compare_all``: ``n_masks × m`` booleans; with the shares' content unchanged
+    (metadata alone changed), exactly the honest rows of the table."""
+    def check(out: Any) -> str | None:
+        if not isinstance(out, np.ndarray) or out.dtype != bool \
+                or out.shape != s.honest.shape:
+            return f"compare_all returned {type(out).__name__} {getattr(out, 'shape', '')}"
+        if strict and not np.array_equal(out, s.honest):
+            return (f"an accepted metadata change altered {int((out != s.honest).sum())} "
+                    "correctness entries")
+        return None
+    return check
+
+
+def _forge_terms(m: Mutator, meta: dict[str, Any], me: int) -> dict[str, Any]:
+    """What a curious P could put in a derived request's metadata to have ``me`` decrypt
+    its own singleton or its own samples (the blobs are left as they are)."""
+    meta = dict(meta)
+    terms = [list(x) for x in meta.get("terms", [])]
+    parts = list(meta.get("participants", []))
+    op = m.rng.randrange(9)
+    if op == 0 and len(terms) > 1:  # another's singleton replaced by mine
+        terms[m.rng.randrange(1, len(terms))] = [me]
+    elif op == 1:  # mine added
+        terms.insert(m.rng.randrange(1, len(terms) + 1), [me])
+    elif op == 2 and terms and len(terms[-1]) == 2:  # the pair reduced to me
+        terms[-1] = [me]
+    elif op == 3 and terms and len(terms[-1]) == 2:  # the pair reversed or doubled
+        terms[-1] = m.rng.choice(([terms[-1][1], me], [me, me], [me, terms[-1][1], me]))
+    elif op == 4:  # I become a participant (or stop being one) with the same terms
+        parts = parts + [me] if me not in parts else [c for c in parts if c != me]
+        meta["weights"] = [1] * len(parts)
+    elif op == 5:  # my samples in the batch
+        meta["batch_owners"] = m.rng.choice(([me], [*meta.get("batch_owners", []), me],
+                                             [me, *meta.get("batch_owners", [])]))
+    elif op == 6:  # the participants reordered so that my model takes another's place
+        if len(parts) > 1:
+            i = m.rng.randrange(len(parts) - 1)
+            parts[i], parts[i + 1] = parts[i + 1], parts[i]
+    elif op == 7:  # no pair although I participate
+        if me not in parts:
+            parts.append(me)
+            meta["weights"] = [*meta.get("weights", []), 1]
+        terms = [x for x in terms if len(x) < 2]
+    else:  # the pair with a partner that is not a participant (or me twice)
+        if terms and len(terms[-1]) == 2:
+            terms[-1] = [me, m.rng.choice([c for c in range(N_CLIENTS + 1)
+                                           if c not in parts] or [me])]
+    meta["terms"], meta["participants"] = terms, parts
+    return meta
+
+
+def _forge_layout(m: Mutator, data: bytes) -> bytes:
+    """P's derived request with its metadata rewritten as an in-flight forger could,
+    blobs intact: the pair's partner changed to another participant, the participants
+    (with their weights and singletons) consistently reordered, the weights changed, or
+    the bounds raised. Accepted, none of these may change the derived table."""
+    msg = wire.decode(data)
+    meta = dict(msg.meta)
+    parts, weights = list(meta["participants"]), list(meta["weights"])
+    terms = [list(x) for x in meta["terms"]]
+    pair = terms[-1] if len(terms[-1]) == 2 else None
+    op = m.rng.randrange(4)
+    if op == 0 and pair is not None:
+        pair[1] = m.rng.choice([c for c in parts if c not in pair] or [pair[1]])
+    elif op <= 1:
+        perm = list(range(len(parts)))
+        while perm == sorted(perm) and len(perm) > 1:
+            m.rng.shuffle(perm)
+        parts, weights = [parts[j] for j in perm], [weights[j] for j in perm]
+        me = pair[0] if pair is not None else None
+        terms = [[]] + [[c] for c in parts if c != me] + ([pair] if pair is not None else [])
+    elif op == 2:
+        weights = [v + m.rng.randrange(1, 4) for v in weights]
+    else:
+        meta["bounds"] = [b * 2 for b in meta["bounds"]]
+    meta.update(participants=parts, weights=weights, terms=terms)
+    return _encode_loose(msg.kind, meta, list(msg.blobs))
+
+
+def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
+    """``SecSVClient.decrypt_all`` and every message of a derived evaluation in flight."""
+    reqs = w.d_requests
+    run = w.d_run
+
+    def decrypt(m: Mutator) -> Case:
+        r = m.rng.choice(reqs)
+        client, data = r.before, r.request
+        op = m.rng.random()
+        if op < 0.55:
+            data, name = hostile.any(m, r.request, [x.request for x in reqs if x is not r])
+        elif op < 0.7:  # P's forgeries of terms, participants, owners
+            meta = _forge_terms(m, dict(wire.decode(r.request).meta), r.me)
+            data, name = _encode_loose("secsv/decrypt-all", meta,
+                                       list(wire.decode(r.request).blobs)), "forged"
+        elif op < 0.85:  # the honest request again, to the client that answered it
+            client, name = r.after, "replayed"
+            if m.rng.random() < 0.5:  # with a fresh id (P re-issues it)
+                meta = dict(wire.decode(r.request).meta)
+                meta["rid"] = m.rng.randbytes(16).hex()
+                data, name = _encode_loose("secsv/decrypt-all", meta,
+                                           list(wire.decode(r.request).blobs)), "re-issued"
+        else:  # an honest request to another client (a batch owner or a participant)
+            me = m.rng.choice([c for c in range(N_CLIENTS) if c != r.me])
+            client, name = clone_sclient(run.clients[me]), "misrouted"
+        return Case((client, data), name, _derived_oracle(client, data))
+
+    dec = Target("SecSVClient.decrypt_all",
+                 lambda x: clone_sclient(x[0]).decrypt_all(x[1], Accounting()),
+                 [("any", 1, decrypt)], allowed=(ProtocolError, sh.FixedPointOverflow),
+                 weight=1.5)
+
+    log, table = w.d_log, w.d_table
+    kinds = sorted({k for _, _, k, _ in log.log})
+
+    def call(x: tuple[int, str, int, str, float, bytes]) -> Any:
+        mask, kind, k, how, sub, replay = x
+        r = clone_srun(run)
+        same: list[bool] = []
+
+        def swap(old: bytes) -> bytes:
+            if how == "replay":
+                new = replay
+            else:
+                mm = Mutator(random.Random(sub), w.pools)  # noqa: S311 - fuzzing
+                new = {"outsider": hostile.outsider, "meta": hostile.meta,
+                       "blob": hostile.blob, "forged": _forge_layout}[how](mm, old)
+            same.append(_same_message(new, old))
+            return new
+
+        r.acc.swap = (kind, k, swap)
+        out = r.evaluate(0, mask, None)
+        return out, r.derived_correct.get(0), same
+
+    def produce(m: Mutator) -> Case:
+        mask = m.rng.randrange(len(table))
+        kind = m.rng.choice(kinds)
+        same = [p for _, _, k2, p in log.log if k2 == kind]
+        k = m.rng.randrange(len(same))
+        r = m.rng.random()
+        how = "outsider" if r < 0.3 else "meta" if r < 0.6 else "blob" if r < 0.85 \
+            else "replay"
+        if kind == "decrypt" and m.rng.random() < 0.3:
+            how = "forged"
+        replay = m.rng.choice(same)
+        oracle = _derived_in_flight_oracle(table, mask, how in ("meta", "replay", "forged"))
+        return Case((mask, kind, k, how, m.rng.random(), replay), f"{kind}:{how}", oracle)
+
+    flight = Target("SecSV.evaluate[derived,in-flight]", call, [("any", 1, produce)],
+                    allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5)
+
+    shares = w.d_at_share
+
+    def diff_call(x: tuple[DShare, bytes]) -> Any:
+        return clone_sserver(x[0].run.A).label_diff_all(x[1], len(x[0].rows))
+
+    def diff(m: Mutator) -> Case:
+        sh_ = m.rng.choice(shares)
+        data, name = hostile.any(m, sh_.to_a, [sh_.to_p] + [o.to_a for o in shares
+                                                            if o is not sh_])
+        strict = name == "meta" or _same_message(data, sh_.to_a)
+        return Case((sh_, data), name, _label_diff_all_oracle(sh_, strict))
+
+    a_diff = Target("SecSVServer.label_diff_all", diff_call, [("any", 1, diff)], weight=0.7)
+
+    def compare_call(x: tuple[DShare, bytes, bytes]) -> Any:
+        sh_, to_p, diff_a = x
+        return clone_sserver(sh_.run.P).compare_all(to_p, diff_a, sh_.rows, len(sh_.rows),
+                                                    sh_.n_masks)
+
+    def compare(m: Mutator) -> Case:
+        sh_ = m.rng.choice(shares)
+        to_p, diff_a = sh_.to_p, sh_.diff_a
+        others = [o for o in shares if o is not sh_]
+        if m.rng.random() < 0.5:
+            to_p, name = hostile.any(m, to_p, [sh_.to_a] + [o.to_p for o in others])
+            strict = name == "meta" or _same_message(to_p, sh_.to_p)
+        else:
+            diff_a, name = hostile.any(m, diff_a, [o.diff_a for o in others])
+            strict = name == "meta" or _same_message(diff_a, sh_.diff_a)
+        return Case((sh_, to_p, diff_a), name, _compare_all_oracle(sh_, strict))
+
+    p_compare = Target("SecSVServer.compare_all", compare_call, [("any", 1, compare)],
+                       weight=0.7)
+    return [dec, flight, a_diff, p_compare]
+
+
 # ---------------------------------------------------------------------- targets
 SHAPLEY_TARGETS = (
     "HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step",
     "HESVClient.decrypt_layer", "HESVClient.count", "HESVClient.handle",
     "SecSVClient.receive_plan", "SecSVClient.decrypt_layer", "secsv._pick_fixed_point",
     "SecSVServer.receive_data", "SecSVServer.receive_model", "SecSV.evaluate[in-flight]",
+    "SecSVClient.decrypt_all", "SecSV.evaluate[derived,in-flight]",
+    "SecSVServer.label_diff_all", "SecSVServer.compare_all",
     "SecretSVServer.receive_data", "SecretSVServer.receive_model",
     "SecretSVServer.open_share", "SecretSVServer.beaver", "SecretSVClient.reconstruct",
     "SecretSV.evaluate[in-flight]", "RecordingFedAvg.aggregate_train",
@@ -920,6 +1302,9 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     targets.append(Target("SecSV.evaluate[in-flight]", call, [("any", 1, produce)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
 
+    # -- SecSV, derived decryption ----------------------------------------------------------
+    targets += derived_targets(w, hs)
+
     # -- SecretSV servers ------------------------------------------------------------------
     trun = w.t_run
 
@@ -1073,6 +1458,30 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
         return Case((t_me, rebuild(t_p, m), rebuild(t_a, m)), "sweep",
                     _decryptor_oracle(t_me, m, n_layers))
 
+    def sderived(r: DRequest) -> tuple[str, dict[str, Any], MetaBuild]:
+        def build(m: dict[str, Any]) -> Case:
+            data = rebuild(r.request, m)
+            return Case((r.before, data), "sweep", _derived_oracle(r.before, data))
+        return "SecSVClient.decrypt_all", meta(r.request), build
+
+    dsh = w.d_at_share[0]
+    dsh_m = meta(dsh.to_a)
+
+    def sdiff(m: dict[str, Any]) -> Case:
+        data = rebuild(dsh.to_a, m)
+        return Case((dsh, data), "sweep", _label_diff_all_oracle(dsh, True))
+
+    def scompare(which: str) -> tuple[str, dict[str, Any], MetaBuild]:
+        def build(m: dict[str, Any]) -> Case:
+            to_p = rebuild(dsh.to_p, m) if which == "P" else dsh.to_p
+            diff_a = rebuild(dsh.diff_a, m) if which == "A" else dsh.diff_a
+            return Case((dsh, to_p, diff_a), "sweep", _compare_all_oracle(dsh, True))
+        return "SecSVServer.compare_all", meta(dsh.to_p if which == "P" else dsh.diff_a), \
+            build
+
+    pair = next(r for r in w.d_requests if r.me in DERIVED_PARTS)
+    no_pair = next(r for r in w.d_requests if r.me not in DERIVED_PARTS)
+
     def smodel(m: dict[str, Any]) -> Case:
         data = rebuild(sm, m)
         return Case(data, "sweep", _model_key_oracle(set(), lambda d: (
@@ -1092,6 +1501,11 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
         "SecSVClient.receive_plan": ("SecSVClient.receive_plan", meta(w.s_plan),
                                      lambda m: Case((0, rebuild(w.s_plan, m)), "sweep")),
         "SecSVClient.decrypt_layer": ("SecSVClient.decrypt_layer", meta(s_req), sdecrypt),
+        "SecSVClient.decrypt_all": sderived(pair),
+        "SecSVClient.decrypt_all[no pair]": sderived(no_pair),
+        "SecSVServer.label_diff_all": ("SecSVServer.label_diff_all", dsh_m, sdiff),
+        "SecSVServer.compare_all[labels]": scompare("P"),
+        "SecSVServer.compare_all[label-diff]": scompare("A"),
         "secsv._pick_fixed_point": ("secsv._pick_fixed_point", meta(w.s_bounds[0]),
                                     lambda m: Case([rebuild(w.s_bounds[0], m),
                                                     *w.s_bounds[1:]], "sweep")),

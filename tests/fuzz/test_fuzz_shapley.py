@@ -40,6 +40,15 @@ def test_world_is_honest(shapley_world: ShapleyWorld) -> None:
         t_ok = shapley_world.t_eval[mask][1]
         np.testing.assert_array_equal(s_ok, t_ok)
         assert shapley_world.h_counts[mask] == int(s_ok.sum())
+    # derived decryption: every coalition of the round, exactly per-coalition SecSV's
+    # results, from one request per batch
+    table = shapley_world.d_table
+    assert table.shape == (2 ** len(shapley_world.d_record.rounds[0].participants),
+                           sum(len(y) for _, y in shapley_world.sets))
+    np.testing.assert_array_equal(table, shapley_world.d_reference)
+    assert 0 < table.sum() < table.size  # some right, some wrong: a swap would show
+    kinds = [k for _, _, k, _ in shapley_world.d_log.log]
+    assert kinds.count("decrypt") == len(shapley_world.d_requests) == 2
 
 
 @pytest.mark.parametrize("name", SHAPLEY_TARGETS)
@@ -75,6 +84,9 @@ def _variants(valid: dict[str, Any], values: tuple[Any, ...]) -> list[tuple[str,
 CASES = ["HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step[activated]",
          "HESVServer.step[predicted]", "HESVServer.step[count]", "HESVClient.decrypt_layer",
          "HESVClient.count", "SecSVClient.receive_plan", "SecSVClient.decrypt_layer",
+         "SecSVClient.decrypt_all", "SecSVClient.decrypt_all[no pair]",
+         "SecSVServer.label_diff_all", "SecSVServer.compare_all[labels]",
+         "SecSVServer.compare_all[label-diff]",
          "secsv._pick_fixed_point", "SecSVServer.receive_data", "SecSVServer.receive_model",
          "SecretSVServer.receive_data", "SecretSVServer.receive_model",
          "SecretSVServer.open_share", "SecretSVClient.reconstruct"]

@@ -5,7 +5,12 @@ singleton output and one pair with its own model, and derives every coalition's 
 itself. Tests: the FSV is bit-identical to per-coalition decryption (and to NSSV's
 utilities), one request per batch and round, what each decryptor receives (never its own
 samples, never its own model's singleton), the client's refusals, A's and P's checks of
-the all-coalition shares, and when the mode applies.
+the all-coalition shares, and when the mode applies. Then regressions from the fuzz
+campaign (``tests/fuzz/fuzz_shapley.py``: the label table's size is bounded, P's metadata
+cannot relabel a ciphertext) and attacks built from the bytes the roles receive, each
+stating what is detected and what is not (a curious P reusing a singleton in a
+per-coalition request, relabelling a client's own singleton as its pair, lying about a
+batch's owners, replaying a request in the next round).
 """
 
 from __future__ import annotations
@@ -189,3 +194,314 @@ def test_when_derived_applies(logistic, digits_small) -> None:
     assert res.accounting is not None
     kinds = {k for (_s, _r, k) in res.accounting.messages}
     assert "decrypt" in kinds
+
+
+# ---------------------------------------------------------------- the tiny derived world
+def _tiny(rounds: int = 1, derived: bool = True):
+    """The fuzz world's one-layer record (4 clients, participants 0, 1, 3; batches of
+    clients {0, 1} and {2, 3}), set up with round 0's models uploaded."""
+    _rec, sets = fz._tiny_record()  # noqa: SLF001
+    rec = fz.tiny_derived_record(sets, rounds)
+    log = fz.Recorder()
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), log, True, derived)  # noqa: SLF001
+    run.upload_round(0)
+    return rec, run, log
+
+
+def _requests(log) -> list[tuple[int, bytes]]:
+    return [(int(r.split(":")[1]), p) for _s, r, k, p in log.log if k == "decrypt"]
+
+
+def _segment_sum(client, ct_bytes: bytes) -> np.ndarray:
+    """What ``client`` reads from a ciphertext of a one-layer request: the fold segments'
+    sum (P's masks cancel in it)."""
+    plan = client.plan
+    lp = plan.layers[0]
+    seg = lp.d_out * plan.width
+    slots = client.bfv.decrypt(client.bfv.deserialize(ct_bytes, low=True))
+    return slots[:lp.fold * seg].reshape(lp.fold, seg).astype(object).sum(axis=0) % \
+        client.bfv.t
+
+
+# ---------------------------------------------------------------- regressions (fuzzing)
+def _wide_request(k: int, m: int):
+    """A client of ``k + 2`` and a derived request with ``k`` participants and ``m``
+    samples (the widest batch a plan of ``slots / d_out`` columns allows): the label
+    table a hostile or careless P can ask for."""
+    import secrets as _secrets
+
+    from fedsec.crypto.bfv import BFVContext
+    from fedsec.learning.model import LayerSpec, ModelSpec
+    from fedsec.shapley.binding import Context, bind, new_request_id
+
+    n, cfg = k + 2, sv.SecSVConfig().check()
+    bfv = BFVContext.from_seed(_secrets.token_bytes(32), params=cfg.bfv, label=b"wide")
+    session = "ab" * 16
+    spec = ModelSpec("lin", (LayerSpec.dense(3, 2),))
+    client = sv.SecSVClient(n - 1, n, bfv, np.zeros((1, 3)), np.zeros(1, dtype=np.int64),
+                            spec, cfg, session=session)
+    plan = {"width": bfv.slots // 2, "frac_model": 20, "frac_inputs": [20],
+            "layers": [[2, 3, 1]]}
+    client.receive_plan(wire.encode("secsv/plan", bind(plan, Context(session, "secsv",
+                                                                     step="plan"))))
+    parts = list(range(k))
+    ct = bfv.serialize(bfv.mod_switch_down(bfv.encrypt(np.zeros(bfv.slots, np.uint64))))
+    meta = {"m": m, "batch_owners": [k], "participants": parts, "weights": [1] * k,
+            "terms": [[]] + [[c] for c in parts], "bounds": [1 << 40] * (k + 1),
+            "scale_bits": 40, "ev": new_request_id()}
+    ctx = Context(session, "secsv", 0, sv.ALL, 0, 0, "decrypt-all")
+    return client, wire.encode("secsv/decrypt-all", bind(meta, ctx, rid=new_request_id()),
+                               [ct] * (k + 1))
+
+
+def test_client_bounds_the_label_table(monkeypatch) -> None:
+    """Regression (found reading the derived code for the fuzz campaign; the fuzz world's
+    4 clients cannot reach it): the client took any ``2^k × m``
+    table P asked for -- 16 participants and a 4096-column batch (what the plan allows
+    for ``d_out = 2``) meant ~12 GiB at the client (measured: 196 MiB traced at k = 10,
+    772 MiB at k = 12, x2 per participant). It now refuses more than 2^22 entries before
+    decrypting anything."""
+    client, req = _wide_request(16, 4096)
+    with pytest.raises(ProtocolError, match="coalitions"):
+        client.decrypt_all(req, Accounting())
+    assert wire.decode(req).meta[RID] not in client._answered  # noqa: SLF001 - nothing done
+    # the cap is inclusive: a table of exactly the cap is answered, one more sample is not
+    monkeypatch.setattr(sv, "_MAX_DERIVED_LABELS", 16 * 64)
+    client, req = _wide_request(4, 64)
+    to_p, _ = client.decrypt_all(req, Accounting())
+    assert len(wire.decode(to_p).blobs[0]) == 8 * 16 * 64
+    client, req = _wide_request(4, 65)
+    with pytest.raises(ProtocolError, match="coalitions"):
+        client.decrypt_all(req, Accounting())
+
+
+def test_principal_decrypts_per_coalition_beyond_the_cap(monkeypatch) -> None:
+    """P does not ask for a table the client would refuse: the round falls back to one
+    request per coalition (same results)."""
+    rec, ref, _ = _tiny(derived=False)
+    want = [ref.evaluate(0, mask, None) for mask in range(8)]
+    widest = max(len(b.rows) for b in _tiny()[1].batches)
+    monkeypatch.setattr(sv, "_MAX_DERIVED_LABELS", 8 * widest - 1)
+    _rec, run, log = _tiny()
+    assert run._derived_plan(0) is None  # noqa: SLF001
+    for mask in range(8):
+        np.testing.assert_array_equal(run.evaluate(0, mask, None), want[mask])
+    kinds = {k for _s, _r, k, _p in log.log}
+    assert "decrypt" in kinds and not any(
+        wire.decode(p).kind == "secsv/decrypt-all" for _s, _r, k, p in log.log
+        if k == "decrypt")
+
+
+def test_blocked_derivation_is_exact(monkeypatch) -> None:
+    """The derived sums are computed in bounded blocks of coalitions; one coalition per
+    block gives the same table as per-coalition SecSV."""
+    _rec, ref, _ = _tiny(derived=False)
+    want = np.stack([ref.evaluate(0, mask, None) for mask in range(8)])
+    monkeypatch.setattr(sv, "_DERIVED_BLOCK", 1)
+    _rec, run, _ = _tiny()
+    run.evaluate(0, 0, None)
+    np.testing.assert_array_equal(run.derived_correct[0], want)
+
+
+def test_metadata_cannot_relabel_a_ciphertext() -> None:
+    """Regression (found reviewing what the derived in-flight target's strict oracle
+    must hold; its ``decrypt:forged`` producer reproduces it: 19 violations in 1,000
+    executions with ``--seed 1`` before the fix, 0 after): client 1's request holds the
+    pair ``{1, p}``; rewriting only the partner in the metadata to another participant
+    (blobs intact) was accepted and the client derived its coalitions from the wrong
+    singleton -- 15 of the 96 table entries changed silently on this world -- and so
+    was a consistently reordered participant list. The partner is now fixed (the first
+    other participant) and the participants must be ascending, so the term list follows
+    from the participants: both forgeries are refused, and an accepted metadata change
+    (here the weights: a positive divisor per coalition) leaves the table exact."""
+    rec, run, log = _tiny()
+    honest = fz.clone_srun(run)
+    honest.evaluate(0, 0, None)
+    table = honest.derived_correct[0]
+
+    def forge(edit):
+        def swap(data: bytes) -> bytes:
+            msg = wire.decode(data)
+            meta = dict(msg.meta)
+            if 1 in meta["terms"][-1]:
+                edit(meta)
+            return fz._encode_loose(msg.kind, meta, list(msg.blobs))  # noqa: SLF001
+        return swap
+
+    def partner(meta: dict) -> None:
+        meta["terms"] = [*meta["terms"][:-1], [1, 3]]
+
+    def reorder(meta: dict) -> None:  # participants and singletons swapped consistently
+        meta["participants"] = [3, 1, 0]
+        meta["weights"] = meta["weights"][::-1]
+        meta["terms"] = [[], [3], [0], [1, 0]]
+
+    def weights(meta: dict) -> None:  # harmless: a positive divisor per coalition
+        meta["weights"] = [w + 1 for w in meta["weights"]]
+
+    for edit in (partner, reorder):
+        r = fz.clone_srun(run)
+        r.acc.swaps = {("decrypt", k): forge(edit) for k in range(2)}
+        with pytest.raises(ProtocolError, match="pair term|participants"):
+            r.evaluate(0, 0, None)
+    r = fz.clone_srun(run)
+    r.acc.swaps = {("decrypt", k): forge(weights) for k in range(2)}
+    r.evaluate(0, 0, None)
+    np.testing.assert_array_equal(r.derived_correct[0], table)
+
+
+# ---------------------------------------------------------------- attacks from the bytes
+def test_curious_principal_reuses_a_singleton_in_a_per_coalition_request() -> None:
+    """A curious P takes the ciphertext of client 3's singleton ``q_3·lin(θ_3, X_b)`` out
+    of the derived request it sent client 2 and asks client 3 itself to decrypt it in a
+    per-coalition ``secsv/decrypt`` request.
+
+    Detected: the derived request sent to client 3 (its singleton is a term; refused),
+    the derived bytes at the per-coalition entry point (another kind), and the honest
+    labelling of the reused ciphertext (coalition {3}, model owner 3; Prop. 6.8,
+    refused). Not detected -- the limit: a ciphertext carries no provenance, so P
+    relabelling it as an aggregated coalition without an owner gets it decrypted (and
+    client 3 learns its own model's outputs on clients 0 and 1's samples). That needs
+    P to lie about the coalition, which the semi-honest model excludes; stopping it
+    would need authenticated ciphertexts (signed by their model owners) or a proof of
+    the linear combination."""
+    rec, run, log = _tiny()
+    snap = fz.clone_srun(run)
+    run.evaluate(0, 0, None)
+    me, data = next((me, d) for me, d in _requests(log) if me == 2)
+    msg = wire.decode(data)
+    terms, parts = msg.meta["terms"], list(rec.rounds[0].participants)
+    j = terms.index([3])
+    ct, bound = msg.blobs[j], msg.meta["bounds"][j]
+    owners, m = msg.meta["batch_owners"], msg.meta["m"]
+    assert 3 not in owners  # Prop. 6.8's other rule does not apply: only the singleton one
+    with pytest.raises(ProtocolError):  # the derived request itself, misrouted to 3
+        fz.clone_sclient(snap.clients[3]).decrypt_all(data, Accounting())
+    with pytest.raises(ProtocolError):  # the derived bytes at the per-coalition entry
+        fz.clone_sclient(snap.clients[3]).decrypt_layer(data, Accounting())
+
+    def per_coalition(mask: int, mowners: list[int]) -> bytes:
+        P = fz.clone_sserver(snap.P)
+        P.open_eval(mask, msg.meta["ctx"][4], None)
+        return P.decrypt_request({
+            "layer": 0, "m": m, "batch_owners": owners, "model_owners": mowners,
+            "previous": -1, "scale_bits": msg.meta["scale_bits"], "weight_sum": 3,
+            "bound": bound}, [ct, np.packbits(np.ones(m, dtype=bool)).tobytes()], 0)
+
+    single = 1 << parts.index(3)
+    with pytest.raises(ProtocolError, match="own|model"):  # honestly labelled: refused
+        fz.clone_sclient(snap.clients[3]).decrypt_layer(per_coalition(single, [3]),
+                                                        Accounting())
+    # relabelled as the aggregate {1, 3}: decrypted (the limit stated above)
+    to_p, _ = fz.clone_sclient(snap.clients[3]).decrypt_layer(
+        per_coalition(single | 1 << parts.index(1), []), Accounting())
+    assert wire.decode(to_p).kind == "secsv/labels"
+
+
+def test_relabelled_own_singleton_reveals_nothing_new() -> None:
+    """P swaps the pair term ``q_1·lin(θ_1, X_b) + q_0·lin(θ_0, X_b)`` of client 1's
+    derived request for client 1's own singleton ``q_1·lin(θ_1, X_b)`` (which P can
+    compute), so that client 1 decrypts its own singleton under the pair's name.
+
+    Not detected: the client cannot tell which ciphertext is which (no provenance;
+    the values stay within the pair's bound). But it learns nothing the honest request
+    does not show it: the pair minus its partner's singleton *is* its own singleton
+    (asserted on what client 1 decrypts from the honest request), as in the paper's
+    schedule that lets a client decrypt {p} and {me, p}. The swap only corrupts the
+    labels P gets back (P's own loss). The rule derived decryption enforces is on what
+    the request says: never ``[me]`` as a term (refused) and never its own samples."""
+    rec, run, log = _tiny()
+    snap = fz.clone_srun(run)
+    run.evaluate(0, 0, None)
+    me, data = next((me, d) for me, d in _requests(log) if me == 1)
+    msg = wire.decode(data)
+    assert msg.meta["terms"][-1] == [1, 0]
+    bi = msg.meta["ctx"][4]
+    # q_1·lin(θ_1, X_b): P computed it for the pair (the shortcut's cache), as it can
+    own = run.lin_cache[(0, "c1", bi)]
+    own_bytes = run.P.bfv.serialize(own)
+    client = fz.clone_sclient(snap.clients[1])
+    t = client.bfv.t
+    pair = _segment_sum(client, msg.blobs[-1])
+    partner = _segment_sum(client, msg.blobs[msg.meta["terms"].index([0])])
+    assert np.array_equal((pair - partner) % t, _segment_sum(client, own_bytes))
+    # the swap: P re-issues the request (fresh id) with its own singleton as the pair
+    P = fz.clone_sserver(snap.P)
+    P.open_eval(sv.ALL, bi, None)
+    meta = {k: v for k, v in msg.meta.items() if k not in ("ctx", RID, "ev")}
+    forged = P.decrypt_all_request(meta, [*msg.blobs[:-1], own_bytes])
+    to_p, _ = client.decrypt_all(forged, Accounting())
+    assert wire.decode(to_p).kind == "secsv/labels-all"
+    # named as what it is, the same ciphertext is refused
+    P = fz.clone_sserver(snap.P)
+    P.open_eval(sv.ALL, bi, None)
+    named = P.decrypt_all_request({**meta, "terms": [*msg.meta["terms"][:-1], [1]]},
+                                  [*msg.blobs[:-1], own_bytes])
+    with pytest.raises(ProtocolError, match="pair term"):
+        fz.clone_sclient(snap.clients[1]).decrypt_all(named, Accounting())
+
+
+def test_derived_request_replayed_in_the_next_round() -> None:
+    """Round 0's derived request delivered again in round 1 (as it was, or re-issued by P
+    with a fresh id) is refused by the client that answered it: an answered id, a round
+    earlier than one it served, or a batch of a round it already decrypted. The limit
+    (module docstring): re-bound to round 1 with a fresh id, the same ciphertexts would
+    be decrypted -- binding does not authenticate ciphertexts -- but the client then
+    sees outputs it already derived in round 0."""
+    rec, run, log = _tiny(rounds=2)
+    run.evaluate(0, 0, None)
+    reqs0 = _requests(log)
+    run.end_round(0)
+    run.upload_round(1)
+    n_log = len(log.log)
+    run.evaluate(1, 0, None)
+    served1 = {int(r.split(":")[1]) for _s, r, k, _p in log.log[n_log:] if k == "decrypt"}
+    assert reqs0 and served1
+    for me, data in reqs0:
+        client = run.clients[me]
+        with pytest.raises(ReplayRefused):
+            fz.clone_sclient(client).decrypt_all(data, Accounting())
+        with pytest.raises(ReplayRefused):  # re-issued by P with a fresh id
+            fz.clone_sclient(client).decrypt_all(_rebuild(data, **{RID: "cd" * 16}),
+                                                 Accounting())
+        if me in served1:  # a client that served round 1 refuses round 0 outright
+            with pytest.raises(ReplayRefused, match="earlier round"):
+                fz.clone_sclient(client).decrypt_all(
+                    _rebuild(data, **{RID: "ef" * 16}), Accounting())
+
+
+def test_own_samples_under_other_owners() -> None:
+    """A P that lies about a batch's owners: client 2 is asked to derive the outputs on
+    the batch of clients {2, 3} -- its own samples.
+
+    Detected: the batch named with its true owners (client 2 among them) is refused,
+    whatever the terms. Not detected -- the limit: announced as the batch of {0, 1}
+    (the context's batch index is P's to choose, and the client holds no schedule nor
+    any way to recognise its samples in the ciphertexts), the same request is
+    decrypted, and client 2 learns every participant's model output on its own samples.
+    Prop. 6.8 is enforced on what the request says; a P that lies about it is outside
+    the semi-honest model (as for per-coalition SecSV)."""
+    rec, run, log = _tiny()
+    snap = fz.clone_srun(run)
+    run.evaluate(0, 0, None)
+    bi = next(i for i, b in enumerate(run.batches) if 2 in run.groups[b.group])
+    other = next(i for i in range(len(run.batches)) if i != bi)
+    keys = ["global", "c0", "c1", "c3"]  # client 2's terms: [], [0], [1], [3]
+    blobs = [run.P.bfv.serialize(run.lin_cache[(0, k, bi)]) for k in keys]
+    parts = list(rec.rounds[0].participants)
+    q = [int(v) for v in sv.integer_weights(rec.rounds[0].weights, run.cfg.weight_bits)]
+    m = len(run.batches[bi].rows)
+    meta = {"m": m, "participants": parts, "weights": q,
+            "terms": [[]] + [[c] for c in parts], "bounds": [(run.P.bfv.t - 1) // 8] * 4,
+            "scale_bits": run.P.plan.frac_model + run.P.plan.frac_inputs[0]}
+
+    def request(batch: int, owners: list[int]) -> bytes:
+        P = fz.clone_sserver(snap.P)
+        P.open_eval(sv.ALL, batch, None)
+        return P.decrypt_all_request({**meta, "batch_owners": owners}, blobs)
+
+    with pytest.raises(ProtocolError, match="own samples"):
+        fz.clone_sclient(snap.clients[2]).decrypt_all(request(bi, [2, 3]), Accounting())
+    to_p, _ = fz.clone_sclient(snap.clients[2]).decrypt_all(request(other, [0, 1]),
+                                                            Accounting())
+    assert wire.decode(to_p).meta["coalitions"] == 2 ** len(parts)

@@ -51,7 +51,9 @@ Derived decryption (``derived_decryption``, default for one-layer models with th
 exact SSVs and no SampleSkip): one decryption request per batch and round instead of one
 per coalition. P sends the batch's decrypting client ``d`` (not a batch owner) the global
 model's output, ``q_i·lin(θ_i, X_b)`` of every *other* participant and, if ``d``
-participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)``; ``d`` derives every
+participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)`` (``p`` the first other
+participant: the term list is fixed by the participants, so P's metadata alone cannot
+relabel a ciphertext); ``d`` derives every
 coalition's output exactly (``Σ_{i∈S} q_i·lin(θ_i, X_b)``, checked against P's bounds),
 predicts, and shares the ``2^k`` coalitions' labels with P and A, who reconstruct every
 ``Ŷ_S − Y`` at once. What ``d`` learns is what the paper's protocol shows a client that P
@@ -59,10 +61,11 @@ picks to decrypt every coalition but ``{d}`` on batch ``b`` -- a schedule Prop. 
 allows (it forbids decrypting one's own samples or one's own model's *singleton*): in
 particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtracting ``{p}``
 from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
-request that asks for either. P learns the ``Ŷ_S − Y`` of every coalition, as in the exact
-protocol. With SampleSkip or an estimator the mode is off (the paper would show the client
-fewer coalitions); ``derived_decryption=False`` restores one request per coalition with
-rotating decryptors.
+request that asks for either, or a label table of more than ``2^22`` coalition × sample
+entries (P decrypts per coalition beyond it). P learns the ``Ŷ_S − Y`` of every
+coalition, as in the exact protocol. With SampleSkip or an estimator the mode is off
+(the paper would show the client fewer coalitions); ``derived_decryption=False`` restores
+one request per coalition with rotating decryptors.
 
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
 share one ciphertext (in separate slot segments), cutting model encryptions and products
@@ -168,6 +171,11 @@ EV = "ev"  # the evaluation id P issues (A and the decrypting client echo it)
 #: The coalition field of a derived evaluation: every coalition of the round at once.
 ALL = (1 << 62) - 1
 _MAX_DERIVED = 16  # participants of a round for derived decryption (2^16 coalitions)
+#: Coalitions × samples of one derived request's label table a client accepts (32 MiB per
+#: share; ~200 MiB peak at the client): P's choice of participants and batch width is
+#: bounded by the client's policy, and P decrypts per coalition beyond it.
+_MAX_DERIVED_LABELS = 1 << 22
+_DERIVED_BLOCK = 1 << 22  # int64 entries of derived sums computed at once
 
 
 # ====================================================================== configuration
@@ -572,7 +580,14 @@ class SecSVClient:
 
     def _derived_terms(self, meta: dict[str, Any]) -> tuple[list[int], list[int], int]:
         """Check the request's participants, weights and term list; ``(participants,
-        weights, partner)`` (``partner`` -1 when this client does not participate)."""
+        weights, partner)`` (``partner`` -1 when this client does not participate).
+
+        The term list is fixed by the participants (ascending ids, as in the round's
+        record) and this client: the global model, every other participant's singleton
+        in order, and, if this client participates, the pair with the first other
+        participant. P's metadata alone therefore cannot relabel a ciphertext (a
+        reordered list or another partner is refused); the ciphertexts themselves are
+        not authenticated (see the module's threat model)."""
         parts, weights, terms = (meta.get("participants"), meta.get("weights"),
                                  meta.get("terms"))
         if not (isinstance(parts, list) and isinstance(weights, list)
@@ -580,7 +595,7 @@ class SecSVClient:
                 and len(weights) == len(parts)
                 and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < self.n
                         for c in parts)
-                and len(set(parts)) == len(parts)
+                and len(set(parts)) == len(parts) and parts == sorted(parts)
                 and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 40
                         for w in weights)):
             raise ProtocolError("malformed derived decryption request: participants")
@@ -592,10 +607,12 @@ class SecSVClient:
                 raise ProtocolError("refusing derived decryption: without a pair term "
                                     "I would decrypt my own model's output")
             pair = terms[-1]
+            # the partner is fixed (the first other participant): a relabelled partner
+            # would derive this client's coalitions from the wrong singleton, silently
             if not (isinstance(pair, list) and len(pair) == 2 and pair[0] == me
-                    and pair[1] in parts and pair[1] != me):
+                    and pair[1] == want[1][0]):
                 raise ProtocolError("malformed derived decryption request: pair term")
-            partner = int(pair[1])
+            partner = want[1][0]
             terms = terms[:-1]
         if terms != want:  # never the singleton of my own model (Prop. 6.8)
             raise ProtocolError("refusing derived decryption: the terms must be the global "
@@ -627,6 +644,9 @@ class SecSVClient:
         if self.index in owners:
             raise ProtocolError("refusing to decrypt the last layer of my own samples")
         parts, weights, partner = self._derived_terms(meta)
+        if (1 << len(parts)) * m > _MAX_DERIVED_LABELS:
+            raise ProtocolError(f"refusing derived decryption: {1 << len(parts)} coalitions "
+                                f"x {m} samples exceed {_MAX_DERIVED_LABELS} labels")
         n_terms = len(parts) + 1  # global, k - 1 or k singletons, the pair if any
         t = self.bfv.t
         bounds = meta.get("bounds")
@@ -690,15 +710,19 @@ class SecSVClient:
                 coef[has, idx[partner]] -= 1
             else:
                 coef[has, idx[c]] += 1
-        sums = coef @ values  # exact: |each term| <= its bound < t/2, at most k + 2 terms
-        if sums.size and int(np.abs(sums).max()) >= self.bfv.t // 2:
-            raise ProtocolError("a derived coalition output exceeds t/2")
         act = self.spec.layers[0].activation
         labels = np.zeros((1 << k, m), dtype=np.uint64)
-        for s in range(1 << k):
-            real = sums[s].reshape(d_out, m).astype(np.float64) / (
-                float(qsum[s]) * 2.0 ** scale_bits)
-            labels[s] = np.argmax(activate(act, real), axis=0).astype(np.uint64)
+        block = max(1, _DERIVED_BLOCK // max(1, values.shape[1]))  # bounded int64 sums
+        for lo in range(0, 1 << k, block):
+            # exact: |each term| <= its bound < t/2, at most k + 2 terms
+            sums = coef[lo:lo + block] @ values
+            if sums.size and int(np.abs(sums).max()) >= self.bfv.t // 2:
+                raise ProtocolError("a derived coalition output exceeds t/2")
+            for j in range(sums.shape[0]):
+                s = lo + j
+                real = sums[j].reshape(d_out, m).astype(np.float64) / (
+                    float(qsum[s]) * 2.0 ** scale_bits)
+                labels[s] = np.argmax(activate(act, real), axis=0).astype(np.uint64)
         return labels
 
 
@@ -1316,10 +1340,13 @@ class _Run:
     def _derived_plan(self, t: int) -> list[tuple[int, int]] | None:
         """Per batch, the decrypting client ``d`` (not a batch owner) and, if ``d``
         participates in round ``t``, the partner ``p`` of its pair term (else -1); None
-        if some batch has no such client (the round then decrypts per coalition)."""
+        if some batch has no such client or the label table (``2^k`` coalitions × the
+        widest batch) exceeds what a client accepts (the round then decrypts per
+        coalition)."""
         parts = list(self.record.rounds[t].participants)
-        if len(parts) > _MAX_DERIVED:
-            return None
+        widest = max((len(b.rows) for b in self.batches), default=0)
+        if len(parts) > _MAX_DERIVED or (1 << len(parts)) * widest > _MAX_DERIVED_LABELS:
+            return None  # the decrypting client would refuse the label table's size
         out = []
         for b in self.batches:
             owners = set(self.groups[b.group])
@@ -1328,8 +1355,8 @@ class _Run:
             if not eligible:
                 return None
             d = eligible[self.turn % len(eligible)]
-            others = [c for c in parts if c != d]
-            p = others[self.turn % len(others)] if d in parts else -1
+            others = [c for c in parts if c != d]  # ascending (RoundRecord)
+            p = others[0] if d in parts else -1  # the partner the client expects
             self.turn += 1
             out.append((d, p))
         return out
