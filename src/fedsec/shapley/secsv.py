@@ -462,6 +462,22 @@ class SecSVClient:
                 wire.encode("secsv/data", bind(meta, self._ctx(step="data/A")),
                             [x2.tobytes(), y2.tobytes()]))
 
+    def _features(self, ct: Any, lp: LayerPlan, width: int, m: int, acc: Accounting
+                  ) -> NDArray[np.int64]:
+        """Decrypt a layer's product: the folded segments summed mod ``t``, the grid read
+        back as the layer's ``d_out × m`` output, centred."""
+        with acc.timed("decryption"):
+            slots = self.bfv.decrypt(ct)
+        with acc.timed("other"):
+            t = self.bfv.t
+            seg = lp.d_out * width
+            parts = slots[:lp.fold * seg].reshape(lp.fold, seg)
+            total = parts[0].copy()
+            for p in parts[1:]:
+                total = sh.add_mod(total, p, t)
+            grid = rd.read_grid(total, lp.rows, lp.cols(width), lp.per * m)
+            return sh.centre(grid_to_features(grid, lp, m), t)
+
     # ------------------------------------------------------------- Alg. 4, steps 7-11
     def decrypt_layer(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
         """Decrypt a layer's output, check, activate and re-share (or share labels).
@@ -518,16 +534,9 @@ class SecSVClient:
         self._answered.once(rid, what="decryption request")
         self._round = ctx.round
         self._seen.setdefault(key, set()).add(layer)  # from here on it knows this output
-        with acc.timed("decryption"):
-            slots = self.bfv.decrypt(ct)
+        features = self._features(ct, lp, plan.width, m, acc)
         with acc.timed("other"):
-            seg = lp.d_out * plan.width
-            parts = slots[:lp.fold * seg].reshape(lp.fold, seg)
-            total = parts[0].copy()
-            for p in parts[1:]:
-                total = sh.add_mod(total, p, t)
-            grid = rd.read_grid(total, lp.rows, lp.cols(plan.width), lp.per * m)
-            vals = sh.centre(grid_to_features(grid, lp, m), t)[:, active]
+            vals = features[:, active]
             if vals.size and int(np.abs(vals).max()) > bound:
                 raise ProtocolError("decrypted values exceed the announced bound")
             if divisor_log2 != plan.frac_model + plan.frac_inputs[layer]:  # the plan fixes it
@@ -663,17 +672,9 @@ class SecSVClient:
         self._round = ctx.round
         self._seen.setdefault((ctx.round, ALL, ctx.batch), set()).add(0)
         values = np.zeros((n_terms, lp.d_out * m), dtype=np.int64)
-        seg = lp.d_out * plan.width
         for j, ct in enumerate(cts):
-            with acc.timed("decryption"):
-                slots = self.bfv.decrypt(ct)
+            vals = self._features(ct, lp, plan.width, m, acc)
             with acc.timed("other"):
-                parts_ = slots[:lp.fold * seg].reshape(lp.fold, seg)
-                total = parts_[0].copy()
-                for p_ in parts_[1:]:
-                    total = sh.add_mod(total, p_, t)
-                grid = rd.read_grid(total, lp.rows, lp.cols(plan.width), lp.per * m)
-                vals = sh.centre(grid_to_features(grid, lp, m), t)
                 if vals.size and int(np.abs(vals).max()) > bounds[j]:
                     raise ProtocolError("decrypted values exceed the announced bound")
                 values[j] = vals.ravel()
