@@ -462,6 +462,18 @@ class SecSVClient:
                 wire.encode("secsv/data", bind(meta, self._ctx(step="data/A")),
                             [x2.tobytes(), y2.tobytes()]))
 
+    def _fresh(self, meta: dict[str, Any], ctx: Context) -> tuple[str, str]:
+        """The request and evaluation ids of a decryption request this client may still
+        answer: not of a round earlier than one it served, not answered before."""
+        rid, ev = request_id(meta, RID), request_id(meta, EV)
+        if ctx.round < self._round:
+            raise ReplayRefused("decryption request of an earlier round (a replay)",
+                                check="round")
+        if rid in self._answered:
+            raise ReplayRefused("decryption request was already answered (a replay)",
+                                check="request-id")
+        return rid, ev
+
     def _features(self, ct: Any, lp: LayerPlan, width: int, m: int, acc: Accounting
                   ) -> NDArray[np.int64]:
         """Decrypt a layer's product: the folded segments summed mod ``t``, the grid read
@@ -498,13 +510,7 @@ class SecSVClient:
                             what="decryption request")
         if min(ctx.round, ctx.mask, ctx.batch) < 0:
             raise ProtocolError("malformed decryption request: context")
-        rid, ev = request_id(meta, RID), request_id(meta, EV)
-        if ctx.round < self._round:
-            raise ReplayRefused("decryption request of an earlier round (a replay)",
-                                check="round")
-        if rid in self._answered:
-            raise ReplayRefused("decryption request was already answered (a replay)",
-                                check="request-id")
+        rid, ev = self._fresh(meta, ctx)
         key = (ctx.round, ctx.mask, ctx.batch)
         seen = self._seen.get(key, set())
         if layer in seen:
@@ -575,13 +581,7 @@ class SecSVClient:
                             what="derived decryption request")
         if min(ctx.round, ctx.batch) < 0:
             raise ProtocolError("malformed derived decryption request: context")
-        rid, ev = request_id(meta, RID), request_id(meta, EV)
-        if ctx.round < self._round:
-            raise ReplayRefused("decryption request of an earlier round (a replay)",
-                                check="round")
-        if rid in self._answered:
-            raise ReplayRefused("decryption request was already answered (a replay)",
-                                check="request-id")
+        rid, ev = self._fresh(meta, ctx)
         if 0 in self._seen.get((ctx.round, ALL, ctx.batch), set()):
             raise ReplayRefused("this batch's outputs were already decrypted here "
                                 "(a replay)", check="layer")
