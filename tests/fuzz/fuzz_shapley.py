@@ -927,6 +927,29 @@ def _forge_terms(m: Mutator, meta: dict[str, Any], me: int) -> dict[str, Any]:
     return meta
 
 
+def _in_flight_swap(how: str, sub: float, replay: bytes, hostile: Hostile, pools: Pools,
+                    raw: bool = False) -> tuple[Callable[[bytes], bytes], list[bool]]:
+    """The in-flight substitution of one message (``how``: outsider, meta, blob, forged or
+    replay; ``raw`` for unframed kinds) and the list that records, per substitution,
+    whether the new message has the old one's content."""
+    same: list[bool] = []
+
+    def swap(old: bytes) -> bytes:
+        if how == "replay":
+            new = replay
+        else:
+            mm = Mutator(random.Random(sub), pools)  # noqa: S311 - fuzzing
+            if raw:
+                new = mm.mutate_many(old) if how == "outsider" else mm.rng.choice(
+                    hostile.foreign + [old[:-8], old * 2])
+            else:
+                new = {"outsider": hostile.outsider, "meta": hostile.meta,
+                       "blob": hostile.blob, "forged": _forge_layout}[how](mm, old)
+        same.append(_same_message(new, old))
+        return new
+    return swap, same
+
+
 def _forge_layout(m: Mutator, data: bytes) -> bytes:
     """P's derived request with its metadata rewritten as an in-flight forger could,
     blobs intact: the pair's partner changed to another participant, the participants
@@ -993,18 +1016,7 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     def call(x: tuple[int, str, int, str, float, bytes]) -> Any:
         mask, kind, k, how, sub, replay = x
         r = clone_srun(run)
-        same: list[bool] = []
-
-        def swap(old: bytes) -> bytes:
-            if how == "replay":
-                new = replay
-            else:
-                mm = Mutator(random.Random(sub), w.pools)  # noqa: S311 - fuzzing
-                new = {"outsider": hostile.outsider, "meta": hostile.meta,
-                       "blob": hostile.blob, "forged": _forge_layout}[how](mm, old)
-            same.append(_same_message(new, old))
-            return new
-
+        swap, same = _in_flight_swap(how, sub, replay, hostile, w.pools)
         r.acc.swap = (kind, k, swap)
         out = r.evaluate(0, mask, None)
         return out, r.derived_correct.get(0), same
@@ -1261,22 +1273,8 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         def call(x: tuple[int, str, int, str, float, bytes]) -> Any:
             mask, kind, k, how, sub, replay = x
             r = clone(base)
-            same: list[bool] = []
-
-            def swap(old: bytes) -> bytes:
-                if how == "replay":
-                    new = replay
-                else:
-                    mm = Mutator(random.Random(sub), w.pools)  # noqa: S311 - fuzzing
-                    if kind in raw_kinds:
-                        new = mm.mutate_many(old) if how == "outsider" else mm.rng.choice(
-                            hostile.foreign + [old[:-8], old * 2])
-                    else:
-                        new = {"outsider": hostile.outsider, "meta": hostile.meta,
-                               "blob": hostile.blob}[how](mm, old)
-                same.append(_same_message(new, old))
-                return new
-
+            swap, same = _in_flight_swap(how, sub, replay, hostile, w.pools,
+                                         raw=kind in raw_kinds)
             r.acc.swap = (kind, k, swap)
             return r.evaluate(0, mask, None), same
 
