@@ -146,3 +146,45 @@ def test_tiny_cnn_sample_skip_masks_whole_samples() -> None:
         assert got.skip.skipped == ref.skip.skipped > 0
         for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
+    """A 16 -> 256 -> 64 -> 3 model (x^2) at batch width 32: the 256 -> 64 hidden layer is
+    in Matrix Reducing's rotation layout (fold 4, one encoded base per share and batch,
+    the other 63 plaintexts by coefficient permutation) -- FSV equal to NSSV's."""
+    import fedsec.shapley.secsv as mod
+
+    spec = ModelSpec("mlp", (LayerSpec.dense(16, 256, activation="square"),
+                             LayerSpec.dense(256, 64, activation="square"),
+                             LayerSpec.dense(64, 3)))
+    n = 5
+    rng = np.random.default_rng(3)  # test models only (not key material)
+    g = [0.3 * p for p in spec.init_params(rng)]
+    locs = tuple([p + 0.05 * rng.standard_normal(p.shape) for p in g] for _ in range(n))
+    wts = rng.uniform(1.0, 3.0, size=n)
+    rec = TrainingRecord(spec, n, (RoundRecord(g, tuple(range(n)), locs, wts),),
+                         aggregate(list(locs), wts))
+    x = np.random.default_rng(4).standard_normal((160, 16))
+    y = predict(spec, rec.final_params, x)
+    y[::5] = (y[::5] + 1) % 3
+    sets = [(x[i::n], y[i::n]) for i in range(n)]
+    ref = federated_shapley(rec, x[np.argsort(np.arange(160) % n, kind="stable")],
+                            np.concatenate([b for _, b in sets]))
+    periods: list[list[int]] = []
+    setup = mod._setup
+
+    def spy(*a: object, **kw: object) -> object:
+        run = setup(*a, **kw)  # type: ignore[arg-type]
+        plan = run.P.plan
+        periods.append([mod._row_period(lp, plan.width, run.P.bfv.slots)
+                        for lp in plan.layers])
+        return run
+
+    mod._setup = spy  # type: ignore[assignment]
+    try:
+        got = secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_hidden=14))
+    finally:
+        mod._setup = setup
+    assert periods == [[0, 64, 0]]  # the hidden layer did use the rotation layout
+    assert np.abs(ref.fsv).max() > 0
+    assert got.error_to(ref) <= 1e-12

@@ -290,6 +290,22 @@ def _fold(diags: NDArray[Any], fold: int, slots: int) -> NDArray[Any]:
     return out
 
 
+def _row_period(lp: LayerPlan, width: int, slots: int) -> int:
+    """``L`` of Matrix Reducing's rotation layout for this layer, or 0 for the classic
+    (folded) diagonals (:func:`fedsec.crypto.reducing.rotation_period`). A public function
+    of the plan: clients and servers agree on it without a message."""
+    return rd.rotation_period(lp.rows, lp.inner, lp.cols(width), slots, lp.fold)
+
+
+def _model_rows(w: NDArray[Any], lp: LayerPlan, width: int, slots: int) -> NDArray[Any]:
+    """The model's folded diagonal rows (``n_ct × slots``) in the layer's layout: the
+    rotation layout where it applies (the servers then make ``L`` data plaintexts from
+    one encoding, see :meth:`_Server.product`), else the classic diagonals."""
+    if _row_period(lp, width, slots):
+        return rd.model_rows_rotated(w, lp.cols(width), slots, lp.fold)
+    return _fold(rd.model_diagonals(w, lp.cols(width)), lp.fold, slots)
+
+
 def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
                                                            NDArray[np.float64], str]]:
     out = []
@@ -408,8 +424,7 @@ class SecSVClient:
                 raise sh.FixedPointOverflow("model weights exceed the fixed-point budget")
             bounds.append([_pow2_ceil(beta), _pow2_ceil(gamma)])
             cols = lp.cols(plan.width)
-            diags = rd.model_diagonals(sh.to_residues(wq, t), cols)
-            rows = _fold(diags, lp.fold, self.bfv.slots)
+            rows = _model_rows(sh.to_residues(wq, t), lp, plan.width, self.bfv.slots)
             bias = np.zeros(self.bfv.slots, dtype=np.uint64)
             bias[:lp.rows * cols] = rd.bias_grid(sh.to_residues(bq, t), cols)
             with acc.timed("encryption"):
@@ -649,20 +664,39 @@ class _Server:
         """NTT plaintexts of the folded data diagonals of a share ``x`` (d_in × m)."""
         if key is not None and key in self._plain_cache:
             return self._plain_cache[key]
-        lp = self.plan.layers[layer]
-        if lp.per > 1:  # a conv layer: this share's im2col patches (local, exact mod t)
-            x = im2col(x, self.spec.layers[layer])
-        rows = _fold(rd.data_diagonals(x, lp.rows, lp.cols(self.plan.width)), lp.fold,
-                     self.bfv.slots)
-        pts = [self.bfv.encode_ntt(r) for r in rows]
+        period, steps, bases = self._bases(layer, x)
+        if period:
+            pts = [p for b in bases for p in self.bfv.rotations_ntt(b, steps)]
+        else:
+            pts = bases
         if key is not None:
             self._plain_cache[key] = pts
         return pts
 
+    def _bases(self, layer: int, x: U64) -> tuple[int, list[int], list[Any]]:
+        """``(L, steps, plaintexts)``: every data plaintext (``L = 0``, classic
+        diagonals), or the ``d_in / L`` bases of the rotation layout, whose row rotations
+        by ``steps`` are the others (one encoding and NTT per ``L`` plaintexts)."""
+        lp = self.plan.layers[layer]
+        if lp.per > 1:  # a conv layer: this share's im2col patches (local, exact mod t)
+            x = im2col(x, self.spec.layers[layer])
+        cols = lp.cols(self.plan.width)
+        period = _row_period(lp, self.plan.width, self.bfv.slots)
+        if period:
+            rows = rd.data_bases_rotated(x, lp.rows, cols, self.bfv.slots, lp.fold)
+            return period, [b * cols for b in range(period)], [
+                self.bfv.encode_ntt(r) for r in rows]
+        rows = _fold(rd.data_diagonals(x, lp.rows, cols), lp.fold, self.bfv.slots)
+        return 0, [], [self.bfv.encode_ntt(r) for r in rows]
+
     def product(self, model: tuple[list[Any], Any], layer: int, x: U64,
                 cache_key: tuple[int, ...] | None, with_bias: bool) -> Any:
-        pts = self._plains(layer, x, cache_key)
-        out = rd.reduce_half_bfv(self.bfv, model[0], pts)
+        if cache_key is None and _row_period(self.plan.layers[layer], self.plan.width,
+                                             self.bfv.slots):
+            _p, steps, bases = self._bases(layer, x)  # one plaintext at a time
+            out = self.bfv.dot_plain_rotations(model[0], bases, steps)
+        else:
+            out = rd.reduce_half_bfv(self.bfv, model[0], self._plains(layer, x, cache_key))
         if with_bias:
             self.bfv.add_inplace(out, model[1])
         return out
