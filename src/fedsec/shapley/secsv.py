@@ -571,6 +571,7 @@ class _Server:
         self.models: dict[tuple[int, str], _Model] = {}
         self._plain_cache: dict[tuple[int, ...], list[Any]] = {}
         self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any]] = {}
+        self._agg_terms: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[int, ...]]] = {}
         self._scaled: dict[tuple[int, str, int], tuple[list[Any], Any]] = {}
         self._scalars: dict[int, Any] = {}
 
@@ -593,6 +594,7 @@ class _Server:
 
     def new_round(self) -> None:
         self._agg_cache.clear()
+        self._agg_terms.clear()
         self._scaled.clear()
         self.eval = None
 
@@ -707,13 +709,23 @@ class _Server:
         ck = (round_, mask, layer)
         if ck in self._agg_cache:
             return self._agg_cache[ck]
-        parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
-        if len(parts) == 1:
-            out = parts[0]
+        lower = (round_, mask & (mask - 1), layer)  # the subset without its first model
+        if len(keys) > 1 and self._agg_terms.get(lower) == (tuple(keys[1:]), tuple(q[1:])):
+            # incremental: θ_S = θ_{S \ {first}} + q_first·θ_first, one addition per
+            # ciphertext instead of |S| - 1 (subsets are evaluated in ascending order)
+            done, first = self._agg_cache[lower], self.scaled(round_, keys[0], q[0], layer)
+            out = ([self.bfv.add(a, b) for a, b in zip(done[0], first[0], strict=True)],
+                   self.bfv.add(done[1], first[1]))
         else:
-            cts = [self.bfv.add_many([p[0][u] for p in parts]) for u in range(len(parts[0][0]))]
-            out = (cts, self.bfv.add_many([p[1] for p in parts]))
+            parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
+            if len(parts) == 1:
+                out = parts[0]
+            else:
+                cts = [self.bfv.add_many([p[0][u] for p in parts])
+                       for u in range(len(parts[0][0]))]
+                out = (cts, self.bfv.add_many([p[1] for p in parts]))
         self._agg_cache[ck] = out
+        self._agg_terms[ck] = (tuple(keys), tuple(q))
         return out
 
 
