@@ -188,3 +188,50 @@ def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
     assert periods == [[0, 64, 0]]  # the hidden layer did use the rotation layout
     assert np.abs(ref.fsv).max() > 0
     assert got.error_to(ref) <= 1e-12
+
+
+def test_incremental_coalition_models_equal_the_full_sums() -> None:
+    """P's and A's ``aggregated`` build a coalition's model from the cached subset without
+    its first member plus one scaled model; every such ciphertext decrypts to the same
+    slots as the plain ``Σ q_i [[θ_i]]`` of all members, and the path is taken."""
+    import fedsec.shapley.secsv as mod
+
+    c1 = LayerSpec.conv2d((1, 6, 6), 2, 3, stride=1, activation="square")
+    spec = ModelSpec("tiny-cnn", (c1, LayerSpec.dense(c1.out_features, 3)))
+    n = 4
+    rec = _record(spec, n, seed=7)
+    x = np.random.default_rng(8).standard_normal((24, spec.in_features))
+    y = predict(spec, rec.final_params, x)
+    sets = [(x[i::n], y[i::n]) for i in range(n)]
+    runs: list[object] = []
+    checked: list[int] = []
+    setup, agg = mod._setup, mod._Server.aggregated
+
+    def spy_setup(*a: object, **kw: object) -> object:
+        runs.append(setup(*a, **kw))  # type: ignore[arg-type]
+        return runs[-1]
+
+    def spy_agg(self: mod._Server, round_: int, keys: list[str], q: list[int], layer: int,
+                mask: int) -> object:
+        incremental = (round_, mask & (mask - 1), layer) in self._agg_terms \
+            and len(keys) > 1
+        out = agg(self, round_, keys, q, layer, mask)
+        if incremental:
+            dec = runs[-1].clients[0].bfv  # type: ignore[attr-defined]
+            parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
+            for u, ct in enumerate(out[0]):
+                full = self.bfv.add_many([p[0][u] for p in parts])
+                np.testing.assert_array_equal(dec.decrypt(ct), dec.decrypt(full))
+            checked.append(mask)
+        return out
+
+    mod._setup, mod._Server.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
+    try:
+        got = secsv_shapley(rec, sets, linear_shortcut=False,
+                            config=SecSVConfig(frac_bits_hidden=10))
+    finally:
+        mod._setup, mod._Server.aggregated = setup, agg  # type: ignore[assignment]
+    ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),
+                            np.concatenate([b for _, b in sets]))
+    assert len(set(checked)) == 2 ** n - 1 - n  # every subset of two or more members
+    assert got.error_to(ref) <= 1e-12
