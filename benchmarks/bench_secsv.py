@@ -8,6 +8,9 @@ Regenerates, with fixed seeds, on one core (BLAS limited to one thread):
   ``Half`` in the same CKKS, and ``Half`` in our BFV (N = 8192, exact mod t; includes
   encoding the plaintext share). Rows ``{shape, method: "reducing", variant,
   ms_per_sample}``; medians of ``--repeats``.
+* **SecSV on the MNIST-shaped CNN** (``--cnn M``): CPU ms per sample per model tested,
+  whole run and split by role (P, A, clients, P + A; :class:`RoleTimer`), FSV error to
+  NSSV, bytes.
 * **SecSV end to end** on the BANK-shaped (48 features, 2 classes, M = 1,980 test
   samples, T = 2) and AGNEWS-shaped (300 features, 4 classes, M = 720, T = 10) logistic
   tasks, n = 5 clients: wall seconds with and without the linearity shortcut and

@@ -52,6 +52,16 @@ share one ciphertext (in separate slot segments), cutting model encryptions and 
 by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
 columns), so the decryptor learns only the segment sum — the product — as in the paper.
 
+Rotation layout (beyond the paper; :func:`fedsec.crypto.reducing.rotation_period`): when a
+layer's (folded) grid fills both BFV batching rows in whole grid rows -- MNIST CNN's
+256 -> 64 layer at width 32 -- the clients encrypt the model's rows in a layout where data
+plaintext ``a·L + b`` is base ``a`` with both batching rows rotated by ``b`` grid rows. A
+row rotation of an NTT-form plaintext is a permutation of its coefficients, so P and A
+encode and NTT one base per ``L`` plaintexts and permute for the others
+(:meth:`fedsec.crypto.bfv.BFVContext.rotations_ntt`): the same plaintexts, products and
+decrypted values as encoding each one; no message changes size or meaning to any role but
+the (public, plan-determined) order of the inner index in the model's ciphertexts.
+
 Convolutions (:class:`LayerPlan`, :func:`im2col`): a conv layer is the kernel matrix
 (``out_channels × C·k²``, bias per channel) times the im2col patches of the batch
 (``C·k² × per·m``, ``per`` output positions per sample), not the unrolled ``d_out × d_in``
