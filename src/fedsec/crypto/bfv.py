@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import mmap
 import os
 import shutil
 import tempfile
@@ -268,9 +269,13 @@ class BFVContext:
             raise ValueError(f"at most {self.slots} slots; got {v.size}")
         if v.size and int(v.max()) >= self.t:
             raise ValueError("slot values must be residues in [0, t)")
-        out = np.zeros(self.slots, dtype=np.uint64)
-        out[:v.size] = v
-        return out.tolist()
+        if v.size == self.slots:  # a full row (the servers' diagonals): no padding copy
+            out: list[int] = v.tolist()
+            return out
+        full = np.zeros(self.slots, dtype=np.uint64)
+        full[:v.size] = v
+        padded: list[int] = full.tolist()
+        return padded
 
     def encode(self, values: ArrayLike) -> Plaintext:
         pt = seal.Plaintext()
@@ -358,18 +363,27 @@ class BFVContext:
     def _rotations(self, pt: Plaintext, steps: list[int]) -> Iterator[Plaintext]:
         head, coeffs = self._pt_coeffs(pt)
         flat = coeffs.ravel()
+        half = self.slots // 2
+        perms = [self._row_perm(s % half) if s % half else None for s in steps]
         path = _scratch() + "-rot"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:  # every file written is the same size: rewrite in place, no truncation
-            for step in steps:
-                if step % (self.slots // 2) == 0:
-                    yield pt
-                    continue
-                body = flat[self._row_perm(step % (self.slots // 2))]
-                os.pwritev(fd, [head, body.data.cast("B")], 0)
-                rot = seal.Plaintext()
-                rot.load(self._ctx, path)
-                yield rot
+        size = len(head) + flat.nbytes
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # the gather writes the coefficients straight into the file's pages
+            os.ftruncate(fd, size)
+            with mmap.mmap(fd, size) as mm:
+                mm[:len(head)] = head
+                buf = np.frombuffer(mm, dtype=np.uint64, count=flat.size, offset=len(head))
+                try:
+                    for perm in perms:
+                        if perm is None:
+                            yield pt
+                            continue
+                        np.take(flat, perm, out=buf)
+                        rot = seal.Plaintext()
+                        rot.load(self._ctx, path)
+                        yield rot
+                finally:
+                    del buf  # release the buffer before the map closes
         finally:
             os.close(fd)
 
