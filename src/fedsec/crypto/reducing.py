@@ -21,6 +21,10 @@ Variants:
 
 * **Half** (what SecSV uses): ``A`` encrypted, ``B`` in plaintext -- the ``B̃⁽ᵒ⁾`` are
   plaintexts. In BFV (:func:`reduce_half_bfv`) the product is exact modulo ``t``.
+* **Rotation layout** (beyond the paper, :func:`rotation_period`): another bijection
+  ``u ↦ k`` per slot, chosen so that the data plaintexts are a few bases and their BFV
+  batching-row rotations -- which, in NTT form, are coefficient permutations
+  (:meth:`fedsec.crypto.bfv.BFVContext.rotations_ntt`), far cheaper than encoding.
 * **Full** (HESV-style, for seed 004's Table 4): both encrypted, in CKKS
   (:func:`reduce_full_ckks`); also :func:`reduce_half_ckks` for a like-for-like Half.
 """
