@@ -196,7 +196,8 @@ class RoleTimer:
       methods), and A's own ``BFVContext`` calls outside them (none today);
     * **clients**: every public method of :class:`SecSVClient`;
     * **unattributed**: everything else -- the ``_Run.evaluate`` loop itself, message
-      accounting (``Accounting.message``), wire encoding done by the driver, decryptor
+      accounting (``Accounting.message``) outside the P helpers above (inside
+      ``_shortcut_sum`` it is P's), wire encoding done by the driver, decryptor
       chains, the estimator / round loop, set-up glue (P's fixed-point choice inside
       ``_setup`` is a module function and stays unattributed), the key set-up's CKKS part
       and the clients' BFV key derivation (``_key_setup``: ``run_key_setup`` and
