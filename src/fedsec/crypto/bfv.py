@@ -311,9 +311,9 @@ class BFVContext:
         return head, coeffs.astype(np.uint64).reshape(len(self._primes), self.slots)
 
     def _row_perm(self, step: int) -> NDArray[np.int64]:
-        """Flat gather indices taking an NTT plaintext to the NTT plaintext of its slots
-        with each batching row rotated left by ``step`` (found once from a public probe
-        and checked exactly at every prime; cached per context)."""
+        """Gather indices (the same at every prime) taking an NTT plaintext's coefficients
+        to those of its slots with each batching row rotated left by ``step`` (found once
+        from a public probe and checked exactly at every prime; cached per context)."""
         cache: dict[int, NDArray[np.int64]] = self.__dict__.setdefault("_perms", {})
         if step not in cache:
             half = self.slots // 2
@@ -328,8 +328,7 @@ class BFVContext:
             if len(np.unique(base[0])) != self.slots or not np.array_equal(base[:, perm],
                                                                            want):
                 raise RuntimeError("row rotation is not a coefficient permutation here")
-            flat = (perm[None, :] + self.slots * np.arange(len(self._primes))[:, None])
-            cache[step] = np.ascontiguousarray(flat.ravel(), dtype=np.int64)
+            cache[step] = np.ascontiguousarray(perm, dtype=np.intp)
         return cache[step]
 
     def dot_plain_rotations(self, cts: list[Ciphertext], bases: list[Plaintext],
@@ -362,23 +361,23 @@ class BFVContext:
 
     def _rotations(self, pt: Plaintext, steps: list[int]) -> Iterator[Plaintext]:
         head, coeffs = self._pt_coeffs(pt)
-        flat = coeffs.ravel()
         half = self.slots // 2
         perms = [self._row_perm(s % half) if s % half else None for s in steps]
         path = _scratch() + "-rot"
-        size = len(head) + flat.nbytes
+        size = len(head) + coeffs.nbytes
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:  # the gather writes the coefficients straight into the file's pages
             os.ftruncate(fd, size)
             with mmap.mmap(fd, size) as mm:
                 mm[:len(head)] = head
-                buf = np.frombuffer(mm, dtype=np.uint64, count=flat.size, offset=len(head))
+                buf = np.frombuffer(mm, dtype=np.uint64, count=coeffs.size,
+                                    offset=len(head)).reshape(coeffs.shape)
                 try:
                     for perm in perms:
                         if perm is None:
                             yield pt
                             continue
-                        np.take(flat, perm, out=buf)
+                        np.take(coeffs, perm, axis=1, out=buf, mode="clip")
                         rot = seal.Plaintext()
                         rot.load(self._ctx, path)
                         yield rot
