@@ -213,8 +213,8 @@ def test_incremental_coalition_models_equal_the_full_sums() -> None:
 
     def spy_agg(self: mod._Server, round_: int, keys: list[str], q: list[int], layer: int,
                 mask: int) -> object:
-        incremental = (round_, mask & (mask - 1), layer) in self._agg_terms \
-            and len(keys) > 1
+        incremental = (round_, mask & (mask - 1), layer) in self._agg_cache \
+            and len(keys) > 1 and (round_, mask, layer) not in self._agg_cache
         out = agg(self, round_, keys, q, layer, mask)
         if incremental:
             dec = runs[-1].clients[0].bfv  # type: ignore[attr-defined]

@@ -580,8 +580,9 @@ class _Server:
         self.xbound: dict[int, int] = {}
         self.models: dict[tuple[int, str], _Model] = {}
         self._plain_cache: dict[tuple[int, ...], list[Any]] = {}
-        self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any]] = {}
-        self._agg_terms: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[int, ...]]] = {}
+        # (round, mask, layer) -> (diagonal cts, bias ct, (keys, weights) summed)
+        self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any, tuple[
+            tuple[str, ...], tuple[int, ...]]]] = {}
         self._scaled: dict[tuple[int, str, int], tuple[list[Any], Any]] = {}
         self._scalars: dict[int, Any] = {}
 
@@ -604,7 +605,6 @@ class _Server:
 
     def new_round(self) -> None:
         self._agg_cache.clear()
-        self._agg_terms.clear()
         self._scaled.clear()
         self.eval = None
 
@@ -715,15 +715,16 @@ class _Server:
 
     def aggregated(self, round_: int, keys: Sequence[str], q: Sequence[int], layer: int,
                    mask: int) -> tuple[list[Any], Any]:
-        """``Σ q_i [[θ_i^{(l)}]]`` (cached per round, subset and layer)."""
+        """``Σ q_i [[θ_i^{(l)}]]`` (cached per round, subset and layer, with its terms)."""
         ck = (round_, mask, layer)
+        terms = (tuple(keys), tuple(q))
         if ck in self._agg_cache:
-            return self._agg_cache[ck]
-        lower = (round_, mask & (mask - 1), layer)  # the subset without its first model
-        if len(keys) > 1 and self._agg_terms.get(lower) == (tuple(keys[1:]), tuple(q[1:])):
+            return self._agg_cache[ck][:2]
+        done = self._agg_cache.get((round_, mask & (mask - 1), layer))
+        if len(keys) > 1 and done is not None and done[2] == (terms[0][1:], terms[1][1:]):
             # incremental: θ_S = θ_{S \ {first}} + q_first·θ_first, one addition per
-            # ciphertext instead of |S| - 1 (subsets are evaluated in ascending order)
-            done, first = self._agg_cache[lower], self.scaled(round_, keys[0], q[0], layer)
+            # ciphertext instead of |S| - 1 (the cached entry's terms are checked)
+            first = self.scaled(round_, keys[0], q[0], layer)
             out = ([self.bfv.add(a, b) for a, b in zip(done[0], first[0], strict=True)],
                    self.bfv.add(done[1], first[1]))
         else:
@@ -744,9 +745,7 @@ class _Server:
         for old in [k for k in self._agg_cache if k[0] == round_ and k[1] != mask
                     and _subset_order(k[1] + ((k[1] & -k[1]) >> 1)) < now]:
             del self._agg_cache[old]
-            self._agg_terms.pop(old, None)
-        self._agg_cache[ck] = out
-        self._agg_terms[ck] = (tuple(keys), tuple(q))
+        self._agg_cache[ck] = (out[0], out[1], terms)
         return out
 
 
