@@ -146,3 +146,92 @@ def test_tiny_cnn_sample_skip_masks_whole_samples() -> None:
         assert got.skip.skipped == ref.skip.skipped > 0
         for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
+    """A 16 -> 256 -> 64 -> 3 model (x^2) at batch width 32: the 256 -> 64 hidden layer is
+    in Matrix Reducing's rotation layout (fold 4, one encoded base per share and batch,
+    the other 63 plaintexts by coefficient permutation) -- FSV equal to NSSV's."""
+    import fedsec.shapley.secsv as mod
+
+    spec = ModelSpec("mlp", (LayerSpec.dense(16, 256, activation="square"),
+                             LayerSpec.dense(256, 64, activation="square"),
+                             LayerSpec.dense(64, 3)))
+    n = 5
+    rng = np.random.default_rng(3)  # test models only (not key material)
+    g = [0.3 * p for p in spec.init_params(rng)]
+    locs = tuple([p + 0.05 * rng.standard_normal(p.shape) for p in g] for _ in range(n))
+    wts = rng.uniform(1.0, 3.0, size=n)
+    rec = TrainingRecord(spec, n, (RoundRecord(g, tuple(range(n)), locs, wts),),
+                         aggregate(list(locs), wts))
+    x = np.random.default_rng(4).standard_normal((160, 16))
+    y = predict(spec, rec.final_params, x)
+    y[::5] = (y[::5] + 1) % 3
+    sets = [(x[i::n], y[i::n]) for i in range(n)]
+    ref = federated_shapley(rec, x[np.argsort(np.arange(160) % n, kind="stable")],
+                            np.concatenate([b for _, b in sets]))
+    periods: list[list[int]] = []
+    setup = mod._setup
+
+    def spy(*a: object, **kw: object) -> object:
+        run = setup(*a, **kw)  # type: ignore[arg-type]
+        plan = run.P.plan
+        periods.append([mod._row_period(lp, plan.width, run.P.bfv.slots)
+                        for lp in plan.layers])
+        return run
+
+    mod._setup = spy  # type: ignore[assignment]
+    try:
+        got = secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_hidden=14))
+    finally:
+        mod._setup = setup
+    assert periods == [[0, 64, 0]]  # the hidden layer did use the rotation layout
+    assert np.abs(ref.fsv).max() > 0
+    assert got.error_to(ref) <= 1e-12
+
+
+def test_incremental_coalition_models_equal_the_full_sums() -> None:
+    """P's and A's ``aggregated`` build a coalition's model from the cached subset without
+    its first member plus one scaled model; every such ciphertext decrypts to the same
+    slots as the plain ``Σ q_i [[θ_i]]`` of all members, and the path is taken."""
+    import fedsec.shapley.secsv as mod
+
+    c1 = LayerSpec.conv2d((1, 6, 6), 2, 3, stride=1, activation="square")
+    spec = ModelSpec("tiny-cnn", (c1, LayerSpec.dense(c1.out_features, 3)))
+    n = 4
+    rec = _record(spec, n, seed=7)
+    x = np.random.default_rng(8).standard_normal((24, spec.in_features))
+    y = predict(spec, rec.final_params, x)
+    sets = [(x[i::n], y[i::n]) for i in range(n)]
+    runs: list[object] = []
+    checked: list[int] = []
+    setup, agg = mod._setup, mod._Server.aggregated
+
+    def spy_setup(*a: object, **kw: object) -> object:
+        runs.append(setup(*a, **kw))  # type: ignore[arg-type]
+        return runs[-1]
+
+    def spy_agg(self: mod._Server, round_: int, keys: list[str], q: list[int], layer: int,
+                mask: int) -> object:
+        incremental = (round_, mask & (mask - 1), layer) in self._agg_cache \
+            and len(keys) > 1 and (round_, mask, layer) not in self._agg_cache
+        out = agg(self, round_, keys, q, layer, mask)
+        if incremental:
+            dec = runs[-1].clients[0].bfv  # type: ignore[attr-defined]
+            parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
+            for u, ct in enumerate(out[0]):
+                full = self.bfv.add_many([p[0][u] for p in parts])
+                np.testing.assert_array_equal(dec.decrypt(ct), dec.decrypt(full))
+            checked.append(mask)
+        return out
+
+    mod._setup, mod._Server.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
+    try:
+        got = secsv_shapley(rec, sets, linear_shortcut=False,
+                            config=SecSVConfig(frac_bits_hidden=10))
+    finally:
+        mod._setup, mod._Server.aggregated = setup, agg  # type: ignore[assignment]
+    ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),
+                            np.concatenate([b for _, b in sets]))
+    assert len(set(checked)) == 2 ** n - 1 - n  # every subset of two or more members
+    assert got.error_to(ref) <= 1e-12

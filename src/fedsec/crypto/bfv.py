@@ -22,10 +22,12 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import mmap
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +153,9 @@ def _save_ct(ct: Any) -> bytes:
 
 
 _PARMS_ID_BYTES = 32
+#: A serialized plaintext's members before its coefficients: parms_id, coeff_count,
+#: scale, and the nested coefficient array's SEAL header and size.
+_PT_PREFIX_BYTES = _PARMS_ID_BYTES + 8 + 8 + 16 + 8
 
 
 def _inflate(body: bytes, want: int) -> bytes | None:
@@ -274,9 +279,13 @@ class BFVContext:
             raise ValueError(f"at most {self.slots} slots; got {v.size}")
         if v.size and int(v.max()) >= self.t:
             raise ValueError("slot values must be residues in [0, t)")
-        out = np.zeros(self.slots, dtype=np.uint64)
-        out[:v.size] = v
-        return out.tolist()
+        if v.size == self.slots:  # a full row (the servers' diagonals): no padding copy
+            out: list[int] = v.tolist()
+            return out
+        full = np.zeros(self.slots, dtype=np.uint64)
+        full[:v.size] = v
+        padded: list[int] = full.tolist()
+        return padded
 
     def encode(self, values: ArrayLike) -> Plaintext:
         pt = seal.Plaintext()
@@ -288,6 +297,104 @@ class BFVContext:
         pt = self.encode(values)
         self._evaluator.transform_to_ntt_inplace(pt, self._pid)
         return pt
+
+    def _pt_coeffs(self, pt: Plaintext) -> tuple[bytes, NDArray[np.uint64]]:
+        """An NTT-form data-level plaintext's serialized prefix (SEAL header with no
+        compression, members, nested array header) and its coefficients
+        (``primes × slots``). Our own plaintext: a mismatch is a bug (RuntimeError)."""
+        path = _scratch()
+        pt.save(path)
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        magic, hsize, major, minor, compr, _r, _total = _SEAL_HEADER.unpack_from(raw)
+        body = raw[_SEAL_HEADER.size:]
+        n_coeff = len(self._primes) * self.slots
+        size = _PT_PREFIX_BYTES + 8 * n_coeff
+        if compr == _COMPR_ZSTD:
+            body = _inflate(body, size) or b""
+        if not pt.is_ntt_form() or len(body) != size or list(pt.parms_id()) != \
+                self._pid_list:
+            raise RuntimeError("not an NTT-form data-level plaintext of this context")
+        head = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
+                                 _SEAL_HEADER.size + size) + body[:_PT_PREFIX_BYTES]
+        coeffs = np.frombuffer(body, dtype="<u8", count=n_coeff, offset=_PT_PREFIX_BYTES)
+        return head, coeffs.astype(np.uint64).reshape(len(self._primes), self.slots)
+
+    def _row_perm(self, step: int) -> NDArray[np.int64]:
+        """Gather indices (the same at every prime) taking an NTT plaintext's coefficients
+        to those of its slots with each batching row rotated left by ``step`` (found once
+        from a public probe and checked exactly at every prime; cached per context)."""
+        cache: dict[int, NDArray[np.int64]] = self.__dict__.setdefault("_perms", {})
+        if step not in cache:
+            half = self.slots // 2
+            probe = (np.arange(self.slots, dtype=np.uint64) * np.uint64(2654435761)
+                     + np.uint64(12345)) % np.uint64(self.t)
+            rolled = np.roll(probe.reshape(2, half), -step, axis=1).ravel()
+            _h, base = self._pt_coeffs(self.encode_ntt(probe))
+            _h, want = self._pt_coeffs(self.encode_ntt(rolled))
+            order = np.argsort(base[0], kind="stable")
+            pos = np.minimum(np.searchsorted(base[0][order], want[0]), self.slots - 1)
+            perm = order[pos]
+            if len(np.unique(base[0])) != self.slots or not np.array_equal(base[:, perm],
+                                                                           want):
+                raise RuntimeError("row rotation is not a coefficient permutation here")
+            cache[step] = np.ascontiguousarray(perm, dtype=np.intp)
+        return cache[step]
+
+    def dot_plain_rotations(self, cts: list[Ciphertext], bases: list[Plaintext],
+                            steps: list[int]) -> Ciphertext:
+        """``Σ_{a,b} cts[a·len(steps) + b] ⊙ rot_{steps[b]}(bases[a])`` (NTT forms in, NTT
+        form out): :meth:`dot_plain` with the plaintexts of :meth:`rotations_ntt`, made
+        one at a time (SEAL's memory pool reuses each plaintext's memory)."""
+        if not cts or len(cts) != len(bases) * len(steps):
+            raise ValueError("dot_plain_rotations needs len(bases)·len(steps) ciphertexts")
+        acc: Ciphertext = None
+        tmp = seal.Ciphertext()
+        it = iter(cts)
+        for base in bases:
+            for pt in self._rotations(base, steps):
+                if acc is None:
+                    acc = self.multiply_plain(next(it), pt)
+                else:
+                    self._evaluator.multiply_plain(next(it), pt, tmp)
+                    self._evaluator.add_inplace(acc, tmp)
+        return acc
+
+    def rotations_ntt(self, pt: Plaintext, steps: list[int]) -> list[Plaintext]:
+        """NTT plaintexts of ``pt``'s slots with each batching row rotated left by each of
+        ``steps`` (``pt``: NTT form, from :meth:`encode_ntt`). A row rotation is a Galois
+        automorphism ``X -> X^g``; SEAL's centred lift of plaintext coefficients commutes
+        with it, so in NTT form it is a permutation of the coefficients at every prime:
+        one gather and a load instead of an encoding and ``primes`` NTTs. Exactly the
+        plaintexts :meth:`encode_ntt` makes of the rotated slots (tested)."""
+        return list(self._rotations(pt, steps))
+
+    def _rotations(self, pt: Plaintext, steps: list[int]) -> Iterator[Plaintext]:
+        head, coeffs = self._pt_coeffs(pt)
+        half = self.slots // 2
+        perms = [self._row_perm(s % half) if s % half else None for s in steps]
+        path = _scratch() + "-rot"
+        size = len(head) + coeffs.nbytes
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # the gather writes the coefficients straight into the file's pages
+            os.ftruncate(fd, size)
+            with mmap.mmap(fd, size) as mm:
+                mm[:len(head)] = head
+                buf = np.frombuffer(mm, dtype=np.uint64, count=coeffs.size,
+                                    offset=len(head)).reshape(coeffs.shape)
+                try:
+                    for perm in perms:
+                        if perm is None:
+                            yield pt
+                            continue
+                        np.take(coeffs, perm, axis=1, out=buf, mode="clip")
+                        rot = seal.Plaintext()
+                        rot.load(self._ctx, path)
+                        yield rot
+                finally:
+                    del buf  # release the buffer before the map closes
+        finally:
+            os.close(fd)
 
     def encrypt(self, values: ArrayLike) -> Ciphertext:
         if self._enc is None:

@@ -21,6 +21,10 @@ Variants:
 
 * **Half** (what SecSV uses): ``A`` encrypted, ``B`` in plaintext -- the ``B̃⁽ᵒ⁾`` are
   plaintexts. In BFV (:func:`reduce_half_bfv`) the product is exact modulo ``t``.
+* **Rotation layout** (beyond the paper, :func:`rotation_period`): another bijection
+  ``u ↦ k`` per slot, chosen so that the data plaintexts are a few bases and their BFV
+  batching-row rotations -- which, in NTT form, are coefficient permutations
+  (:meth:`fedsec.crypto.bfv.BFVContext.rotations_ntt`), far cheaper than encoding.
 * **Full** (HESV-style, for seed 004's Table 4): both encrypted, in CKKS
   (:func:`reduce_full_ckks`); also :func:`reduce_half_ckks` for a like-for-like Half.
 """
@@ -34,7 +38,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = ["grid_width", "model_diagonals", "data_diagonals", "bias_grid", "read_grid",
-           "reduce_plain", "reduce_half_bfv", "reduce_half_ckks", "reduce_full_ckks"]
+           "reduce_plain", "reduce_half_bfv", "reduce_half_ckks", "reduce_full_ckks",
+           "rotation_period", "model_rows_rotated", "data_rows_rotated",
+           "data_bases_rotated"]
 
 
 def grid_width(d_out: int, slots: int) -> int:
@@ -80,6 +86,102 @@ def data_diagonals(b: NDArray[Any], d_out: int, width: int) -> NDArray[Any]:
     padded = np.zeros((d_in, width), dtype=b.dtype)
     padded[:, :m] = b
     return padded.ravel()[_gather(d_out, d_in, width, "data")]
+
+
+def rotation_period(d_out: int, d_in: int, width: int, slots: int, fold: int) -> int:
+    """``L`` of the rotation layout of a ``d_out × width`` grid folded ``fold`` times, or 0
+    if it does not apply.
+
+    BFV batching arranges the slots as two rows of ``slots/2``; a row rotation of a
+    plaintext in NTT form is a permutation of its coefficients (a Galois automorphism;
+    the centred lift commutes with it), so a rotated plaintext costs a gather instead of
+    an encoding and an NTT per prime. In the rotation layout the data plaintext of
+    ciphertext ``u = a·L + b`` is base ``a`` with both batching rows rotated left by
+    ``b·width`` slots, so a batch needs ``n_ct / L`` encodings instead of ``n_ct``.
+    With ``R = slots / (2·width)`` grid rows per batching row it applies when
+
+    * ``fold = 1``: the grid fills both batching rows (``d_out = 2R``) and ``R | d_in``
+      (``L = R``);
+    * ``fold >= 2``: the ``fold`` segments fill the slots (``fold·d_out·width = slots``),
+      ``d_out | R``, ``fold | d_in`` and ``d_out | d_in / fold`` (``L = d_out``). MNIST
+      CNN's 256 -> 64 layer at width 32 (fold 4, 64 ciphertexts): ``L = 64``, one base.
+    """
+    if width < 1 or fold < 1 or slots % (2 * width):
+        return 0
+    r = slots // (2 * width)
+    if fold == 1:
+        return r if r >= 2 and d_out == 2 * r and d_in % r == 0 else 0
+    if fold * d_out * width != slots or r % d_out or d_in % fold \
+            or (d_in // fold) % d_out:
+        return 0
+    return d_out
+
+
+@lru_cache(maxsize=32)
+def _gather_rot(d_out: int, d_in: int, width: int, slots: int, fold: int, side: str
+                ) -> NDArray[np.int64]:
+    """Flat gather indices ``(n_ct, slots)`` of the rotation layout
+    (:func:`rotation_period`). Slot ``s`` lies in batching row ``h``, grid row ``p`` of
+    that batching row (of ``R``), column ``j``, and holds output row ``i = p mod d_out``
+    (the segments of :func:`fold`-ed rows); ciphertext ``u = a·L + b`` uses the inner index
+    ``k = (R·(c·a + h) + (p + b) mod R + j) mod d_in`` there (``c = 1`` unfolded, else 2).
+    For each output cell the terms over ``u`` and its ``fold`` slots cover every ``k``
+    exactly once, so ``Σ_u Ã⁽ᵘ⁾ ⊙ B̃⁽ᵘ⁾`` summed over segments is ``A·B``; and
+    ``B̃⁽ᵃᴸ⁺ᵇ⁾`` is ``B̃⁽ᵃᴸ⁾`` with each batching row rotated left by ``b·width``."""
+    period = rotation_period(d_out, d_in, width, slots, fold)
+    if not period:
+        raise ValueError("the rotation layout does not apply to this shape")
+    r = slots // (2 * width)
+    n_ct = -(-d_in // fold)
+    sl = np.arange(slots)
+    h = (sl // (slots // 2))[None, :]
+    p = ((sl % (slots // 2)) // width)[None, :]
+    j = (sl % width)[None, :]
+    i = p % d_out if fold > 1 else (h * r + p)
+    u = np.arange(n_ct)[:, None]
+    a, b = u // period, u % period
+    c = 1 if fold == 1 else 2
+    k = (r * (c * a + h) + (p + b) % r + j) % d_in
+    flat = i * d_in + k if side == "model" else k * width + j
+    out: NDArray[np.int64] = np.ascontiguousarray(flat, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def model_rows_rotated(a: NDArray[Any], width: int, slots: int, fold: int
+                       ) -> NDArray[Any]:
+    """The model's (already folded) ciphertext rows in the rotation layout:
+    ``(n_ct, slots)``."""
+    a = np.asarray(a)
+    d_out, d_in = a.shape
+    return np.ravel(a)[_gather_rot(d_out, d_in, width, slots, fold, "model")]
+
+
+def _padded(b: NDArray[Any], width: int) -> NDArray[Any]:
+    b = np.asarray(b)
+    d_in, m = b.shape
+    if m > width:
+        raise ValueError(f"a batch of {m} samples exceeds the grid width {width}")
+    padded = np.zeros((d_in, width), dtype=b.dtype)
+    padded[:, :m] = b
+    return padded
+
+
+def data_rows_rotated(b: NDArray[Any], d_out: int, width: int, slots: int, fold: int
+                      ) -> NDArray[Any]:
+    """All data rows of the rotation layout, ``(n_ct, slots)`` (reference and tests)."""
+    d_in = np.asarray(b).shape[0]
+    return _padded(b, width).ravel()[_gather_rot(d_out, d_in, width, slots, fold, "data")]
+
+
+def data_bases_rotated(b: NDArray[Any], d_out: int, width: int, slots: int, fold: int
+                       ) -> NDArray[Any]:
+    """The ``n_ct / L`` bases (rows ``a·L``) of :func:`data_rows_rotated`; row ``a·L + b``
+    is base ``a`` rotated left by ``b·width`` in both batching rows."""
+    d_in = np.asarray(b).shape[0]
+    period = rotation_period(d_out, d_in, width, slots, fold)
+    idx = _gather_rot(d_out, d_in, width, slots, fold, "data")[::period]
+    return _padded(b, width).ravel()[idx]
 
 
 def bias_grid(bias: NDArray[Any], width: int) -> NDArray[Any]:

@@ -72,6 +72,16 @@ share one ciphertext (in separate slot segments), cutting model encryptions and 
 by ``c``; P adds a random mask whose segments sum to 0 (and uniform noise in skipped
 columns), so the decryptor learns only the segment sum — the product — as in the paper.
 
+Rotation layout (beyond the paper; :func:`fedsec.crypto.reducing.rotation_period`): when a
+layer's (folded) grid fills both BFV batching rows in whole grid rows -- MNIST CNN's
+256 -> 64 layer at width 32 -- the clients encrypt the model's rows in a layout where data
+plaintext ``a·L + b`` is base ``a`` with both batching rows rotated by ``b`` grid rows. A
+row rotation of an NTT-form plaintext is a permutation of its coefficients, so P and A
+encode and NTT one base per ``L`` plaintexts and permute for the others
+(:meth:`fedsec.crypto.bfv.BFVContext.rotations_ntt`): the same plaintexts, products and
+decrypted values as encoding each one; no message changes size or meaning to any role but
+the (public, plan-determined) order of the inner index in the model's ciphertexts.
+
 Convolutions (:class:`LayerPlan`, :func:`im2col`): a conv layer is the kernel matrix
 (``out_channels × C·k²``, bias per channel) times the im2col patches of the batch
 (``C·k² × per·m``, ``per`` output positions per sample), not the unrolled ``d_out × d_in``
@@ -318,6 +328,22 @@ def _fold(diags: NDArray[Any], fold: int, slots: int) -> NDArray[Any]:
     return out
 
 
+def _row_period(lp: LayerPlan, width: int, slots: int) -> int:
+    """``L`` of Matrix Reducing's rotation layout for this layer, or 0 for the classic
+    (folded) diagonals (:func:`fedsec.crypto.reducing.rotation_period`). A public function
+    of the plan: clients and servers agree on it without a message."""
+    return rd.rotation_period(lp.rows, lp.inner, lp.cols(width), slots, lp.fold)
+
+
+def _model_rows(w: NDArray[Any], lp: LayerPlan, width: int, slots: int) -> NDArray[Any]:
+    """The model's folded diagonal rows (``n_ct × slots``) in the layer's layout: the
+    rotation layout where it applies (the servers then make ``L`` data plaintexts from
+    one encoding, see :meth:`_Server.product`), else the classic diagonals."""
+    if _row_period(lp, width, slots):
+        return rd.model_rows_rotated(w, lp.cols(width), slots, lp.fold)
+    return _fold(rd.model_diagonals(w, lp.cols(width)), lp.fold, slots)
+
+
 def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
                                                            NDArray[np.float64], str]]:
     out = []
@@ -436,8 +462,7 @@ class SecSVClient:
                 raise sh.FixedPointOverflow("model weights exceed the fixed-point budget")
             bounds.append([_pow2_ceil(beta), _pow2_ceil(gamma)])
             cols = lp.cols(plan.width)
-            diags = rd.model_diagonals(sh.to_residues(wq, t), cols)
-            rows = _fold(diags, lp.fold, self.bfv.slots)
+            rows = _model_rows(sh.to_residues(wq, t), lp, plan.width, self.bfv.slots)
             bias = np.zeros(self.bfv.slots, dtype=np.uint64)
             bias[:lp.rows * cols] = rd.bias_grid(sh.to_residues(bq, t), cols)
             with acc.timed("encryption"):
@@ -752,7 +777,9 @@ class _Server:
         self.xbound: dict[int, int] = {}
         self.models: dict[tuple[int, str], _Model] = {}
         self._plain_cache: dict[tuple[int, ...], list[Any]] = {}
-        self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any]] = {}
+        # (round, mask, layer) -> (diagonal cts, bias ct, (keys, weights) summed)
+        self._agg_cache: dict[tuple[int, int, int], tuple[list[Any], Any, tuple[
+            tuple[str, ...], tuple[int, ...]]]] = {}
         self._scaled: dict[tuple[int, str, int], tuple[list[Any], Any]] = {}
         self._scalars: dict[int, Any] = {}
 
@@ -846,38 +873,82 @@ class _Server:
         """NTT plaintexts of the folded data diagonals of a share ``x`` (d_in × m)."""
         if key is not None and key in self._plain_cache:
             return self._plain_cache[key]
-        lp = self.plan.layers[layer]
-        if lp.per > 1:  # a conv layer: this share's im2col patches (local, exact mod t)
-            x = im2col(x, self.spec.layers[layer])
-        rows = _fold(rd.data_diagonals(x, lp.rows, lp.cols(self.plan.width)), lp.fold,
-                     self.bfv.slots)
-        pts = [self.bfv.encode_ntt(r) for r in rows]
+        period, steps, bases = self._bases(layer, x)
+        if period:
+            pts = [p for b in bases for p in self.bfv.rotations_ntt(b, steps)]
+        else:
+            pts = bases
         if key is not None:
             self._plain_cache[key] = pts
         return pts
 
+    def _bases(self, layer: int, x: U64) -> tuple[int, list[int], list[Any]]:
+        """``(L, steps, plaintexts)``: every data plaintext (``L = 0``, classic
+        diagonals), or the ``d_in / L`` bases of the rotation layout, whose row rotations
+        by ``steps`` are the others (one encoding and NTT per ``L`` plaintexts)."""
+        lp = self.plan.layers[layer]
+        if lp.per > 1:  # a conv layer: this share's im2col patches (local, exact mod t)
+            x = im2col(x, self.spec.layers[layer])
+        cols = lp.cols(self.plan.width)
+        period = _row_period(lp, self.plan.width, self.bfv.slots)
+        if period:
+            rows = rd.data_bases_rotated(x, lp.rows, cols, self.bfv.slots, lp.fold)
+            return period, [b * cols for b in range(period)], [
+                self.bfv.encode_ntt(r) for r in rows]
+        rows = _fold(rd.data_diagonals(x, lp.rows, cols), lp.fold, self.bfv.slots)
+        return 0, [], [self.bfv.encode_ntt(r) for r in rows]
+
     def product(self, model: tuple[list[Any], Any], layer: int, x: U64,
                 cache_key: tuple[int, ...] | None, with_bias: bool) -> Any:
-        pts = self._plains(layer, x, cache_key)
-        out = rd.reduce_half_bfv(self.bfv, model[0], pts)
+        if cache_key is None and _row_period(self.plan.layers[layer], self.plan.width,
+                                             self.bfv.slots):
+            _p, steps, bases = self._bases(layer, x)  # one plaintext at a time
+            out = self.bfv.dot_plain_rotations(model[0], bases, steps)
+        else:
+            out = rd.reduce_half_bfv(self.bfv, model[0], self._plains(layer, x, cache_key))
         if with_bias:
             self.bfv.add_inplace(out, model[1])
         return out
 
     def aggregated(self, round_: int, keys: Sequence[str], q: Sequence[int], layer: int,
                    mask: int) -> tuple[list[Any], Any]:
-        """``Σ q_i [[θ_i^{(l)}]]`` (cached per round, subset and layer)."""
+        """``Σ q_i [[θ_i^{(l)}]]`` (cached per round, subset and layer, with its terms)."""
         ck = (round_, mask, layer)
+        terms = (tuple(keys), tuple(q))
         if ck in self._agg_cache:
-            return self._agg_cache[ck]
-        parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
-        if len(parts) == 1:
-            out = parts[0]
+            return self._agg_cache[ck][:2]
+        done = self._agg_cache.get((round_, mask & (mask - 1), layer))
+        if len(keys) > 1 and done is not None and done[2] == (terms[0][1:], terms[1][1:]):
+            # incremental: θ_S = θ_{S \ {first}} + q_first·θ_first, one addition per
+            # ciphertext instead of |S| - 1 (the cached entry's terms are checked)
+            first = self.scaled(round_, keys[0], q[0], layer)
+            out = ([self.bfv.add(a, b) for a, b in zip(done[0], first[0], strict=True)],
+                   self.bfv.add(done[1], first[1]))
         else:
-            cts = [self.bfv.add_many([p[0][u] for p in parts]) for u in range(len(parts[0][0]))]
-            out = (cts, self.bfv.add_many([p[1] for p in parts]))
-        self._agg_cache[ck] = out
+            parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
+            if len(parts) == 1:
+                out = parts[0]
+            else:
+                cts = [self.bfv.add_many([p[0][u] for p in parts])
+                       for u in range(len(parts[0][0]))]
+                out = (cts, self.bfv.add_many([p[1] for p in parts]))
+        # Drop sums no later subset builds on, in the order exact SSVs evaluate subsets
+        # (by size, then by mask; utility.ascending_table): X is the subset-without-first
+        # of X + 2^k for 2^k < lowbit(X) only. Their ciphertexts return to SEAL's memory
+        # pool, so the next sums reuse warm memory instead of page-faulting fresh pages
+        # (an addition into fresh memory measured ~5x one into reused memory). Another
+        # order only loses the shortcut (the full sum is computed again), never exactness.
+        now = _subset_order(mask)
+        for old in [k for k in self._agg_cache if k[0] == round_ and k[1] != mask
+                    and _subset_order(k[1] + ((k[1] & -k[1]) >> 1)) < now]:
+            del self._agg_cache[old]
+        self._agg_cache[ck] = (out[0], out[1], terms)
         return out
+
+
+def _subset_order(mask: int) -> tuple[int, int]:
+    """Position of a subset in :func:`fedsec.shapley.utility.ascending_table`'s order."""
+    return bin(mask).count("1"), mask
 
 
 @dataclass
