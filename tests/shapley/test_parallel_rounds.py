@@ -42,3 +42,13 @@ def test_secsv_in_parallel_equals_sequential(agnews_small) -> None:  # type: ign
     assert par.accounting.total_bytes > seq.accounting.total_bytes  # one key set-up per slice
     with pytest.raises(ValueError, match="protocol"):
         shapley_in_parallel("fast", tr.record, _sets(tr))
+
+
+def test_secsv_derived_in_parallel_equals_sequential(agnews_small) -> None:  # type: ignore[no-untyped-def]
+    """The default (derived decryption for this one-layer model) in round slices."""
+    tr = agnews_small
+    seq = secsv_shapley(tr.record, _sets(tr))
+    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2)
+    np.testing.assert_array_equal(par.ssv, seq.ssv)
+    kinds = {k for (_s, _r, k) in par.accounting.messages}
+    assert "decrypt" in kinds and par.models_tested == seq.models_tested
