@@ -79,13 +79,8 @@ def model_diagonals(a: NDArray[Any], width: int) -> NDArray[Any]:
 def data_diagonals(b: NDArray[Any], d_out: int, width: int) -> NDArray[Any]:
     """``B̃⁽ᵒ⁾`` for ``o = 0..d_in−1``: array ``(d_in, d_out·width)``; ``B`` is
     ``d_in × m`` with ``m <= width`` (columns past ``m`` are zero)."""
-    b = np.asarray(b)
-    d_in, m = b.shape
-    if m > width:
-        raise ValueError(f"a batch of {m} samples exceeds the grid width {width}")
-    padded = np.zeros((d_in, width), dtype=b.dtype)
-    padded[:, :m] = b
-    return padded.ravel()[_gather(d_out, d_in, width, "data")]
+    d_in = np.asarray(b).shape[0]
+    return _padded(b, width).ravel()[_gather(d_out, d_in, width, "data")]
 
 
 def rotation_period(d_out: int, d_in: int, width: int, slots: int, fold: int) -> int:
