@@ -52,3 +52,16 @@ def test_secsv_derived_in_parallel_equals_sequential(agnews_small) -> None:  # t
     np.testing.assert_array_equal(par.ssv, seq.ssv)
     kinds = {k for (_s, _r, k) in par.accounting.messages}
     assert "decrypt" in kinds and par.models_tested == seq.models_tested
+
+
+# Ray's shutdown leaves its helper processes to exit on their own.
+@pytest.mark.filterwarnings("ignore::ResourceWarning",
+                            "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_secsv_on_ray_equals_sequential(agnews_small) -> None:  # type: ignore[no-untyped-def]
+    """Seed 004 Sec. 6.2.2 on Ray (a local cluster here): the same SSVs as one process."""
+    pytest.importorskip("ray")
+    tr = agnews_small
+    seq = secsv_shapley(tr.record, _sets(tr))
+    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, backend="ray")
+    np.testing.assert_array_equal(par.ssv, seq.ssv)
+    assert par.protocol == "secsv" and par.models_tested == seq.models_tested
