@@ -1164,10 +1164,15 @@ class PrincipalServer(_Server):
         if len(dm.blobs) != 1:
             raise ProtocolError("malformed secsv/label-diff message: one blob expected")
         diff_b = _u64(dm.blobs[0], (m,), "label difference")
-        if lp_.size and max(int(lp_.max()), int(diff_b.max())) >= self.bfv.t:
-            raise ProtocolError("share out of range")
+        return self._correct(lp_, diff_b, brows)
+
+    def _correct(self, label_p: U64, diff_a: U64, brows: NDArray[np.int64]) -> BoolArray:
+        """``Ŷ − Y = (Ŷ' − Y') + (Ŷ'' − Y'')`` exactly mod ``t`` (rows: coalitions, if
+        any); True where it is 0. Ends the evaluation."""
         t = self.bfv.t
-        diff = sh.add_mod(sh.sub_mod(lp_, self.y[brows], t), diff_b, t)
+        if label_p.size and max(int(label_p.max()), int(diff_a.max())) >= t:
+            raise ProtocolError("share out of range")
+        diff = sh.add_mod(sh.sub_mod(label_p, self.y[brows], t), diff_a, t)
         ok: BoolArray = sh.centre(diff, t) == 0
         self.eval = None
         return ok
@@ -1198,13 +1203,7 @@ class PrincipalServer(_Server):
             raise ProtocolError("malformed derived labels: one blob expected")
         lp_ = _u64(msg.blobs[0], (n_masks, m), "label share")
         diff_b = _u64(dm.blobs[0], (n_masks, m), "label difference")
-        t = self.bfv.t
-        if lp_.size and max(int(lp_.max()), int(diff_b.max())) >= t:
-            raise ProtocolError("share out of range")
-        diff = sh.add_mod(sh.sub_mod(lp_, self.y[brows][None, :], t), diff_b, t)
-        ok: BoolArray = sh.centre(diff, t) == 0
-        self.eval = None
-        return ok
+        return self._correct(lp_, diff_b, brows)
 
 
 # ====================================================================== the run
