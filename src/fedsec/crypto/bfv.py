@@ -238,6 +238,7 @@ class BFVContext:
         self._dec = seal.Decryptor(self._ctx, secret_key) if secret_key is not None else None
         self._pk_bytes = _save(public_key) if public_key is not None else None
         self._prefixes: dict[tuple[bool, bool], tuple[bytes, int]] = {}
+        self._perms: dict[int, NDArray[np.int64]] = {}  # row rotation -> NTT gather
 
     # ------------------------------------------------------------------ keys
     @classmethod
@@ -302,10 +303,7 @@ class BFVContext:
         """An NTT-form data-level plaintext's serialized prefix (SEAL header with no
         compression, members, nested array header) and its coefficients
         (``primes × slots``). Our own plaintext: a mismatch is a bug (RuntimeError)."""
-        path = _scratch()
-        pt.save(path)
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = _save_ct(pt)  # SEAL's file-only serialization (any object with save)
         magic, hsize, major, minor, compr, _r, _total = _SEAL_HEADER.unpack_from(raw)
         body = raw[_SEAL_HEADER.size:]
         n_coeff = len(self._primes) * self.slots
@@ -324,7 +322,7 @@ class BFVContext:
         """Gather indices (the same at every prime) taking an NTT plaintext's coefficients
         to those of its slots with each batching row rotated left by ``step`` (found once
         from a public probe and checked exactly at every prime; cached per context)."""
-        cache: dict[int, NDArray[np.int64]] = self.__dict__.setdefault("_perms", {})
+        cache = self._perms
         if step not in cache:
             half = self.slots // 2
             probe = (np.arange(self.slots, dtype=np.uint64) * np.uint64(2654435761)
