@@ -1,7 +1,7 @@
 """What a decrypting client may see: the rule, written once for HESV, SecSV and SecretSV.
 
-Prop. 6.8 of Zheng, Cao and Yoshikawa's secure Shapley paper (VLDB 2023) keeps a client from decrypting a layer's output of a model it *owns*
-and of its own samples. That is not enough: a client knows more models than its own, and
+Prop. 6.8 of Zheng, Cao and Yoshikawa's secure Shapley paper (VLDB 2023) keeps a client
+from decrypting a layer's output of a model it *owns* and of its own samples. That is not enough: a client knows more models than its own, and
 the first layer's output ``W·X_b + b`` is *linear* in another client's batch ``X_b`` with
 the model's matrix. Whoever knows the matrix solves for the batch (the global model's
 first layer on a digits batch gave every pixel back), and whoever knows the batch then
@@ -51,8 +51,8 @@ owners have no owner that knows their samples: under the rule, batches have one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 import copy
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ __all__ = ["ModelSpace", "ClientView", "Scheduler", "UnsafeSchedule", "SCHEDULES
 SCHEDULES = ("strict", "paper")
 
 FloatArray = NDArray[np.float64]
+Owners = Sequence[int] | NDArray[Any]
 _TOL = 1e-9
 
 
@@ -186,7 +187,7 @@ class ClientView:
             return True
         return _rank(np.vstack([new, self._known])) == r + self._rank_known
 
-    def refusal(self, v: FloatArray, samples: Sequence[int], owners: Sequence[int] | NDArray[Any], *,
+    def refusal(self, v: FloatArray, samples: Sequence[int], owners: Owners, *,
                 first_layer: bool, blinded: bool) -> str | None:
         """Why this client must not decrypt coalition ``v``'s output on ``samples``, or
         None when it may."""
@@ -208,7 +209,7 @@ class ClientView:
                         "model's output on other clients' samples (a linear combination)")
         return None
 
-    def record(self, v: FloatArray, samples: Sequence[int], owners: Sequence[int] | NDArray[Any], *,
+    def record(self, v: FloatArray, samples: Sequence[int], owners: Owners, *,
                first_layer: bool, blinded: bool) -> None:
         """Add a decrypted output to the view (after :meth:`refusal` said None)."""
         if not first_layer or blinded:
@@ -232,7 +233,7 @@ class ClientView:
         for sid in [k for k in self._spans if k not in live]:
             del self._spans[sid]
 
-    def check(self, v: FloatArray, samples: Sequence[int], owners: Sequence[int] | NDArray[Any], *,
+    def check(self, v: FloatArray, samples: Sequence[int], owners: Owners, *,
               first_layer: bool, blinded: bool) -> None:
         """Refuse (:class:`~fedsec.errors.PolicyViolation`) or record the decryption."""
         why = self.refusal(v, samples, owners, first_layer=first_layer, blinded=blinded)
