@@ -1,11 +1,12 @@
 """What a decrypting client may see: the rule, written once for HESV, SecSV and SecretSV.
 
 Prop. 6.8 of Zheng, Cao and Yoshikawa's secure Shapley paper (VLDB 2023) keeps a client
-from decrypting a layer's output of a model it *owns* and of its own samples. That is not enough: a client knows more models than its own, and
-the first layer's output ``W·X_b + b`` is *linear* in another client's batch ``X_b`` with
-the model's matrix. Whoever knows the matrix solves for the batch (the global model's
-first layer on a digits batch gave every pixel back), and whoever knows the batch then
-solves for the models.
+from decrypting a layer's output of a model it *owns* and of its own samples. That is
+not enough: a client knows more models than its own, and the first layer's output
+``W·X_b + b`` is *linear* in another client's batch ``X_b`` with the model's matrix.
+Whoever knows the matrix solves for the batch (the global model's first layer on a
+digits batch gave every pixel back), and whoever knows the batch then solves for the
+models.
 
 The models a client ``d`` knows, as vectors over the run's models (the global model
 ``θ^t`` and the local models ``θ_i^t`` of every round ``t``):
