@@ -30,6 +30,10 @@ PRESET = "CKKS_128_N4096_DEPTH2_S24"
 TIE = 1e-3  # CKKS errors on scores are ~1e-4: closer scores may legitimately flip
 
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
+
 def _near_ties(record: TrainingRecord, x: np.ndarray) -> list[np.ndarray]:
     """Per round and coalition mask: samples whose two best plaintext scores are within
     ``TIE`` (the only predictions CKKS noise may change)."""
@@ -70,7 +74,7 @@ def bank_small():  # type: ignore[no-untyped-def]
 def test_hesv_matches_nssv_on_logistic_task(bank_small) -> None:  # type: ignore[no-untyped-def]
     record, sets, fed = bank_small
     ref = federated_shapley(record, fed.x_test, fed.y_test)
-    res = hesv_shapley(record, sets, preset=PRESET)
+    res = hesv_shapley(record, sets, preset=PRESET, schedule="paper")
     assert res.protocol == "hesv"
     assert res.error_to(ref) < 1e-3
     _assert_utilities(res, ref, record, fed.x_test)  # predictions agree up to near ties
@@ -93,7 +97,7 @@ def test_paper_path_and_shortcut_agree(bank_small) -> None:  # type: ignore[no-u
     one = TrainingRecord(record.spec, record.n_clients, record.rounds[:1],
                          record.final_params)
     ref = federated_shapley(one, fed.x_test, fed.y_test)
-    paper = hesv_shapley(one, sets, linear_shortcut=False, preset=PRESET)
+    paper = hesv_shapley(one, sets, linear_shortcut=False, preset=PRESET, schedule="paper")
     _assert_utilities(paper, ref, one, fed.x_test)
     assert paper.error_to(ref) < 1e-3
 
@@ -175,11 +179,11 @@ def test_too_few_clients_refused_and_weak_level_warns() -> None:
     rec = _tiny_record(2, 1)
     sets = [(rng.normal(size=(4, 3)), rng.integers(0, 2, 4)) for _ in range(2)]
     with pytest.raises(ValueError, match="needs more clients"):
-        hesv_shapley(rec, sets, preset=PRESET)
+        hesv_shapley(rec, sets, preset=PRESET, schedule="paper")
     rec = _tiny_record(3, 2)
     sets3 = [(rng.normal(size=(4, 3)), rng.integers(0, 2, 4)) for _ in range(3)]
     with pytest.raises(ValueError, match="needs more clients"):
-        hesv_shapley(rec, sets3, preset=PRESET)
+        hesv_shapley(rec, sets3, preset=PRESET, schedule="paper")
     assert security_level(4, 2) == "strong"  # n = 4 = L + 2; the weak level needs L = 3
     spec3 = ModelSpec("tiny3", (LayerSpec.dense(3, 4, "square"), LayerSpec.dense(4, 4, "square"),
                                 LayerSpec.dense(4, 2)))
@@ -191,7 +195,7 @@ def test_too_few_clients_refused_and_weak_level_warns() -> None:
     y = np.concatenate([s[1] for s in sets4])
     ties = sum(t.sum() for t in _near_ties(rec3, x))
     with pytest.warns(PrivacyWarning, match="weak level"):
-        res = hesv_shapley(rec3, sets4, preset=PRESET)
+        res = hesv_shapley(rec3, sets4, preset=PRESET, schedule="paper")
     ref = federated_shapley(rec3, x, y)
     _assert_utilities(res, ref, rec3, x)  # a three-layer model with x² activations
     if ties == 0:
@@ -292,15 +296,15 @@ def test_malformed_messages_raise_protocol_error(tiny_roles) -> None:  # type: i
 def test_argument_validation(bank_small) -> None:  # type: ignore[no-untyped-def]
     record, sets, _ = bank_small
     with pytest.raises(TypeError, match="'record' parameter"):
-        hesv_shapley("record", sets)  # type: ignore[arg-type]
+        hesv_shapley("record", sets, schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'estimator' parameter"):
-        hesv_shapley(record, sets, estimator="x")
+        hesv_shapley(record, sets, estimator="x", schedule="paper")
     with pytest.raises(ValueError, match="'budget' parameter"):
-        hesv_shapley(record, sets, estimator="ps", budget=0)
+        hesv_shapley(record, sets, estimator="ps", budget=0, schedule="paper")
     with pytest.raises(ValueError, match="test_sets"):
-        hesv_shapley(record, sets[:2])
+        hesv_shapley(record, sets[:2], schedule="paper")
     with pytest.raises(ValueError, match="insecure"):
-        hesv_shapley(record, sets, preset="INSECURE_TEST_N2048_DEPTH2_S24")
+        hesv_shapley(record, sets, preset="INSECURE_TEST_N2048_DEPTH2_S24", schedule="paper")
 
 
 def test_estimators_run_on_secure_utilities() -> None:
@@ -313,7 +317,8 @@ def test_estimators_run_on_secure_utilities() -> None:
     assert all(t.sum() == 0 for t in _near_ties(rec, x))
     for est in ("ps", "ks"):
         ref = federated_shapley(rec, x, y, estimator=est, budget=3, seed=2)
-        res = hesv_shapley(rec, sets, estimator=est, budget=3, seed=2, preset=PRESET)
+        res = hesv_shapley(rec, sets, estimator=est, budget=3, seed=2, preset=PRESET,
+                           schedule="paper")
         assert res.estimator == est and res.budget == 3
         assert res.error_to(ref) < 1e-9
         assert res.models_tested <= 16
@@ -334,7 +339,7 @@ def test_rotating_first_layer_is_masked_before_decryption() -> None:
     x = np.concatenate([s[0] for s in sets])
     y = np.concatenate([s[1] for s in sets])
     ref = federated_shapley(rec, x, y)
-    res = hesv_shapley(rec, sets, preset=PRESET)
+    res = hesv_shapley(rec, sets, preset=PRESET, schedule="paper")
     _assert_utilities(res, ref, rec, x)
     # what a decryptor receives: exactly lin(θ_S, X) in the valid slots, ~0 elsewhere
     acc = Accounting()
@@ -449,7 +454,7 @@ def test_hesv_cnn_matches_nssv(shortcut: bool) -> None:
     assert plans[0].spec_kind == "conv2d" and plans[0].cols == 16
     assert isinstance(plans[1].plan, FoldedPlan)
     ref = federated_shapley(rec, x, y)
-    res = hesv_shapley(rec, sets, preset=PRESET, linear_shortcut=shortcut)
+    res = hesv_shapley(rec, sets, preset=PRESET, linear_shortcut=shortcut, schedule="paper")
     _assert_utilities(res, ref, rec, x)
     assert sum(t.sum() for t in _near_ties(rec, x)) == 0  # so the FSVs must agree
     assert res.error_to(ref) < 1e-9

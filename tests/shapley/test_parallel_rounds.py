@@ -11,6 +11,9 @@ from fedsec.runtime.parallel import shapley_in_parallel
 from fedsec.shapley.fsv import federated_shapley
 from fedsec.shapley.secsv import secsv_shapley
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
 
 def _sets(tr):  # type: ignore[no-untyped-def]
     return [(c.x_test, c.y_test) for c in tr.fed.clients]
@@ -37,8 +40,9 @@ def test_nssv_estimator_in_parallel_equals_sequential(agnews_small) -> None:  # 
 
 def test_secsv_in_parallel_equals_sequential(agnews_small) -> None:  # type: ignore[no-untyped-def]
     tr = agnews_small
-    seq = secsv_shapley(tr.record, _sets(tr), sample_skip=True)
-    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, sample_skip=True)
+    seq = secsv_shapley(tr.record, _sets(tr), sample_skip=True, schedule="paper")
+    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, sample_skip=True,
+                              schedule="paper")
     np.testing.assert_array_equal(par.ssv, seq.ssv)  # exact shares: bit-identical
     assert par.protocol == "secsv" and par.skip.skipped == seq.skip.skipped
     assert par.accounting.total_bytes > seq.accounting.total_bytes  # one key set-up per slice
@@ -49,8 +53,8 @@ def test_secsv_in_parallel_equals_sequential(agnews_small) -> None:  # type: ign
 def test_secsv_derived_in_parallel_equals_sequential(agnews_small) -> None:  # type: ignore[no-untyped-def]
     """The default (derived decryption for this one-layer model) in round slices."""
     tr = agnews_small
-    seq = secsv_shapley(tr.record, _sets(tr))
-    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2)
+    seq = secsv_shapley(tr.record, _sets(tr), schedule="paper")
+    par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, schedule="paper")
     np.testing.assert_array_equal(par.ssv, seq.ssv)
     kinds = {k for (_s, _r, k) in par.accounting.messages}
     assert "decrypt" in kinds and par.models_tested == seq.models_tested
@@ -63,9 +67,10 @@ def test_secsv_on_ray_equals_sequential(agnews_small) -> None:  # type: ignore[n
     """Seed 004 Sec. 6.2.2 on Ray (a local cluster here): the same SSVs as one process."""
     pytest.importorskip("ray")
     tr = agnews_small
-    seq = secsv_shapley(tr.record, _sets(tr))
+    seq = secsv_shapley(tr.record, _sets(tr), schedule="paper")
     try:
-        par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, backend="ray")
+        par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, backend="ray",
+                                  schedule="paper")
     finally:
         gc.collect()  # Ray's leftover file objects are reclaimed here, not in a later test
     np.testing.assert_array_equal(par.ssv, seq.ssv)

@@ -12,6 +12,9 @@ from fedsec.shapley import federated_shapley
 from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.secretsv import Dealer, _Server, secretsv_shapley
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
 
 def _short(t, rounds: int) -> tuple[TrainingRecord, list]:
     rec = t.record
@@ -23,7 +26,7 @@ def test_fsv_matches_nssv_with_and_without_sample_skip(agnews_small) -> None:
     rec, sets = _short(agnews_small, 2)
     for skip in (False, True):
         ref = federated_shapley(rec, agnews_small.x, agnews_small.y, sample_skip=skip)
-        got = secretsv_shapley(rec, sets, sample_skip=skip)
+        got = secretsv_shapley(rec, sets, sample_skip=skip, schedule="paper")
         assert got.error_to(ref) <= 1e-3
         assert got.samples_tested == ref.samples_tested
         for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
@@ -37,7 +40,7 @@ def test_cnn(digits_small) -> None:
     rec, sets = _short(digits_small, 1)
     ref = federated_shapley(rec, digits_small.x, digits_small.y)
     with pytest.warns(PrivacyWarning):
-        got = secretsv_shapley(rec, sets)
+        got = secretsv_shapley(rec, sets, schedule="paper")
     assert got.error_to(ref) <= 1e-3
 
 
@@ -76,8 +79,8 @@ def test_beaver_product_exact_with_wrapping_shares() -> None:
 def test_validation(agnews_small) -> None:
     rec, sets = _short(agnews_small, 1)
     with pytest.raises(ValueError, match="estimator"):
-        secretsv_shapley(rec, sets, estimator="x")
+        secretsv_shapley(rec, sets, estimator="x", schedule="paper")
     with pytest.raises(TypeError, match="sample_skip"):
-        secretsv_shapley(rec, sets, sample_skip="yes")  # type: ignore[arg-type]
+        secretsv_shapley(rec, sets, sample_skip="yes", schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(sh.FixedPointOverflow):
-        secretsv_shapley(rec, [(x * 1e12, y) for x, y in sets])
+        secretsv_shapley(rec, [(x * 1e12, y) for x, y in sets], schedule="paper")

@@ -22,6 +22,9 @@ from fedsec.shapley.secure_game import (
     plan_groups,
 )
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
 
 def _one_round(t, rounds: int = 1) -> tuple[TrainingRecord, list]:
     rec = t.record
@@ -38,7 +41,7 @@ def logistic(agnews_small):
 def test_exact_fsv_matches_nssv(logistic) -> None:
     rec, sets, x, y = logistic
     ref = federated_shapley(rec, x, y)
-    got = secsv_shapley(rec, sets)
+    got = secsv_shapley(rec, sets, schedule="paper")
     assert got.error_to(ref) <= 1e-3
     assert got.protocol == "secsv" and got.models_tested == ref.models_tested
     # utilities agree sample-exactly here (fixed point 2^-20 / 2^-18 does not flip any)
@@ -55,7 +58,7 @@ def test_without_shortcut_and_with_sample_skip(agnews_small) -> None:
     x, y = agnews_small.x, agnews_small.y
     ref = federated_shapley(rec, x, y, sample_skip=True)
     for shortcut in (True, False):
-        got = secsv_shapley(rec, sets, sample_skip=True, linear_shortcut=shortcut)
+        got = secsv_shapley(rec, sets, sample_skip=True, linear_shortcut=shortcut, schedule="paper")
         assert got.error_to(ref) <= 1e-3
         # SampleSkip at P mirrors the plaintext SampleSkip: same skips, same work
         assert got.samples_tested == ref.samples_tested
@@ -68,7 +71,7 @@ def test_estimators_over_secsv(logistic) -> None:
     """PS over the secure oracle equals PS in the clear with the same seed."""
     rec, sets, x, y = logistic
     ref = federated_shapley(rec, x, y, estimator="ps", budget=3, seed=4)
-    got = secsv_shapley(rec, sets, estimator="ps", budget=3, seed=4)
+    got = secsv_shapley(rec, sets, estimator="ps", budget=3, seed=4, schedule="paper")
     np.testing.assert_allclose(got.fsv, ref.fsv, atol=1e-12)
     assert got.models_tested == ref.models_tested < 2 ** 5 * rec.n_rounds
 
@@ -80,20 +83,22 @@ def test_cnn_layer_by_layer(digits_small) -> None:
     ref = federated_shapley(rec, np.concatenate([x for x, _ in sets]),
                             np.concatenate([y for _, y in sets]))
     with pytest.warns(PrivacyWarning, match="Prop. 6.8"):
-        got = secsv_shapley(rec, sets, linear_shortcut=True)
+        got = secsv_shapley(rec, sets, linear_shortcut=True, schedule="paper")
     assert got.error_to(ref) <= 1e-3
 
 
 def test_overflow_is_refused_not_wrapped(logistic) -> None:
     rec, sets, _x, _y = logistic
     with pytest.raises(FixedPointOverflow):
-        secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_model=30, frac_bits_data=30))
+        secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_model=30, frac_bits_data=30),
+                      schedule="paper")
     big = [(x * 1e9, y) for x, y in sets]  # |x| * 2^18 beyond t/2
     with pytest.raises(FixedPointOverflow):
-        secsv_shapley(rec, big, config=SecSVConfig(frac_bits_model=20, frac_bits_data=18))
+        secsv_shapley(rec, big, config=SecSVConfig(frac_bits_model=20, frac_bits_data=18),
+                      schedule="paper")
     huge = [(x * 1e15, y) for x, y in sets]  # no fixed point fits: P refuses up front
     with pytest.raises(FixedPointOverflow, match="refuses"):
-        secsv_shapley(rec, huge)
+        secsv_shapley(rec, huge, schedule="paper")
 
 
 
@@ -181,17 +186,17 @@ def test_client_refuses_bad_requests(logistic) -> None:
 def test_argument_validation(logistic) -> None:
     rec, sets, _x, _y = logistic
     with pytest.raises(ValueError, match="estimator"):
-        secsv_shapley(rec, sets, estimator="nope")
+        secsv_shapley(rec, sets, estimator="nope", schedule="paper")
     with pytest.raises(ValueError, match="budget"):
-        secsv_shapley(rec, sets, estimator="ps", budget=0)
+        secsv_shapley(rec, sets, estimator="ps", budget=0, schedule="paper")
     with pytest.raises(TypeError, match="sample_skip"):
-        secsv_shapley(rec, sets, sample_skip=1)  # type: ignore[arg-type]
+        secsv_shapley(rec, sets, sample_skip=1, schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="one \\(X, y\\) pair per"):
-        secsv_shapley(rec, sets[:2])
+        secsv_shapley(rec, sets[:2], schedule="paper")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="frac_bits_model"):
-            secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_model=0))
+            secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_model=0), schedule="paper")
 
 
 def test_decryptor_sees_only_the_product(logistic) -> None:

@@ -30,6 +30,10 @@ EDGE = [((1, 6, 6), 2, 3, 1),    # one channel, stride 1
         ((2, 5, 5), 1, 2, 3)]    # stride larger than the kernel (skipped pixels)
 
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
+
 def _direct_conv(x: np.ndarray, w: np.ndarray, stride: int) -> np.ndarray:
     """Cross-correlation by explicit loops: x (m, C, H, W), w (O, C, k, k)."""
     m, _, h, wd = x.shape
@@ -120,7 +124,7 @@ def test_tiny_cnn_fsv_equals_nssv(conv) -> None:
                             np.concatenate([b for _, b in sets]))
     for shortcut in (True, False):
         got = secsv_shapley(rec, sets, linear_shortcut=shortcut,
-                            config=SecSVConfig(frac_bits_hidden=10))
+                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
         assert np.abs(ref.fsv).max() > 0  # a non-trivial game
         assert got.error_to(ref) <= 1e-12
 
@@ -141,7 +145,7 @@ def test_tiny_cnn_sample_skip_masks_whole_samples() -> None:
                             np.concatenate([b for _, b in sets]), sample_skip=True)
     for shortcut in (True, False):
         got = secsv_shapley(rec, sets, sample_skip=True, linear_shortcut=shortcut,
-                            config=SecSVConfig(frac_bits_hidden=10))
+                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
         assert got.error_to(ref) <= 1e-12
         assert got.skip.skipped == ref.skip.skipped > 0
         for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
@@ -182,7 +186,7 @@ def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
 
     mod._setup = spy  # type: ignore[assignment]
     try:
-        got = secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_hidden=14))
+        got = secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_hidden=14), schedule="paper")
     finally:
         mod._setup = setup
     assert periods == [[0, 64, 0]]  # the hidden layer did use the rotation layout
@@ -228,7 +232,7 @@ def test_incremental_coalition_models_equal_the_full_sums() -> None:
     mod._setup, mod._Server.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
     try:
         got = secsv_shapley(rec, sets, linear_shortcut=False,
-                            config=SecSVConfig(frac_bits_hidden=10))
+                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
     finally:
         mod._setup, mod._Server.aggregated = setup, agg  # type: ignore[assignment]
     ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),

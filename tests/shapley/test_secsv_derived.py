@@ -32,6 +32,9 @@ from fedsec.shapley.binding import RID, ReplayRefused
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_shapley as fz  # noqa: E402
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
 
 def _record(trained, rounds: int = 2) -> tuple[TrainingRecord, list]:
     rec = trained.record
@@ -46,8 +49,9 @@ def logistic(agnews_small):
 
 def test_fsv_identical_to_per_coalition_and_nssv(logistic, agnews_small) -> None:
     rec, sets = logistic
-    derived = sv.secsv_shapley(rec, sets)  # default: derived for a one-layer model
-    per = sv.secsv_shapley(rec, sets, derived_decryption=False)
+    derived = sv.secsv_shapley(rec, sets,
+                               schedule="paper")  # default: derived for a one-layer model
+    per = sv.secsv_shapley(rec, sets, derived_decryption=False, schedule="paper")
     np.testing.assert_array_equal(derived.fsv, per.fsv)
     for a, b in zip(derived.utilities or [], per.utilities or [], strict=True):
         np.testing.assert_array_equal(a, b)
@@ -183,14 +187,16 @@ def test_when_derived_applies(logistic, digits_small) -> None:
     for kw in ({"sample_skip": True}, {"estimator": "ps", "budget": 2},
                {"linear_shortcut": False}):
         with pytest.raises(ValueError, match="derived_decryption"):
-            sv.secsv_shapley(rec, sets, derived_decryption=True, **kw)  # type: ignore[arg-type]
+            sv.secsv_shapley(rec, sets, derived_decryption=True, **kw,
+                             schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        sv.secsv_shapley(rec, sets, derived_decryption=1)  # type: ignore[arg-type]
+        sv.secsv_shapley(rec, sets, derived_decryption=1,
+                         schedule="paper")  # type: ignore[arg-type]
     crec, csets = _record(digits_small, 1)
     with pytest.raises(ValueError, match="one-layer"):
-        sv.secsv_shapley(crec, csets, derived_decryption=True)
+        sv.secsv_shapley(crec, csets, derived_decryption=True, schedule="paper")
     # SampleSkip on a one-layer model: per coalition by default (no derived request)
-    res = sv.secsv_shapley(rec, sets, sample_skip=True)
+    res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper")
     assert res.accounting is not None
     kinds = {k for (_s, _r, k) in res.accounting.messages}
     assert "decrypt" in kinds

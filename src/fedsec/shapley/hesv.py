@@ -139,6 +139,13 @@ from fedsec.shapley.secure_common import (
     check_protocol_args,
     check_test_sets,
 )
+from fedsec.shapley.views import (
+    ClientView,
+    ModelSpace,
+    Scheduler,
+    UnsafeSchedule,
+    check_schedule,
+)
 
 __all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
            "chain_start", "decryptor_chain", "security_level", "hesv_shapley"]
@@ -480,8 +487,11 @@ class HESVClient:
 
     def __init__(self, index: int, keys: PartyKeys, spec: ModelSpec, config: HESVConfig,
                  n_clients: int, x: FloatArray, y: NDArray[np.int64], *,
-                 level: str = "strong") -> None:
+                 level: str = "strong", view: ClientView | None = None) -> None:
         self.index = index
+        #: this client's own view under the decryption rule (fedsec.shapley.views); None
+        #: under the paper's Prop. 6.8 schedule
+        self.view = view
         self.name = f"client:{index}"
         self.keys = keys
         self.ctx = keys.context
@@ -551,6 +561,13 @@ class HESVClient:
                 blobs.extend(self.ctx.encrypt_to_bytes(v) for v in vecs)
         return wire.encode("hesv/model", self._meta(round=round_index, kind=kind), blobs)
 
+    def _coalition(self, t: int, mask: int) -> FloatArray:
+        assert self.view is not None
+        rounds = self.view.space.rounds
+        if not 0 <= t < len(rounds) or not 0 <= mask < 1 << len(rounds[t][0]):
+            raise ProtocolError("malformed request: round or coalition")
+        return self.view.space.coalition(t, mask)
+
     def _refuse(self, why: str) -> PolicyViolation:
         return PolicyViolation(f"{self.name} refuses to decrypt: {why}", check="decryptor")
 
@@ -569,17 +586,27 @@ class HESVClient:
         mowner = msg.meta.get("model_owner")
         if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
             raise ProtocolError("message field 'model_owner' is invalid")
-        # Prop. 6.8, as far as this client is concerned
-        if mowner == self.index:
-            raise self._refuse("the model under test is its own local model")
-        if owner == self.index and (layer in (1, n_layers) or self.level == "strong"):
-            raise self._refuse("it owns the batch (it would see its own input's output "
-                               "or its predicted labels)")
         key = (t, mask, owner, batch)
         seen = self._seen.setdefault(key, set())
-        if layer - 1 in seen or (self.level == "strong" and seen):
-            raise self._refuse("it decrypted another layer of the same evaluation")
-        self._check_chain(t, mask, owner, batch, mowner, layer - 1)
+        if self.view is not None:  # the decryption rule on its own view
+            if t < self._round:
+                raise ReplayRefused("request of an earlier round (a replay)", check="round")
+            v = self._coalition(t, mask)
+            local = owner == self.index and self.view.knows(v)
+            if not local and (layer - 1 in seen or (self.level == "strong" and seen)):
+                raise self._refuse("it decrypted another layer of the same evaluation")
+            self.view.check(v, [owner * _MAX_BATCHES + batch], [owner],
+                            first_layer=layer == 1, blinded=False)
+        else:
+            # Prop. 6.8, as far as this client is concerned
+            if mowner == self.index:
+                raise self._refuse("the model under test is its own local model")
+            if owner == self.index and (layer in (1, n_layers) or self.level == "strong"):
+                raise self._refuse("it owns the batch (it would see its own input's output "
+                                   "or its predicted labels)")
+            if layer - 1 in seen or (self.level == "strong" and seen):
+                raise self._refuse("it decrypted another layer of the same evaluation")
+            self._check_chain(t, mask, owner, batch, mowner, layer - 1)
         rid = request_id(msg.meta, RID)
         lp = self.plans[layer - 1]
         if len(msg.blobs) != lp.plan.row_blocks * len(lp.chunks(m)):
@@ -628,7 +655,10 @@ class HESVClient:
         mowner = msg.meta.get("model_owner")
         if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
             raise ProtocolError("message field 'model_owner' is invalid")
-        self._check_chain(t, mask, owner, batch, mowner, len(self.plans))
+        if self.view is None:
+            self._check_chain(t, mask, owner, batch, mowner, len(self.plans))
+        elif t < self._round:
+            raise ReplayRefused("request of an earlier round (a replay)", check="round")
         rid = request_id(msg.meta, RID)
         if len(msg.blobs) != 1:
             raise ProtocolError("a difference message holds one ciphertext")
@@ -684,7 +714,7 @@ class HESVServer:
 
     def __init__(self, context: CKKSContext, spec: ModelSpec, config: HESVConfig,
                  n_clients: int, rounds: Sequence[tuple[tuple[int, ...], FloatArray]],
-                 session: str, *, level: str = "strong") -> None:
+                 session: str, *, level: str = "strong", strict: bool = False) -> None:
         if context.has_secret_key:
             raise ValueError("the server's context must not hold the secret key")
         self.ctx = context
@@ -694,6 +724,11 @@ class HESVServer:
         self.rounds = list(rounds)
         self.session = session
         self.level = level
+        #: the decryption rule (fedsec.shapley.views); made once the test data are in
+        self.strict = strict
+        self.sched: Scheduler | None = None
+        self._sid: dict[tuple[int, int], int] = {}
+        self._turn = 0
         self.plans = config.plans(spec)
         self.batch = config.batch_size(spec)
         first = self.plans[0].plan
@@ -924,9 +959,12 @@ class HESVServer:
         mowner = self._model_owner(t, mask)
         for owner in sorted(self.data):
             for k, b in enumerate(self.data[owner]):
-                salt = chain_start(t, mask, owner, k, self.n)
-                chain = decryptor_chain(self.n, len(self.plans), owner, mowner,
-                                        level=self.level, start=salt)
+                if self.strict:
+                    chain = self._strict_chain(t, mask, owner, k)
+                else:
+                    salt = chain_start(t, mask, owner, k, self.n)
+                    chain = decryptor_chain(self.n, len(self.plans), owner, mowner,
+                                            level=self.level, start=salt)
                 ev = _Eval(t, mask, owner, k, b.m, chain, mowner)
                 self._evals[(t, mask, owner, k)] = ev
                 self._pending[(t, mask)] += 1
@@ -934,6 +972,36 @@ class HESVServer:
                     cts = self._first_layer(t, mask, owner, k)
                 out.append(self._layer_request(ev, cts))
         return out
+
+    def scheduler(self) -> Scheduler:
+        """The decryption rule's scheduler over the batches received (one id each)."""
+        if self.sched is None:
+            keys = [(o, k) for o in sorted(self.data) for k in range(len(self.data[o]))]
+            self._sid = {key: i for i, key in enumerate(keys)}
+            space = ModelSpace.of((p, w) for p, w in self.rounds)
+            self.sched = Scheduler(space, self.n, np.array([o for o, _ in keys],
+                                                           dtype=np.int64))
+        return self.sched
+
+    def plan_round(self, t: int) -> None:
+        """Place every coalition of round ``t`` on every batch before any work (exact
+        SSVs); raises :class:`~fedsec.shapley.views.UnsafeSchedule`."""
+        sched = self.scheduler()
+        masks = list(range(1 << len(self.rounds[t][0])))
+        for sid in self._sid.values():
+            sched.plan(t, masks, [sid])
+
+    def _strict_chain(self, t: int, mask: int, owner: int, batch: int) -> tuple[int, ...]:
+        sched = self.scheduler()
+        self._turn += 1
+        chain = sched.chain(t, mask, [self._sid[(owner, batch)]], len(self.plans),
+                            self._turn)
+        last = chain[-1]
+        for k in range(self.n):  # i_{L+2}: neither the owner nor who knows the labels
+            c = (self._turn + k) % self.n
+            if c not in (owner, last):
+                return (*chain, c)
+        raise UnsafeSchedule("no client may count the predictions")  # n < 3
 
     def _layer_request(self, ev: _Eval, cts: list[Ciphertext]) -> tuple[int, bytes]:
         with self.acc.timed("other"):
@@ -1071,7 +1139,8 @@ class _SecureGame:
 def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                  budget: int | None = None, seed: int = 0, linear_shortcut: bool = True,
                  preset: str = HESV_PRESET, allow_insecure: bool = False,
-                 complex_packing: bool = True, progress: Progress | None = None
+                 complex_packing: bool = True, schedule: str = "strict",
+                 progress: Progress | None = None
                  ) -> SecureShapleyResult:
     """Federated Shapley values by HESV (seed 004, Alg. 1-2), every role in one process.
 
@@ -1097,6 +1166,11 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     complex_packing : bool, default=True
         Two product terms per ciphertext in the complex slots (half the ciphertexts,
         encryptions and products; :func:`fedsec.crypto.matmul.plan_squaring`).
+    schedule : {"strict", "paper"}, default="strict"
+        Who may decrypt what: the decryption rule of :mod:`fedsec.shapley.views` (a run
+        it cannot schedule is refused before any model is encrypted) or Prop. 6.8 only
+        (a :class:`~fedsec.errors.PrivacyWarning` says what leaks); see
+        :func:`fedsec.shapley.secsv.secsv_shapley`.
     progress : callable, optional
         Called with a short message after every round.
 
@@ -1120,7 +1194,9 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     n = record.n_clients
     sets = check_test_sets(test_sets, n, spec.in_features, where=where)
     n_layers = len(spec.layers)
-    level = security_level(n, n_layers)
+    check_schedule(schedule, where)
+    strict = schedule == "strict"
+    level = "strong" if strict else security_level(n, n_layers)
     if level == "weak":
         warnings.warn(f"HESV with {n} clients and {n_layers} layers meets only the weak "
                       f"level of Prop. 6.8 (n >= {n_layers + 2} defeats multi-layer "
@@ -1139,9 +1215,12 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     if server_ctx is None:  # pragma: no cover - set once confirm() succeeded
         raise ProtocolError("key set-up did not complete")
     rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
-    server = HESVServer(server_ctx, spec, config, n, rounds, agg.session, level=level)
+    server = HESVServer(server_ctx, spec, config, n, rounds, agg.session, level=level,
+                        strict=strict)
     server.acc = acc
-    clients = [HESVClient(i, keys[i], spec, config, n, x, y, level=level)
+    space = ModelSpace.of_record(record)
+    clients = [HESVClient(i, keys[i], spec, config, n, x, y, level=level,
+                          view=ClientView(space, i) if strict else None)
                for i, (x, y) in enumerate(sets)]
     for c in clients:
         if len(c.y) == 0:
@@ -1150,6 +1229,9 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
             up = c.upload_data()
         with acc.timed("other"):
             server.receive_data(c.index, acc.message(c.name, "server", "hesv/data", up))
+    if strict and estimator == "exact":  # refuse before any model is encrypted
+        for t in range(record.n_rounds):
+            server.plan_round(t)
 
     def run(t: int, mask: int) -> float:
         queue = server.start(t, mask)

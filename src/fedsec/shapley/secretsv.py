@@ -85,6 +85,7 @@ from fedsec.shapley.secure_game import (
     run_rounds,
     shuffle,
 )
+from fedsec.shapley.views import ClientView, ModelSpace, Scheduler, check_schedule
 
 __all__ = ["secretsv_shapley", "Dealer"]
 
@@ -435,6 +436,8 @@ class _Client:
     answered: set[tuple[str, int]] = field(default_factory=set)  # (evaluation id, layer)
     seen: dict[tuple[int, int, int], set[int]] = field(default_factory=dict)
     served_round: int = 0  # the newest round served: rounds are evaluated in order
+    #: its own view under the decryption rule (fedsec.shapley.views); None: Prop. 6.8
+    view: ClientView | None = None
 
     def _ctx(self, **kw: Any) -> Context:
         return Context(self.session, PROTOCOL, **kw)
@@ -473,6 +476,13 @@ class _Client:
                 wire.encode("secretsv/data", bind(meta, self._ctx(step="data/A")),
                             [x2.tobytes(), y2.tobytes()]))
 
+    def _coalition(self, t: int, mask: int) -> NDArray[np.float64]:
+        assert self.view is not None
+        rounds = self.view.space.rounds
+        if not 0 <= t < len(rounds) or not 0 <= mask < 1 << len(rounds[t][0]):
+            raise ProtocolError("malformed output request: round or coalition")
+        return self.view.space.coalition(t, mask)
+
     def reconstruct(self, from_p: bytes, from_a: bytes, acc: Accounting
                     ) -> tuple[bytes, bytes]:
         """Reconstruct a layer's output, check, activate and re-share (or share labels).
@@ -503,12 +513,25 @@ class _Client:
                 and isinstance(previous, int) and len(a.blobs) == 1 and len(b.blobs) == 1
                 and all(isinstance(v, int) for v in owners + mowners)):
             raise ProtocolError("malformed output request")
-        check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
         got = context_of(meta)
         ctx = check_context(meta, self._ctx(round=got.round, mask=got.mask, batch=got.batch,
                                             layer=layer, step="output"), what="output")
         if min(ctx.round, ctx.mask, ctx.batch) < 0:
             raise ProtocolError("malformed output request: context")
+        local = False
+        if self.view is None:
+            check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        else:
+            v = self._coalition(ctx.round, ctx.mask)
+            samples = meta.get("samples")
+            if len(owners) != 1 or not (isinstance(samples, list) and len(samples) == m
+                                        and all(isinstance(s, int) and not isinstance(s, bool)
+                                                and 0 <= s < _MAX_ROWS * 64 for s in samples)
+                                        ) or len(set(samples)) != m:
+                raise ProtocolError("malformed output request: samples")
+            local = owners == [self.index] and self.view.knows(v)
+            self.view.check(v, samples, [owners[0]] * m, first_layer=layer == 0,
+                            blinded=False)
         ev = request_id(meta, EV)
         if ctx.round < self.served_round:
             raise ReplayRefused("output of an earlier round (a replay)", check="round")
@@ -519,7 +542,7 @@ class _Client:
         if layer in seen:
             raise ReplayRefused("this layer of the evaluation was already reconstructed "
                                 "here (a replay)", check="layer")
-        if {layer - 1, layer + 1} & seen:
+        if {layer - 1, layer + 1} & seen and not local:
             raise ProtocolError("refusing to reconstruct two consecutive layers "
                                 "(i_{l+1} = i_l; this client did an adjacent layer)")
         p_share = _arr(a.blobs[0], (d, m), "output share")
@@ -565,6 +588,7 @@ class _Run:
     order: list[NDArray[np.int64]]  # per group, the shuffled sample order
     leader: int
     turn: int = 0
+    sched: Scheduler | None = None  # the decryption rule (None: Prop. 6.8's schedule)
 
     @property
     def n_samples(self) -> int:
@@ -605,8 +629,11 @@ class _Run:
             brows = self.order[g][todo[self.order[g]]]
             if brows.size == 0:
                 continue
-            chain = decryptor_chain(len(self.clients), n_layers, members, mowners,
-                                    self.strong, self.turn)
+            if self.sched is None:
+                chain = decryptor_chain(len(self.clients), n_layers, members, mowners,
+                                        self.strong, self.turn)
+            else:
+                chain = self.sched.chain(t, mask, brows, n_layers, self.turn)
             self.turn += 1
             self.A.open_eval(self.acc.message("P", "A", "eval",
                                               self.P.announce_eval(mask, g, brows)))
@@ -640,6 +667,8 @@ class _Run:
                         "scale_bits": _FRAC_MODEL + fx, "weight_sum": int(sum(q)),
                         "batch_owners": members, "model_owners": mowners,
                         "previous": previous}
+                if self.sched is not None:  # the client checks its view per sample
+                    meta["samples"] = [int(v) for v in brows]
                 dec = chain[layer]
                 fp = self.acc.message("P", f"client:{dec}", "output", self.P.output(zp, meta))
                 fa = self.acc.message("A", f"client:{dec}", "output", self.A.output(za, meta))
@@ -659,6 +688,7 @@ class _Run:
 
 def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                      budget: int | None = None, sample_skip: bool = False, seed: int = 0,
+                     schedule: str = "strict",
                      progress: Callable[[str], None] | None = None) -> SecureShapleyResult:
     """Federated Shapley values with SecretSV (seed 004's pure secret-sharing baseline).
 
@@ -675,6 +705,11 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         SampleSkip (Alg. 6-7) at P.
     seed : int, default=0
         Seed of the estimators' sampling.
+    schedule : {"strict", "paper"}, default="strict"
+        Who may reconstruct what: the decryption rule of :mod:`fedsec.shapley.views`
+        (runs it cannot schedule are refused up front) or Prop. 6.8 only (a
+        :class:`~fedsec.errors.PrivacyWarning` says what leaks); see
+        :func:`fedsec.shapley.secsv.secsv_shapley`.
     progress : callable, optional
         Called with a short message after every round.
 
@@ -690,7 +725,13 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         if layer.kind == "gru":
             raise ValueError("SecretSV evaluates dense and conv2d layers, not gru.")
     n, n_layers = record.n_clients, len(record.spec.layers)
-    groups, strong = plan_groups(n, n_layers)
+    check_schedule(schedule, where)
+    strict = schedule == "strict"
+    space = ModelSpace.of_record(record)
+    if strict:  # one owner per batch: the owner evaluates the models it knows
+        groups, strong = [[c] for c in range(n)], True
+    else:
+        groups, strong = plan_groups(n, n_layers)
     if not strong:
         warnings.warn(f"SecretSV with {n} clients and a {n_layers}-layer model cannot keep "
                       f"all {n_layers + 2} parties of a reconstruction chain distinct (seed "
@@ -702,7 +743,8 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         # (clients, P, A, dealer; drawn here for the in-process roles); binding every
         # message to it stops replays from other runs (fedsec.shapley.binding)
         session = session_from_nonces(PROTOCOL, [new_nonce() for _ in range(n + 3)])
-        clients = [_Client(i, n, record.spec, x, y, session=session)
+        clients = [_Client(i, n, record.spec, x, y, session=session,
+                           view=ClientView(space, i) if strict else None)
                    for i, (x, y) in enumerate(sets)]
         P = _Server("P", record.spec, n_clients=n, session=session)
         A = _Server("A", record.spec, n_clients=n, session=session)
@@ -718,7 +760,13 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
             {"order": [o.tolist() for o in order]}, Context(session, PROTOCOL,
                                                              step="batches")))))
         run = _Run(record, acc, clients, P, A, Dealer(session=session), groups, strong, order,
-                   leader=secrets.randbelow(n))
+                   leader=secrets.randbelow(n),
+                   sched=Scheduler(space, n, P.owner) if strict else None)
+        if run.sched is not None and estimator == "exact" and not sample_skip:
+            for t, rnd in enumerate(record.rounds):  # refuse before any work
+                for o in order:
+                    run.sched.plan(t, list(range(1 << len(rnd.participants))),
+                                   [int(v) for v in o])
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress,
                             "secretsv")
     result.seconds = time.perf_counter() - t0

@@ -17,15 +17,34 @@ Roles and messages (everything between roles is bytes, counted by
   re-shares the next layer's input to P and A (steps 7-9); after the last layer it shares
   the predicted labels (step 11). A sends ``Ŷ'' − Y''``; P reconstructs ``Ŷ − Y`` (exact in
   ``Z_t``) and records the IDs ``Φ`` of correctly predicted samples (steps 12-14).
-* Batches mix the samples of a *group* of clients (P shuffles each group with
-  cryptographic randomness). Who decrypts follows Prop. 6.8: ``i_{l+1} ≠ i_l`` (``i_1``
-  are the batch's owners), no owner of the model under test in the chain, and
-  ``i_{L+1}`` not a batch owner; with enough clients the chain is all distinct (the
-  multi-layer level, ``n >= L + 2`` with one batch owner); with fewer it alternates two
-  clients and a :class:`~fedsec.errors.PrivacyWarning` says so; with too few, SecSV
-  refuses. A client refuses to decrypt a request that breaks these rules. The owner of a
-  local model ``θ_i`` is client ``i``; aggregated models have no single owner (the global
-  models ``θ^t`` and ``θ_{I^t} = θ^{t+1}`` are known to every client in FedAvg anyway).
+* **Who decrypts what** (``schedule="strict"``, the default; fedsec departs from the
+  paper here): the decryption rule of :mod:`fedsec.shapley.views`. Prop. 6.8 keeps a
+  client from decrypting its own model's output and its own samples, but a client also
+  *knows* the global models ``θ^t``, ``θ^{t+1}`` and their combinations with its own
+  model, and a first layer's output is linear in the batch: a client asked to decrypt
+  ``θ^t``'s output on another client's batch (which Prop. 6.8 allows) solves for the
+  batch, and then for models. So every batch has one owner; the owner evaluates the
+  models it knows (``θ^t``, ``θ^{t+1}``, everybody but itself) on its own samples; every
+  other coalition's first-layer output goes to a client whose whole view (every output it
+  decrypted, per sample, over all rounds) then holds no combination that is a model it
+  knows; later layers never go to a client that knows the model. P's
+  :class:`~fedsec.shapley.views.Scheduler` places the decryptions (for exact SSVs all of
+  them before any model is encrypted) and refuses the run
+  (:class:`~fedsec.shapley.views.UnsafeSchedule`) when it finds no placement -- with
+  every client in every round of a small federation it usually finds none (the module
+  says why); estimators with small budgets and rounds that leave clients out schedule.
+  Each client keeps its own view and refuses a request that breaks the rule
+  (:class:`~fedsec.errors.PolicyViolation`), so a P that schedules wrongly is stopped by
+  the clients. ``schedule="paper"`` restores Prop. 6.8's schedule below, with a
+  :class:`~fedsec.errors.PrivacyWarning`.
+* Prop. 6.8's schedule (``schedule="paper"``): batches mix the samples of a *group* of
+  clients (P shuffles each group with cryptographic randomness). Who decrypts follows
+  Prop. 6.8: ``i_{l+1} ≠ i_l`` (``i_1`` are the batch's owners), no owner of the model
+  under test in the chain, and ``i_{L+1}`` not a batch owner; with enough clients the
+  chain is all distinct (the multi-layer level, ``n >= L + 2`` with one batch owner);
+  with fewer it alternates two clients and a :class:`~fedsec.errors.PrivacyWarning` says
+  so; with too few, SecSV refuses. A client refuses to decrypt a request that breaks
+  these rules.
 * **SampleSkip** (Alg. 6-7) runs at P exactly as :class:`~fedsec.shapley.utility.RoundGame`
   does in the clear; skipped samples are left out of the batches (or, with the linearity
   shortcut, masked with uniform noise before decryption).
@@ -47,8 +66,10 @@ plaintext-weighted sum of ciphertexts. For one-layer (logistic) models this remo
 ``2^n`` factor from the HE work. The decrypting client sees exactly what the paper's
 protocol shows it (the first-layer output of ``θ_S`` on the batch, up to a public scale).
 
-Derived decryption (``derived_decryption``, default for one-layer models with the shortcut,
-exact SSVs and no SampleSkip): one decryption request per batch and round instead of one
+Derived decryption (``derived_decryption``, only with ``schedule="paper"``, where it is the
+default for one-layer models with the shortcut, exact SSVs and no SampleSkip; the rule
+refuses it -- the client would hold the global model's output on the batch, and its own
+model's by subtraction, every round): one decryption request per batch and round instead of one
 per coalition. P sends the batch's decrypting client ``d`` (not a batch owner) the global
 model's output, ``q_i·lin(θ_i, X_b)`` of every *other* participant and, if ``d``
 participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)`` (``p`` the first other
@@ -94,12 +115,16 @@ back as the channel-major ``(C_out, H_out, W_out)`` features the next layer expe
 
 Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
 either with a client); the clients share the BFV secret key (as the paper's leader
-broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A learns
-nothing but ciphertexts and uniform shares. A decrypting client learns one layer's output on
-a batch of other clients' samples (and, at the last layer, predicted labels), as in the
-paper; BFV ciphertexts are not circuit-private (noise is not flooded), which the paper's
-CKKS protocol does not provide either. Sizes and parameters in messages are checked by
-their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
+broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A
+learns nothing but ciphertexts and uniform shares. A decrypting client learns one
+layer's output on a batch of other clients' samples (and, at the last layer, predicted
+labels), as in the paper, but under the decryption rule never a combination of outputs
+that is a model it knows (so it cannot solve for the samples by linear algebra; the
+paper's assumption that a linear layer's output with *unknown* parameters reveals
+neither input nor parameters remains); under ``schedule="paper"`` it can solve for other
+clients' samples; BFV ciphertexts are not circuit-private (noise is not flooded), which
+the paper's CKKS protocol does not provide either. Sizes and parameters in messages are
+checked by their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
 
 Replays and splices (:mod:`fedsec.shapley.binding`): every message carries its context
 (the key set-up's session, ``secsv``, round, coalition, batch, layer, step -- with the
@@ -137,7 +162,7 @@ from fedsec.crypto import sharing as sh
 from fedsec.crypto import wire
 from fedsec.crypto.bfv import BFV_DEFAULT, BFVContext, BFVParams
 from fedsec.crypto.drbg import SystemRandomSource
-from fedsec.errors import PrivacyWarning, ProtocolError
+from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.shapley.accounting import Accounting
@@ -168,6 +193,7 @@ from fedsec.shapley.secure_game import (
     run_rounds,
     shuffle,
 )
+from fedsec.shapley.views import ClientView, ModelSpace, Scheduler, check_schedule
 
 __all__ = ["SecSVConfig", "secsv_shapley", "SecSVClient", "PrincipalServer",
            "AuxiliaryServer"]
@@ -383,8 +409,11 @@ class SecSVClient:
 
     def __init__(self, index: int, n: int, bfv: BFVContext, x: NDArray[np.float64],
                  y: NDArray[np.int64], spec: ModelSpec, config: SecSVConfig, *,
-                 session: str) -> None:
+                 session: str, view: ClientView | None = None) -> None:
         self.index, self.n = index, n
+        #: this client's own view of the run under the decryption rule
+        #: (:mod:`fedsec.shapley.views`); None under the paper's Prop. 6.8 schedule
+        self.view = view
         self.bfv = bfv
         self.x, self.y = x, y
         self.spec = spec
@@ -516,6 +545,32 @@ class SecSVClient:
             return sh.centre(grid_to_features(grid, lp, m), t)
 
     # ------------------------------------------------------------- Alg. 4, steps 7-11
+    def _coalition(self, t: int, mask: int) -> NDArray[np.float64]:
+        assert self.view is not None
+        if not 0 <= t < len(self.view.space.rounds) or not 0 <= mask < 1 << len(
+                self.view.space.rounds[t][0]):
+            raise ProtocolError("malformed decryption request: round or coalition")
+        return self.view.space.coalition(t, mask)
+
+    def _owner_local(self, meta: dict[str, Any], t: int, mask: int) -> bool:
+        """A model this client knows on its own samples only (it learns nothing)."""
+        if self.view is None:
+            return False
+        return meta.get("batch_owners") == [self.index] and self.view.knows(
+            self._coalition(t, mask))
+
+    def _check_view(self, meta: dict[str, Any], t: int, mask: int, layer: int, m: int,
+                    owners: list[int]) -> None:
+        """The decryption rule on this client's own view (raises PolicyViolation)."""
+        assert self.view is not None
+        samples = meta.get("samples")
+        if len(owners) != 1 or not (isinstance(samples, list) and len(samples) == m and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31
+                for v in samples)) or len(set(samples)) != m:
+            raise ProtocolError("malformed decryption request: samples")
+        self.view.check(self._coalition(t, mask), samples, [owners[0]] * m,
+                        first_layer=layer == 0, blinded=False)
+
     def decrypt_layer(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
         """Decrypt a layer's output, check, activate and re-share (or share labels).
 
@@ -541,7 +596,7 @@ class SecSVClient:
         if layer in seen:
             raise ReplayRefused("this layer of the evaluation was already decrypted here "
                                 "(a replay)", check="layer")
-        if {layer - 1, layer + 1} & seen:
+        if {layer - 1, layer + 1} & seen and not self._owner_local(meta, ctx.round, ctx.mask):
             raise ProtocolError("refusing to decrypt two consecutive layers (i_{l+1} = i_l; "
                                 "this client decrypted an adjacent layer)")
         lp = plan.layers[layer]
@@ -552,7 +607,10 @@ class SecSVClient:
                 and all(isinstance(v, int) for v in owners + mowners)):
             raise ProtocolError("malformed decryption request: owners")
         previous = _int_meta(meta, "previous", -1, self.n - 1)
-        check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        if self.view is None:
+            check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        else:
+            self._check_view(meta, ctx.round, ctx.mask, layer, m, owners)
         divisor_log2 = _int_meta(meta, "scale_bits", 0, 62)
         weight_sum = _int_meta(meta, "weight_sum", 1, 1 << 40)
         bound = _int_meta(meta, "bound", 1, (self.bfv.t - 1) // 2)
@@ -664,6 +722,9 @@ class SecSVClient:
         own samples (it must not be a batch owner) and its own model's singleton; it
         checks every decrypted value and every derived sum against P's bounds."""
         plan = self._need_plan()
+        if self.view is not None:  # it would hold the global model's output on the batch
+            raise PolicyViolation("refusing derived decryption under the decryption rule",
+                                  check="view")
         if len(plan.layers) != 1:
             raise ProtocolError("derived decryption is for one-layer models only")
         msg = wire.decode(data, expect="secsv/decrypt-all", max_bytes=1 << 28)
@@ -1227,6 +1288,7 @@ class _Run:
     linear_shortcut: bool
     leader: int
     derived: bool = False  # derived decryption (see secsv_shapley)
+    sched: Scheduler | None = None  # the decryption rule (None: Prop. 6.8's schedule)
     turn: int = 0
     lin_cache: dict[tuple[int, str, int], Any] = field(default_factory=dict)
     derived_correct: dict[int, NDArray[np.bool_]] = field(default_factory=dict)
@@ -1349,8 +1411,11 @@ class _Run:
             group = int(self.P.owner[brows[0]])
             gidx = next(g for g, members in enumerate(self.groups) if group in members)
             gowners = self.groups[gidx]
-            chain = decryptor_chain(len(self.clients), self.n_layers, gowners, mowners,
-                                    self.strong, self.turn)
+            if self.sched is None:
+                chain = decryptor_chain(len(self.clients), self.n_layers, gowners, mowners,
+                                        self.strong, self.turn)
+            else:
+                chain = self.sched.chain(t, mask, brows, self.n_layers, self.turn)
             self.turn += 1
             m = len(brows)
             xb = max(self.P.xbound.get(c, 1) for c in gowners)
@@ -1385,11 +1450,14 @@ class _Run:
                         ct = self.P.bfv.add_plain(ct, rmask)
                     payload = self.P.bfv.serialize(ct)
                 dec = chain[layer]
-                req = self.P.decrypt_request({
+                meta: dict[str, Any] = {
                     "layer": layer, "m": m, "batch_owners": gowners, "model_owners": mowners,
                     "previous": previous, "scale_bits": fm + self.P.plan.frac_inputs[layer],
-                    "weight_sum": int(sum(q)),
-                    "bound": bound}, [payload, np.packbits(active).tobytes()], layer)
+                    "weight_sum": int(sum(q)), "bound": bound}
+                if self.sched is not None:  # the client checks its view per sample
+                    meta["samples"] = [int(v) for v in brows]
+                req = self.P.decrypt_request(meta, [payload, np.packbits(active).tobytes()],
+                                             layer)
                 to_p, to_a = self.clients[dec].decrypt_layer(
                     self._msg("P", f"client:{dec}", "decrypt", req), self.acc)
                 to_p = self._msg(f"client:{dec}", "P", "share", to_p)
@@ -1406,6 +1474,14 @@ class _Run:
                         ok = self.P.compare(to_p, diff_a, brows, m)
                     correct[brows[active]] = ok[active]
         return correct[todo] if rows is not None else correct
+
+    def plan_round(self, t: int) -> None:
+        """Place every coalition of round ``t`` on every batch before any work (exact
+        SSVs); raises :class:`~fedsec.shapley.views.UnsafeSchedule`."""
+        assert self.sched is not None
+        masks = list(range(1 << len(self.record.rounds[t].participants)))
+        for b in self.batches:
+            self.sched.plan(t, masks, [int(v) for v in b.rows])
 
     # ------------------------------------------------------------- derived decryption
     def _derived_plan(self, t: int) -> list[tuple[int, int]] | None:
@@ -1546,10 +1622,14 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> tuple[list[BFVConte
 
 def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray[np.int64]]],
            cfg: SecSVConfig, acc: Accounting, linear_shortcut: bool,
-           derived: bool = False) -> _Run:
+           derived: bool = False, schedule: str = "paper", exact: bool = False) -> _Run:
     n = record.n_clients
     n_layers = len(record.spec.layers)
-    groups, strong = plan_groups(n, n_layers)
+    strict = schedule == "strict"
+    if strict:  # one owner per batch: the owner evaluates the models it knows
+        groups, strong = [[c] for c in range(n)], True
+    else:
+        groups, strong = plan_groups(n, n_layers)
     if not strong:
         warnings.warn(f"SecSV with {n} clients and a {n_layers}-layer model cannot keep "
                       f"all {n_layers + 2} parties of a decryption chain distinct (seed 004, "
@@ -1563,8 +1643,10 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
     width = _pick_width(record, per_group, cap, public.slots, derived)
     lps = [_layer_plan(ly, _fold_of(ly, width, public.slots)) for ly in record.spec.layers]
     leader = secrets.randbelow(n)
+    space = ModelSpace.of_record(record)
     clients = [SecSVClient(i, n, ctxs[i], sets[i][0], sets[i][1], record.spec, cfg,
-                           session=session) for i in range(n)]
+                           session=session, view=ClientView(space, i) if strict else None)
+               for i in range(n)]
     # Coarse bounds (exponents) from every model and data owner -> P's fixed point
     owned: list[list[tuple[int, str, Params]]] = [[] for _ in range(n)]
     for t, rnd in enumerate(record.rounds):
@@ -1600,8 +1682,13 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
         Context(session, PROTOCOL, step="batches")))
     with acc.timed("other"):
         A.receive_batches(acc.message("P", "A", "batches", spec_bytes))
-    return _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
-                leader=leader, derived=derived)
+    run = _Run(record, cfg, acc, clients, P, A, groups, strong, batches, linear_shortcut,
+               leader=leader, derived=derived,
+               sched=Scheduler(space, n, P.owner) if strict else None)
+    if strict and exact:  # refuse before any model is encrypted
+        for t in range(record.n_rounds):
+            run.plan_round(t)
+    return run
 
 
 def _fold_of(ly: LayerSpec, width: int, slots: int) -> int:
@@ -1683,7 +1770,7 @@ def _pick_fixed_point(messages: Sequence[bytes], record: TrainingRecord, cfg: Se
 def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                   budget: int | None = None, sample_skip: bool = False, seed: int = 0,
                   linear_shortcut: bool = True, derived_decryption: bool | None = None,
-                  config: SecSVConfig | None = None,
+                  schedule: str = "strict", config: SecSVConfig | None = None,
                   progress: Progress | None = None) -> SecureShapleyResult:
     """Federated Shapley values with SecSV (seed 004, Alg. 3-4; SampleSkip Alg. 6-7).
 
@@ -1709,8 +1796,18 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         decrypting client gets the global model's and the other participants' outputs
         (and one pair with its own model) and derives every coalition's output itself
         (see the module's threat model). Needs the linear shortcut, a one-layer model,
-        exact SSVs and no SampleSkip; default (None): on exactly then. ``True`` where it
-        does not apply raises ``ValueError``; ``False`` decrypts per coalition.
+        exact SSVs and no SampleSkip and ``schedule='paper'``; default (None): on exactly
+        then. ``True`` where it does not apply raises ``ValueError``; ``False`` decrypts
+        per coalition.
+    schedule : {"strict", "paper"}, default="strict"
+        Who may decrypt what. ``"strict"``: the decryption rule of
+        :mod:`fedsec.shapley.views` -- no client ever holds outputs from which it can
+        compute a model it knows (the global models, its own, their combinations) on
+        another client's samples; batch owners evaluate the models they know; a run the
+        rule cannot schedule is refused (:class:`~fedsec.shapley.views.UnsafeSchedule`)
+        before any model is encrypted. ``"paper"``: Prop. 6.8 only, which lets a
+        decrypting client solve for other clients' test data (a
+        :class:`~fedsec.errors.PrivacyWarning` says so).
     config : SecSVConfig, optional
         Fixed-point and BFV parameters.
     progress : callable, optional
@@ -1735,11 +1832,20 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                          "linear_shortcut=True, a one-layer model, estimator='exact' and "
                          "sample_skip=False (otherwise the decrypting client would see "
                          "outputs the protocol does not show it).")
+    check_schedule(schedule, where)
+    if schedule == "strict":
+        if derived_decryption:
+            raise ValueError(f"The 'derived_decryption' parameter of {where} needs "
+                             "schedule='paper': the decrypting client would hold the global "
+                             "model's output on other clients' samples (it can solve for "
+                             "them).")
+        derivable = False
     derived = derivable if derived_decryption is None else derived_decryption
     acc = Accounting()
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        run = _setup(record, sets, cfg, acc, linear_shortcut, derived)
+        run = _setup(record, sets, cfg, acc, linear_shortcut, derived, schedule,
+                     exact=estimator == "exact" and (linear_shortcut or not sample_skip))
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress, "secsv")
     result.seconds = time.perf_counter() - t0
     result.accounting = acc

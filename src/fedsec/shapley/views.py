@@ -53,6 +53,7 @@ owners have no owner that knows their samples: under the rule, batches have one 
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,9 +61,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.errors import PolicyViolation
+from fedsec.errors import PolicyViolation, PrivacyWarning
 
-__all__ = ["ModelSpace", "ClientView", "Scheduler", "UnsafeSchedule", "SCHEDULES"]
+__all__ = ["ModelSpace", "ClientView", "Scheduler", "UnsafeSchedule", "SCHEDULES",
+           "check_schedule"]
 
 #: ``strict``: the rule below; ``paper``: Prop. 6.8 only (a PrivacyWarning says the leak).
 SCHEDULES = ("strict", "paper")
@@ -89,7 +91,8 @@ class ModelSpace:
     rounds: tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]
 
     @classmethod
-    def of(cls, rounds: Iterable[tuple[Sequence[int], Sequence[float]]]) -> ModelSpace:
+    def of(cls, rounds: Iterable[tuple[Sequence[int], Sequence[float] | NDArray[Any]]]
+           ) -> ModelSpace:
         out = []
         for parts, weights in rounds:
             p = tuple(int(c) for c in parts)
@@ -364,6 +367,16 @@ class Scheduler:
         self._refuse(t, mask, samples)
         raise AssertionError  # unreachable
 
+    def chain(self, t: int, mask: int, samples: Sequence[int] | NDArray[Any], n_layers: int,
+              turn: int = 0) -> list[int]:
+        """Every layer's decrypting client for coalition ``mask`` on ``samples``."""
+        rows = [int(v) for v in samples]
+        out = [self.first(t, mask, rows, turn=turn)]
+        for layer in range(1, n_layers):
+            out.append(self.later(t, mask, rows, layer, n_layers, out[-1],
+                                  turn=turn + layer))
+        return out
+
     def _refuse(self, t: int, mask: int, samples: Sequence[int]) -> None:
         parts = self.space.rounds[t][0]
         raise UnsafeSchedule(
@@ -383,3 +396,20 @@ class Scheduler:
             for s in np.flatnonzero(self.owner != c):
                 best = max(best, view.solvable_rank(int(s)))
         return best
+
+
+def check_schedule(schedule: Any, where: str) -> None:
+    """Validate the ``schedule`` argument; warn (PrivacyWarning) for ``"paper"``."""
+    if not isinstance(schedule, str):
+        raise TypeError(f"The 'schedule' parameter of {where} must be a str. "
+                        f"Got {type(schedule).__name__} instead.")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"The 'schedule' parameter of {where} must be one of "
+                         f"{', '.join(SCHEDULES)}. Got {schedule!r} instead.")
+    if schedule == "paper":
+        warnings.warn(
+            f"{where}(schedule='paper') follows the paper's Prop. 6.8 only: a decrypting "
+            "client may receive the first-layer output of a model it knows (the global "
+            "model, its own, or a combination of the outputs it decrypts) on another "
+            "client's samples, and can solve for those samples and then for other "
+            "clients' models.", PrivacyWarning, stacklevel=3)
