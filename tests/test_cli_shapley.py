@@ -79,9 +79,12 @@ def test_missing_torch_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys)
 @pytest.mark.parametrize("protocol", ["hesv", "secsv", "secretsv"])
 def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> None:
     skip = [] if protocol == "hesv" else ["--sample-skip"]  # HESV's test data are encrypted
-    code = main([*SMALL, "--protocol", protocol, *skip, "--json", "--workers", "1"])
-    doc = json.loads(capsys.readouterr().out)
+    code = main([*SMALL, "--protocol", protocol, *skip, "--json", "--workers", "1",
+                 "--schedule", "paper"])
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
     assert code == 0 and doc["protocol"] == protocol
+    assert "fedsec: privacy warning:" in out.err and "solve for" in out.err
     assert doc["error"] is not None and doc["error"] <= 1e-3  # against NSSV
     split = doc["time_split_seconds"]
     assert set(split) >= {"arithmetic", "encryption", "decryption", "share_generation",
@@ -96,7 +99,8 @@ def test_secsv_derived_and_per_coalition_decryption(capsys) -> None:
     round; --per-coalition-decryption: one per coalition and batch, the same FSV."""
     docs = []
     for extra in ([], ["--per-coalition-decryption"]):
-        assert main([*SMALL, "--protocol", "secsv", "--json", "--workers", "1", *extra]) == 0
+        assert main([*SMALL, "--protocol", "secsv", "--json", "--workers", "1",
+                     "--schedule", "paper", *extra]) == 0
         docs.append(json.loads(capsys.readouterr().out))
 
     def requests(doc: dict) -> int:
@@ -107,6 +111,20 @@ def test_secsv_derived_and_per_coalition_decryption(capsys) -> None:
     np.testing.assert_array_equal(docs[0]["fsv"], docs[1]["fsv"])
     assert docs[0]["error"] <= 1e-3
     assert 0 < requests(docs[0]) * 2 < requests(docs[1])  # 2^3 coalitions vs 1 request
+
+
+def test_strict_schedule_refuses_or_runs(capsys) -> None:
+    """The default schedule: exact SSVs with every client in every round are refused
+    (exit 2, saying why and what to do); a small permutation-sampling budget runs."""
+    assert main([*SMALL, "--protocol", "secsv", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "solve for them" in err and "--schedule paper" in err
+    small5 = ["shapley", "--task", "bank", "--samples", "300", "--clients", "5",
+              "--rounds", "2"]
+    assert main([*small5, "--protocol", "secsv", "--workers", "1", "--estimator", "ps",
+                 "--budget", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["protocol"] == "secsv" and doc["estimator"] == "ps" and len(doc["fsv"]) == 5
 
 
 def test_secure_protocol_option_errors(capsys) -> None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import numpy as np
 
 from fedsec.cli_common import int_arg as _int_at_least
 from fedsec.cli_common import progress_printer as _progress
+from fedsec.errors import PrivacyWarning
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
 from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS
@@ -75,6 +78,14 @@ def register(sub: Any) -> None:
                         "decrypting client derives every coalition's output (the default "
                         "for one-layer models with the shortcut, exact SSVs and no "
                         "SampleSkip; see the threat model in fedsec.shapley.secsv)")
+    p.add_argument("--schedule", choices=("strict", "paper"), default="strict",
+                   help="secure protocols: who may decrypt what. strict (default): no "
+                        "client ever holds outputs it can combine into a model it knows "
+                        "(the global models, its own) on another client's samples; runs "
+                        "that cannot be scheduled so are refused (use an estimator with a "
+                        "small budget, or --participation below 1). paper: the paper's "
+                        "Prop. 6.8 only, which lets a decrypting client solve for other "
+                        "clients' test data")
     p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
                    help="secure protocols: evaluate the rounds in up to this many parallel "
                         "workers (default: the cores available; 1 = in this process)")
@@ -176,7 +187,7 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
         raise ValueError(f"--bandwidth must be > 0; got {args.bandwidth}")
     test_sets = [(c.x_test, c.y_test) for c in fed.clients]
     common: dict[str, Any] = {"estimator": args.estimator, "budget": args.budget,
-                              "seed": args.seed}
+                              "seed": args.seed, "schedule": args.schedule}
     if args.protocol == "hesv" and args.sample_skip:
         raise ValueError("--sample-skip needs plaintext test data at the servers "
                          "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
@@ -193,10 +204,23 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
     if args.ray_address is not None and args.backend != "ray":
         raise ValueError("--ray-address applies to --backend ray only")
     from fedsec.runtime.parallel import shapley_in_parallel
+    from fedsec.shapley.views import UnsafeSchedule
 
-    result: SecureShapleyResult = shapley_in_parallel(
-        args.protocol, record, test_sets, workers=args.workers, backend=args.backend,
-        ray_address=args.ray_address, progress=progress, **common)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrivacyWarning)
+        try:
+            result: SecureShapleyResult = shapley_in_parallel(
+                args.protocol, record, test_sets, workers=args.workers, backend=args.backend,
+                ray_address=args.ray_address, progress=progress, **common)
+        except UnsafeSchedule as exc:  # speak of the command line's option
+            raise ValueError(str(exc).replace("pass schedule='paper'", "pass --schedule paper")
+                             .replace("(an estimator with a small budget, ",
+                                      "(--estimator with a small --budget, ")
+                             .replace("add clients that do not train in every round",
+                                      "--participation below 1")) from None
+    for text in dict.fromkeys(str(w.message) for w in caught
+                              if issubclass(w.category, PrivacyWarning)):
+        print(f"fedsec: privacy warning: {text}", file=sys.stderr)
     result.bandwidth_mbps = args.bandwidth
     return result
 
