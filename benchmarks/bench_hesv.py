@@ -143,7 +143,7 @@ def bench_hesv(tasks: list[str], shortcut_modes: list[bool]) -> list[dict[str, A
         ref = federated_shapley(record, fed.x_test, fed.y_test)
         for shortcut in shortcut_modes:
             c0, w0 = time.process_time(), time.perf_counter()
-            res = hesv_shapley(record, sets, linear_shortcut=shortcut)
+            res = hesv_shapley(record, sets, linear_shortcut=shortcut, schedule="paper")
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             row = {"task": name, "M": size["M"], "T": size["T"], "n": 5,
                    "linear_shortcut": shortcut, "cpu_seconds": cpu, "wall_seconds": wall,
@@ -167,7 +167,7 @@ def bench_cnn(m: int, shortcut_modes: list[bool]) -> list[dict[str, Any]]:
     rows = []
     for shortcut in shortcut_modes:
         c0, w0 = time.process_time(), time.perf_counter()
-        res = hesv_shapley(record, sets, linear_shortcut=shortcut)
+        res = hesv_shapley(record, sets, linear_shortcut=shortcut, schedule="paper")
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         per = 1e3 * cpu / (res.models_tested * m)
         rows.append({"task": "mnist", "M": m, "T": 1, "n": 5, "linear_shortcut": shortcut,

@@ -142,14 +142,16 @@ def table2_task(name: str, m: int, rounds: int, args: argparse.Namespace
         else [True]
     for sc in shortcuts:
         runs.append(("HESV", sc, False,
-                     lambda sc=sc: hesv_shapley(record, sets, linear_shortcut=sc)))
+                     lambda sc=sc: hesv_shapley(record, sets, linear_shortcut=sc,
+                                                schedule="paper")))
         for skip in (False, True):
             runs.append(("SecSV", sc, skip, lambda sc=sc, skip=skip: secsv_shapley(
-                record, sets, linear_shortcut=sc, sample_skip=skip)))
+                record, sets, linear_shortcut=sc, sample_skip=skip, schedule="paper")))
     if name != "mnist" or args.cnn_secretsv:
         for skip in (False, True):
             runs.append(("SecretSV", None, skip,
-                         lambda skip=skip: secretsv_shapley(record, sets, sample_skip=skip)))
+                         lambda skip=skip: secretsv_shapley(record, sets, sample_skip=skip,
+                                                            schedule="paper")))
     for proto, sc, skip, fn in runs:
         res, tm = timed_median(fn, args.repeats)
         split = res.accounting.split(args.bandwidth)
@@ -187,7 +189,8 @@ def table3(record: Any, sets: Any, nssv: Any, hesv_cpu: float, hesv_wall: float,
     for est in ("exact", "ps", "gt", "ks"):
         for skip in (False, True):
             res, tm = timed_median(lambda est=est, skip=skip: secsv_shapley(
-                record, sets, estimator=est, sample_skip=skip, seed=1), args.repeats)
+                record, sets, estimator=est, sample_skip=skip, seed=1, schedule="paper"),
+                args.repeats)
             rows.append({"estimator": est, "sample_skip": skip, **tm,
                          "models_tested": res.models_tested,
                          "samples_tested": res.samples_tested,
