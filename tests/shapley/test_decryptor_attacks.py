@@ -23,7 +23,8 @@ from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import federated_shapley
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.binding import context_of
-from fedsec.shapley.views import ModelSpace, UnsafeSchedule
+from fedsec.shapley.views import UnsafeSchedule
+from fedsec.testing.decryptor_attack import Decryption, solve_samples
 
 N = 8
 PARTS = ((0, 1, 2, 3), (4, 5, 6, 7), (0, 2, 5, 7))
@@ -72,56 +73,12 @@ def _capture(monkeypatch) -> list[tuple[int, int, int, list[int], np.ndarray]]:
     return seen
 
 
-def _attack(rec: TrainingRecord, seen, owner_of_row, rows_x) -> tuple[int, int]:
-    """Every client's best linear attack; returns (samples pinned, samples attacked)."""
-    space = ModelSpace.of_record(rec)
-    pinned = attacked = 0
-    for d in range(N):
-        known = space.known(d)
-        per_row: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {}
-        for c, t, mask, rows, y in seen:
-            if c != d:
-                continue
-            for j, r in enumerate(rows):
-                per_row.setdefault(r, []).append((space.coalition(t, mask), y[:, j], t))
-        for r, obs in per_row.items():
-            if owner_of_row[r] == d:
-                continue
-            attacked += 1
-            v = np.array([o[0] for o in obs])
-            # combinations c with c·V in span(known): null space of [V; -K]^T
-            m = np.vstack([v, -known]).T
-            _, sing, vt = np.linalg.svd(m)
-            null = vt[np.sum(sing > 1e-9):]
-            for z in null:
-                c = z[:len(obs)]
-                if np.abs(c).max() < 1e-9:
-                    continue
-                model = c @ v  # a known model: reconstruct its parameters, solve
-                w = np.zeros((4, 3))
-                b = np.zeros(4)
-                for coef, (t, kind, i) in _terms(rec, model):
-                    p = rec.rounds[t].global_params if kind == "g" else \
-                        rec.rounds[t].local_params[i]
-                    w += coef * p[0]
-                    b += coef * p[1]
-                out = sum(ci * o[1] for ci, o in zip(c, obs, strict=True))
-                x, *_ = np.linalg.lstsq(w, out - b, rcond=None)
-                if np.allclose(x, rows_x[r], atol=1e-3):
-                    pinned += 1
-                    break
-    return pinned, attacked
-
-
-def _terms(rec: TrainingRecord, vec: np.ndarray):
-    off = 0
-    for t, rnd in enumerate(rec.rounds):
-        if abs(vec[off]) > 1e-12:
-            yield vec[off], (t, "g", 0)
-        for i in range(len(rnd.participants)):
-            if abs(vec[off + 1 + i]) > 1e-12:
-                yield vec[off + 1 + i], (t, "c", i)
-        off += 1 + len(rnd.participants)
+def _attack(rec: TrainingRecord, seen, owner, x) -> tuple[int, int]:
+    """(samples pinned to 1e-3, samples attacked) over every client's view."""
+    decs = [Decryption(c, t, mask, tuple(rows), y) for c, t, mask, rows, y in seen]
+    res = solve_samples(rec, decs, owner)
+    pinned = sum(np.allclose(v, x[s], atol=1e-3) for (_c, s), v in res.recovered.items())
+    return pinned, res.attacked
 
 
 def _pooled(sets):
@@ -204,3 +161,22 @@ def test_client_refuses_a_known_model_on_other_samples(monkeypatch) -> None:
     with pytest.raises(PolicyViolation, match="knows"):
         run.evaluate(0, 0, None)
     assert log
+
+
+def test_derived_decryption_is_refused_under_the_rule() -> None:
+    """Derived decryption hands the decrypting client the global model's output on the
+    batch every round (and its own model's, by subtraction): refused by default, by the
+    entry point and by the client itself."""
+    rec, sets = _world(1)
+    with pytest.raises(ValueError, match="schedule='paper'"):
+        sv.secsv_shapley(rec, sets, derived_decryption=True)
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), sv.Accounting(), True,  # noqa: SLF001
+                    True, "paper", exact=False)
+    run.upload_round(0)
+    plan = run._derived_plan(0)  # noqa: SLF001
+    assert plan is not None
+    strict = sv._setup(rec, sets, sv.SecSVConfig().check(), sv.Accounting(), True,  # noqa: SLF001
+                       False, "strict", exact=False)
+    d = plan[0][0]
+    with pytest.raises(PolicyViolation, match="derived"):
+        strict.clients[d].decrypt_all(b"", sv.Accounting())
