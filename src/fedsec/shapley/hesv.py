@@ -34,6 +34,18 @@ plaintext ``Ŷ^(1)`` as in the paper's protocol (one ciphertext encrypting
 
 Threat model
 ------------
+Who decrypts what (``schedule="strict"``, the default; fedsec departs from the paper here):
+the decryption rule of :mod:`fedsec.shapley.views` -- every batch is one client's, the owner
+evaluates the models it knows (``θ^t``, ``θ^{t+1}``, everybody but itself) on its own
+batches, and every other first-layer output goes to a client whose whole view (per batch,
+over all rounds) then holds no combination that is a model it knows (the global models, its
+own, their combinations): Prop. 6.8 below lets a client decrypt the global model's first
+layer on another client's batch, which is linear in the batch -- it solves for the batch.
+The server places the decryptions (for exact SSVs all of them before any model is
+encrypted) and refuses a run it cannot place (:class:`~fedsec.shapley.views.UnsafeSchedule`);
+each client checks its own view (:class:`~fedsec.errors.PolicyViolation`). With
+``schedule="paper"`` (a :class:`~fedsec.errors.PrivacyWarning`) the chain below applies.
+
 Seed 004's: all parties honest-but-curious and non-colluding; the server never holds the
 secret key (it receives public material only and never a decrypted value beyond the
 counts ``cnt``, which the paper's server learns too). Clients hold the secret key and may

@@ -18,7 +18,12 @@ Threat model: semi-honest P, A, dealer and clients; no two of P, A and the deale
 (the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
 client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares and the opened
 ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
-output on a batch of other clients' samples, as in SecSV. Shares and triples come from the
+output on a batch of other clients' samples, as in SecSV -- by default under the decryption
+rule of :mod:`fedsec.shapley.views` (``schedule="strict"``: one-owner batches, owners
+evaluate the models they know, no client's view combines into a model it knows; runs the
+rule cannot place are refused up front), or Prop. 6.8 only with ``schedule="paper"`` (a
+:class:`~fedsec.errors.PrivacyWarning`: a client can then solve for other clients'
+samples). Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
 
 Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
