@@ -321,6 +321,21 @@ def _fresh_level(alpha: int, comparison: str = "polynomial") -> int:
     return 2 if comparison == "blinded" else sign_depth(alpha) + 2
 
 
+def _pairs_of(clients: Sequence[int]) -> list[tuple[int, int]]:
+    """Ordered pairs of the round's clients (global indices), in slot order."""
+    return [(i, j) for i in clients for j in clients if i != j]
+
+
+def _meta_clients(meta: dict[str, Any], key: str, least: int) -> tuple[int, ...]:
+    """A strictly increasing list of at least ``least`` client indices."""
+    v = meta.get(key)
+    if not isinstance(v, list) or not least <= len(v) <= _MAX_CLIENTS or not all(
+            type(x) is int and 0 <= x < _MAX_CLIENTS for x in v) or any(
+            a >= b for a, b in zip(v, v[1:], strict=False)):
+        raise ProtocolError(f"message field {key!r} is missing or malformed")
+    return tuple(v)
+
+
 def _gram_entries(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(i, k)]
 
@@ -482,6 +497,43 @@ def _register_payload(session: str, name: str, x_pk: bytes) -> bytes:
                           + name.encode() + b"|" + x_pk).digest()
 
 
+def _decryptor_key_payload(session: str, x_pk: bytes) -> bytes:
+    return hashlib.sha256(b"fedsec/pfl/decryptor-key/v1|" + session.encode() + b"|"
+                          + DECRYPTOR_NAME.encode() + b"|" + x_pk).digest()
+
+
+def _seed_payload(session: str, round_index: int, client: int, chunk: int, box: bytes
+                  ) -> bytes:
+    """What a client signs for its sealed mask seed: bound to the session, round, client
+    and chunk, and to the box itself (so nobody can substitute or reuse it)."""
+    return hashlib.sha256(_box_context(b"seed-sig", session, round_index, client, chunk)
+                          + b"|" + hashlib.sha256(box).digest()).digest()
+
+
+def _upload_mask(seed: bytes, primes: Sequence[int], n: int, session: str,
+                 round_index: int, client: int, chunk: int) -> NDArray[np.uint64]:
+    """The one-time pad ``M`` of one upload chunk: uniform residues mod each prime of the
+    upload level (uniform mod their product), expanded from the client's fresh seed."""
+    src = SeededRandomSource(seed, _box_context(b"upload-mask", session, round_index,
+                                                client, chunk))
+    return np.concatenate([uniform_residues(src, q, n) for q in primes])
+
+
+def _mod_add(a: NDArray[np.uint64], b: NDArray[np.uint64], primes: Sequence[int], n: int
+             ) -> NDArray[np.uint64]:
+    """``a + b`` residue-wise mod each prime (both reduced; no overflow below 2^63)."""
+    q = np.repeat(np.asarray(primes, dtype=np.uint64), n)
+    t = a + b
+    out: NDArray[np.uint64] = np.where(t >= q, t - q, t)
+    return out
+
+
+def _mod_neg(a: NDArray[np.uint64], primes: Sequence[int], n: int) -> NDArray[np.uint64]:
+    q = np.repeat(np.asarray(primes, dtype=np.uint64), n)
+    out: NDArray[np.uint64] = np.where(a == 0, a, q - a)
+    return out
+
+
 def _box_context(kind: bytes, session: str, round_index: int, client: int, chunk: int
                  ) -> bytes:
     return (b"fedsec/pfl/" + kind + b"|" + session.encode() + b"|"
@@ -501,7 +553,7 @@ def _u64_from(blob: bytes, count: int, what: str) -> NDArray[np.uint64]:
 
 # ---------------------------------------------------------------------- client
 class SecurePFLClient:
-    """Client ``index``: uploads its encrypted model and decrypts its own result.
+    """Client ``index``: uploads its one-time-padded model and decrypts its own result.
 
     Parameters
     ----------
@@ -510,22 +562,27 @@ class SecurePFLClient:
     keys : PartyKeys
         From the key set-up: the public key (no secret key) and the session.
     identity : Identity
-        This client's identity (signs its X25519 result key).
+        This client's identity (signs its X25519 result key and its mask seeds).
     config : SecurePFLConfig
+    roster : Roster
+        To verify the decryptor's signed X25519 key (:meth:`receive_decryptor_key`).
     """
 
     def __init__(self, index: int, keys: PartyKeys, identity: Identity,
-                 config: SecurePFLConfig) -> None:
+                 config: SecurePFLConfig, *, roster: Roster) -> None:
         self.index = check_int(index, "index", "SecurePFLClient", min_value=0,
                                max_value=_MAX_CLIENTS - 1)
         if keys.context.has_secret_key:
             raise ValueError("a Priv-PFL client must not hold the CKKS secret key")
         self.keys = keys
         self.identity = identity
+        self.roster = roster
         self.config = config
         self.ctx = keys.context
         self.enc = _Encoding.of(self.ctx, config.mask_bits)
         self._x = X25519PrivateKey.generate()
+        self._rand = SystemRandomSource()
+        self._decryptor_x: bytes | None = None
         self._pending: tuple[int, int, float, FloatArray] | None = None  # round, d, B, w
 
     @property
@@ -540,13 +597,16 @@ class SecurePFLClient:
         return wire.encode("pfl/register", {"session": self.session, "client": self.index,
                                             "name": self.identity.name}, [x_pk, sig])
 
-    def upload(self, model: NDArray[Any], *, norm_bound: float, sigma: float,
-               round_index: int, clip: bool = True, claimed_norm: float | None = None
-               ) -> bytes:
-        """Step 1: ``Enc(w / B)`` at level 1 with the published norm.
+    def receive_decryptor_key(self, message: bytes) -> None:
+        """Step 0 (once per session): the decryptor's X25519 key for the mask seeds,
+        signed by the decryptor's roster identity and bound to the session."""
+        self._decryptor_x = _read_decryptor_key(message, self.session, self.roster)
 
-        ``clip=False`` and ``claimed_norm`` exist to play a malicious client in tests and
-        benchmarks: an honest client clips and publishes its true norm.
+    def upload(self, model: NDArray[Any], *, norm_bound: float, sigma: float,
+               round_index: int) -> bytes:
+        """Step 1: the plaintext of ``w / B`` one-time padded, and the pad's sealed seed.
+
+        The model is clipped to ``norm_bound`` and its norm published.
         """
         t = check_int(round_index, "round_index", "SecurePFLClient.upload", min_value=0)
         b = check_real(norm_bound, "norm_bound", "SecurePFLClient.upload", gt=0.0)
@@ -555,18 +615,39 @@ class SecurePFLClient:
         if w.ndim != 1 or w.size < 1 or not np.all(np.isfinite(w)):
             raise ValueError("The 'model' parameter of SecurePFLClient.upload must be a "
                              "finite, non-empty 1-D array.")
-        if clip:
-            w = clip_to_norm(w, b)
-        norm = float(np.linalg.norm(w)) if claimed_norm is None else float(claimed_norm)
+        w = clip_to_norm(w, b)
+        return self._masked_upload(w, float(np.linalg.norm(w)), b, s, t)
+
+    def _masked_upload(self, w: FloatArray, norm: float, b: float, s: float, t: int
+                       ) -> bytes:
+        """The upload of ``w`` (as given: clipping is the caller's) publishing ``norm``."""
         pid = self.ctx.parms_id_at_level(UPLOAD_LEVEL)
-        blobs = []
-        for z in _pack(w / b, self.enc.slots):
-            pt = self.ctx.encode(z, scale=self.enc.upload_scale, parms_id=pid)
-            blobs.append(self.ctx.serialize(self.ctx.encrypt_plaintext(pt)))
+        plains = [plaintext_ntt(self.ctx.encode(z, scale=self.enc.upload_scale, parms_id=pid))
+                  for z in _pack(w / b, self.enc.slots)]
+        return self._pad_and_seal(plains, w, norm, b, s, t)
+
+    def _pad_and_seal(self, plains: Sequence[NDArray[np.uint64]], w: FloatArray,
+                      norm: float, b: float, s: float, t: int) -> bytes:
+        """Pad each chunk's plaintext residues with a fresh one-time pad; seal and sign
+        the pads' seeds to the decryptor. ``w`` is what the client keeps."""
+        if self._decryptor_x is None:
+            raise ProtocolError("no decryptor key received for this session")
+        primes = self.ctx.level_primes(self.ctx.parms_id_at_level(UPLOAD_LEVEL))
+        n = self.enc.n
+        xs, boxes = [], []
+        for c, p in enumerate(plains):
+            seed = self._rand.random_bytes(SEED_BYTES)
+            m = _upload_mask(seed, primes, n, self.session, t, self.index, c)
+            xs.append(_u64_blob(_mod_add(p, m, primes, n)))
+            box = seal_to(self._decryptor_x, seed, context=_box_context(
+                b"seed", self.session, t, self.index, c))
+            sig = self.identity.sign("pfl/seed", _seed_payload(self.session, t, self.index,
+                                                                 c, box))
+            boxes += [box, sig]
         self._pending = (t, w.size, b, w.copy())
         meta = {"session": self.session, "round": t, "client": self.index, "d": int(w.size),
                 "norm": norm, "bound": b, "sigma": s}
-        return wire.encode("pfl/upload", meta, blobs)
+        return wire.encode("pfl/masked-upload", meta, xs + boxes)
 
     def finish(self, result: bytes) -> FloatArray:
         """Step 6: open the decryptor's sealed plaintext and the server's mask; decode."""
@@ -608,6 +689,18 @@ class SecurePFLClient:
         return _unpack(out, d) * b
 
 
+def _read_decryptor_key(message: bytes, session: str, roster: Roster) -> bytes:
+    msg = wire.decode(message, expect="pfl/decryptor-key", max_bytes=1 << 12)
+    _check_bound(msg.meta, session)
+    if len(msg.blobs) != 2 or DECRYPTOR_NAME not in roster:
+        raise ProtocolError("malformed decryptor key")
+    x_pk, sig = msg.blobs
+    check_x25519(x_pk, who=DECRYPTOR_NAME)
+    roster.verify(DECRYPTOR_NAME, "pfl/decryptor-key", _decryptor_key_payload(session, x_pk),
+                  sig)
+    return bytes(x_pk)
+
+
 def _result_mask(seed: bytes, q: int, n: int) -> NDArray[np.uint64]:
     return uniform_residues(SeededRandomSource(seed, b"fedsec/pfl/result-mask"), q, n)
 
@@ -621,16 +714,26 @@ class SecurePFLDecryptor:
     keys : PartyKeys
         The key set-up's holder keys (secret key).
     roster : Roster
-        To verify the clients' signed result keys.
+        To verify the clients' signed result keys and mask seeds.
     config : SecurePFLConfig
         Its own policy: norm tolerance, precision, mask size.
+    identity : Identity
+        The decryptor's identity (``DECRYPTOR_NAME`` on the roster): signs its X25519 key
+        for the clients' mask seeds.
     """
 
-    def __init__(self, keys: PartyKeys, roster: Roster, config: SecurePFLConfig) -> None:
+    def __init__(self, keys: PartyKeys, roster: Roster, config: SecurePFLConfig, *,
+                 identity: Identity) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("the decryptor needs the CKKS secret key")
+        if identity.name != DECRYPTOR_NAME or DECRYPTOR_NAME not in roster:
+            raise ValueError(f"The 'identity' parameter of SecurePFLDecryptor must be "
+                             f"{DECRYPTOR_NAME!r} on the roster. Got {identity.name!r} "
+                             f"instead.")
         self.keys = keys
         self.roster = roster
+        self.identity = identity
+        self._x = X25519PrivateKey.generate()
         self.config = config
         self.ctx = keys.context
         self.enc = _Encoding.of(self.ctx, config.mask_bits)
@@ -645,11 +748,21 @@ class SecurePFLDecryptor:
         self.norm_errors: FloatArray = np.zeros(0)
         self._results: set[int] = set()
         self._batches: set[int] = set()
+        self._masked: tuple[int, tuple[int, ...], int] | None = None  # round, clients, chunks
+        self._present: tuple[int, ...] = ()
         self.revealed_bits = 0
 
     @property
     def session(self) -> str:
         return self.keys.session
+
+    def announce(self) -> bytes:
+        """Step 0 (once per session): the decryptor's X25519 key for the clients' mask
+        seeds, signed by its identity and bound to the session (relayed by the server)."""
+        x_pk = public_key_bytes(self._x.public_key())
+        sig = self.identity.sign("pfl/decryptor-key",
+                                 _decryptor_key_payload(self.session, x_pk))
+        return wire.encode("pfl/decryptor-key", {"session": self.session}, [x_pk, sig])
 
     def register(self, message: bytes) -> int:
         """Record a client's signed X25519 result key (relayed by the server)."""
@@ -663,8 +776,62 @@ class SecurePFLDecryptor:
         check_x25519(x_pk, who=str(name))
         self.roster.verify(str(name), "pfl/register",
                            _register_payload(self.session, str(name), x_pk), sig)
+        if i in self.clients:
+            raise ProtocolError("a second registration for a client")
         self.clients[i] = x_pk
         return i
+
+    def mask_ciphertexts(self, request: bytes) -> bytes:
+        """Step 1b: for every client's sealed, signed seed, a fresh encryption of ``-M_i``
+        under the secret key (seeded: half size), made by the decryptor itself.
+
+        A seed box that does not open or whose signature (the client's roster identity,
+        bound to session, round, client and chunk) does not verify refuses *that* client
+        (listed in the reply's ``refused``; the server marks it invalid); a request that is
+        malformed as a whole raises ``ProtocolError``.
+        """
+        msg = wire.decode(request, expect="pfl/mask-request",
+                          max_bytes=DECRYPTOR_MAX_MESSAGE_BYTES)
+        _check_bound(msg.meta, self.session)
+        t = _meta_int(msg.meta, "round", 0, 1 << 40)
+        if t <= self._last_round or (self._masked is not None and t <= self._masked[0]):
+            raise ProtocolError("a mask request of a past round (replay)")
+        chunks = _meta_int(msg.meta, "chunks", 1, 64)
+        clients = _meta_clients(msg.meta, "clients", 1)
+        if len(msg.blobs) != 2 * chunks * len(clients):
+            raise ProtocolError("malformed mask request")
+        pid = self.ctx.parms_id_at_level(UPLOAD_LEVEL)
+        primes = self.ctx.level_primes(pid)
+        n = self.enc.n
+        ok: list[int] = []
+        refused: list[int] = []
+        blobs: list[bytes] = []
+        for a, i in enumerate(clients):
+            try:
+                if i not in self.clients:
+                    raise ProtocolError("a mask for a client that did not register")
+                out = []
+                for c in range(chunks):
+                    box, sig = msg.blobs[2 * (a * chunks + c):2 * (a * chunks + c) + 2]
+                    self.roster.verify(client_name(i), "pfl/seed",
+                                       _seed_payload(self.session, t, i, c, box), sig)
+                    seed = open_sealed(self._x, box, context=_box_context(
+                        b"seed", self.session, t, i, c))
+                    if len(seed) != SEED_BYTES:
+                        raise ProtocolError("malformed mask seed")
+                    neg = _mod_neg(_upload_mask(seed, primes, n, self.session, t, i, c),
+                                   primes, n)
+                    pt = plaintext_from_ntt(self.ctx, neg, level=UPLOAD_LEVEL,
+                                            scale=self.enc.upload_scale)
+                    out.append(self.ctx.encrypt_plaintext_to_bytes(pt))
+            except ProtocolError:
+                refused.append(i)
+                continue
+            ok.append(i)
+            blobs += out
+        self._masked = (t, tuple(ok), chunks)
+        return wire.encode("pfl/masks", {"session": self.session, "round": t,
+                                         "clients": ok, "refused": refused}, blobs)
 
     def refresh(self, request: bytes) -> bytes:
         """Step 3: decrypt the constant terms, check the norms, return the masked margins
@@ -674,10 +841,15 @@ class SecurePFLDecryptor:
         t = _meta_int(msg.meta, "round", 0, 1 << 40)
         if t <= self._last_round:
             raise ProtocolError("a Gram request of a past round (replay)")
-        k = _meta_int(msg.meta, "clients", 2, _MAX_CLIENTS)
-        chunks = _meta_int(msg.meta, "chunks", 1, 64)
-        if sorted(self.clients) != list(range(k)):
-            raise ProtocolError("the round names clients that did not register")
+        if self._masked is None or self._masked[0] != t:
+            raise ProtocolError("a Gram request of a round without masks")
+        present = _meta_clients(msg.meta, "clients", 2)
+        _, masked, chunks = self._masked
+        if _meta_int(msg.meta, "chunks", 1, 64) != chunks:
+            raise ProtocolError("a Gram request of another model size")
+        if not set(present) <= set(masked):
+            raise ProtocolError("the round names clients that got no mask")
+        k = len(present)
         sigmas = _meta_floats(msg.meta, "sigmas", k, 1e-12, 1e6)
         nu = _meta_floats(msg.meta, "norms_sq", k, 0.0, 1e300)
         entries = _gram_entries(k)
@@ -698,15 +870,16 @@ class SecurePFLDecryptor:
         self.norm_errors = np.abs(diag - nu)
         valid = (nu <= 1.0) & (self.norm_errors <= tol)
         m = margin_scale(sigmas)
-        pairs = _pairs(k)
         x = np.array([((sigmas[i] ** 2 - 1.0) * diag[i] - diag[j] + 2.0 * g[i, j]) / m
-                      for i, j in pairs])
+                      for i, j in _pairs(k)])
         pid = self.ctx.parms_id_at_level(_fresh_level(self.config.sign_alpha,
                                                       self.config.comparison))
         blobs = [self.ctx.encrypt_to_bytes_at(x[a:a + self.enc.slots], pid)
                  for a in range(0, len(x), self.enc.slots)]
         self._round, self._last_round, self._k, self._chunks = t, t, k, chunks
-        self._valid = valid
+        self._present = present
+        self._valid = np.zeros(_MAX_CLIENTS, dtype=bool)
+        self._valid[list(present)] = valid
         self._revealed, self._results, self._batches = set(), set(), set()
         return wire.encode("pfl/refreshed", {"session": self.session, "round": t,
                                              "valid": [bool(v) for v in valid]}, blobs)
@@ -721,13 +894,14 @@ class SecurePFLDecryptor:
         if batch in self._batches:
             raise ProtocolError("a reveal request replayed")
         k = self._k
+        present = set(self._present)
         raw = msg.meta.get("pairs")
         if not isinstance(raw, list) or not raw or len(raw) > k * (k - 1):
             raise ProtocolError("malformed reveal request")
         pairs: list[tuple[int, int]] = []
         for p in raw:
             if not (isinstance(p, list) and len(p) == 2 and all(
-                    isinstance(v, int) and not isinstance(v, bool) and 0 <= v < k
+                    isinstance(v, int) and not isinstance(v, bool) and v in present
                     for v in p) and p[0] != p[1]):
                 raise ProtocolError("malformed reveal request")
             i, j = int(p[0]), int(p[1])
@@ -737,7 +911,7 @@ class SecurePFLDecryptor:
                 raise ProtocolError("a pair was asked for twice")
             pairs.append((i, j))
         slots = self.enc.slots
-        index = {p: a for a, p in enumerate(_pairs(k))}
+        index = {p: a for a, p in enumerate(_pairs_of(self._present))}
         cts_needed = sorted({index[p] // slots for p in pairs})
         if len(msg.blobs) != len(cts_needed):
             raise ProtocolError("malformed reveal request")
@@ -763,7 +937,7 @@ class SecurePFLDecryptor:
         if self._round is None:
             raise ProtocolError("a result request before the round's refresh")
         _check_bound(msg.meta, self.session, self._round)
-        i = _meta_int(msg.meta, "client", 0, self._k - 1)
+        i = _meta_int(msg.meta, "client", 0, _MAX_CLIENTS - 1)
         if i not in self.clients:
             raise ProtocolError("a result for a client that did not register")
         if i in self._results:
@@ -805,12 +979,14 @@ class SecurePFLDecryptor:
 # ---------------------------------------------------------------------- server
 @dataclass
 class _Upload:
-    cts: list[Ciphertext]
+    xs: list[NDArray[np.uint64]]  # the padded plaintexts p_i + M_i (residues, NTT form)
+    boxes: list[bytes]  # per chunk: sealed seed, signature
     d: int
     norm: float
     bound: float
     sigma: float
     size: int
+    cts: list[Ciphertext] = field(default_factory=list)  # Enc(p_i) once unmasked
 
 
 class SecurePFLServer:
@@ -824,14 +1000,17 @@ class SecurePFLServer:
         The key set-up's session id.
     n_clients : int
     config : SecurePFLConfig
+    roster : Roster
+        To verify the clients' signed registrations and mask seeds.
     """
 
     def __init__(self, context: CKKSContext, session: str, n_clients: int,
-                 config: SecurePFLConfig) -> None:
+                 config: SecurePFLConfig, *, roster: Roster) -> None:
         if context.has_secret_key:
             raise ValueError("the server must not hold the CKKS secret key")
         self.ctx = context
         self.session = session
+        self.roster = roster
         self.k = check_int(n_clients, "n_clients", "SecurePFLServer", min_value=2,
                            max_value=_MAX_CLIENTS)
         self.config = config
@@ -839,8 +1018,10 @@ class SecurePFLServer:
         self._rand = SystemRandomSource()
         self.clients: dict[int, bytes] = {}
         self._round = -1
-        self._uploads: dict[int, _Upload] = {}
-        self._seen: set[bytes] = set()  # digests of every upload ciphertext (replays)
+        self._uploads: dict[int, _Upload] = {}  # this round's accepted uploads
+        self._present: tuple[int, ...] = ()  # clients of the round being computed
+        self._closed = -1  # the last round whose uploads were closed
+        self._pending_masks: tuple[int, ...] | None = None
         self._masks: dict[tuple[int, int], int] = {}
         self._cmp: list[Ciphertext] = []
         self.valid: NDArray[np.bool_] = np.zeros(0, dtype=bool)
@@ -852,35 +1033,52 @@ class SecurePFLServer:
         msg = wire.decode(message, expect="pfl/register", max_bytes=1 << 12)
         _check_bound(msg.meta, self.session)
         i = _meta_int(msg.meta, "client", 0, self.k - 1)
-        if len(msg.blobs) != 2:
+        name = msg.meta.get("name")
+        if name != client_name(i) or name not in self.roster or len(msg.blobs) != 2:
             raise ProtocolError("malformed client registration")
-        check_x25519(msg.blobs[0], who=client_name(i))
-        self.clients[i] = msg.blobs[0]
+        x_pk, sig = msg.blobs
+        check_x25519(x_pk, who=client_name(i))
+        self.roster.verify(client_name(i), "pfl/register",
+                           _register_payload(self.session, client_name(i), x_pk), sig)
+        if i in self.clients:
+            raise ProtocolError("a second registration for a client")
+        self.clients[i] = x_pk
         return i
 
     # -------------------------------------------------------------- step 1
     def receive(self, sender: int, upload: bytes, *, round_index: int,
-                sigma: float, norm_bound: float) -> None:
-        """Accept client ``sender``'s upload for round ``round_index``.
+                sigma: float, norm_bound: float, model_size: int) -> None:
+        """Accept client ``sender``'s upload for round ``round_index``, or raise.
 
-        ``sigma`` and ``norm_bound`` are the round's public ``sigma_sender(t)`` and ``B``
-        as the server knows them (required); an upload that claims other values is
-        refused. Were the client's word taken, a malicious client claiming a huge
-        ``sigma`` would inflate ``M`` (the margin scale) and push every honest margin into
-        the comparison's ``2^-alpha`` band, so honest clients would accept it by CKKS
-        noise (tests/pfl/test_secure_attacks.py).
+        ``sigma``, ``norm_bound`` and ``model_size`` are the round's public
+        ``sigma_sender(t)``, ``B`` and ``d`` as the server knows them (required); an
+        upload that claims other values, is malformed, or whose seed boxes are not signed
+        by ``sender`` for this session, round and chunk is refused (``ProtocolError``) and
+        the client is then invalid this round (as one that did not upload): the round
+        goes on for the others. Were the client's sigma taken, a malicious client
+        claiming a huge ``sigma`` would inflate ``M`` (the margin scale) and push every
+        honest margin into the comparison's ``2^-alpha`` band, so honest clients would
+        accept it by CKKS noise (tests/pfl/test_secure_attacks.py).
         """
-        msg = wire.decode(upload, expect="pfl/upload", max_bytes=SERVER_MAX_MESSAGE_BYTES)
+        d_round = check_int(model_size, "model_size", "SecurePFLServer.receive",
+                            min_value=1, max_value=2 * self.enc.slots * 64)
+        msg = wire.decode(upload, expect="pfl/masked-upload",
+                          max_bytes=SERVER_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, round_index)
-        if round_index < self._round:
+        if round_index < self._round or round_index == self._closed:
             raise ProtocolError("an upload of a past round")
         if round_index > self._round:
-            self._round, self._uploads = round_index, {}
+            self._round, self._uploads, self._present = round_index, {}, ()
         if not _is_int(msg.meta.get("client"), sender) or sender in self._uploads:
             raise ProtocolError("an upload from another client, or twice")
+        if sender not in self.clients:
+            raise ProtocolError("an upload from a client that did not register")
         d = _meta_int(msg.meta, "d", 1, 2 * self.enc.slots * 64)
-        if len(msg.blobs) != _n_chunks(d, self.enc.slots):
-            raise ProtocolError("an upload with the wrong number of ciphertexts")
+        if d != d_round:
+            raise ProtocolError("an upload claims another model size than the round's")
+        chunks = _n_chunks(d, self.enc.slots)
+        if len(msg.blobs) != 3 * chunks:
+            raise ProtocolError("an upload with the wrong number of parts")
         norm = _meta_float(msg.meta, "norm", 0.0, 1e300)
         bound = _meta_float(msg.meta, "bound", 1e-300, 1e300)
         claimed_sigma = _meta_float(msg.meta, "sigma", 1e-12, 1e6)
@@ -888,26 +1086,84 @@ class SecurePFLServer:
             raise ProtocolError("an upload claims another sigma than the round's")
         if bound != float(norm_bound):
             raise ProtocolError("an upload claims another norm bound than the round's")
-        cts = [self.ctx.deserialize(b, scale=self.enc.upload_scale) for b in msg.blobs]
-        for ct in cts:
-            if self.ctx.level_of(ct) != UPLOAD_LEVEL:
-                raise ProtocolError(f"an upload must be at level {UPLOAD_LEVEL}")
-        # a byte-for-byte replay of another client's ciphertext (re-randomized copies are
-        # not caught: see the module docstring, "Replayed uploads")
-        digests = {hashlib.sha256(b).digest() for b in msg.blobs}
-        if len(digests) != len(msg.blobs) or digests & self._seen:
-            raise ProtocolError("an upload replays a ciphertext seen before")
-        self._seen |= digests
-        self._uploads[sender] = _Upload(cts, d, norm, bound, claimed_sigma, len(upload))
+        pid = self.ctx.parms_id_at_level(UPLOAD_LEVEL)
+        primes = self.ctx.level_primes(pid)
+        n = self.enc.n
+        q = np.repeat(np.asarray(primes, dtype=np.uint64), n)
+        xs = []
+        for blob in msg.blobs[:chunks]:
+            x = _u64_from(blob, len(primes) * n, "masked upload")
+            if np.any(x >= q):
+                raise ProtocolError("masked upload residues out of range")
+            xs.append(x)
+        boxes = list(msg.blobs[chunks:])
+        for c in range(chunks):
+            box, sig = boxes[2 * c], boxes[2 * c + 1]
+            if len(box) != SEED_BYTES + _SEAL_OVERHEAD:
+                raise ProtocolError("malformed seed box")
+            self.roster.verify(client_name(sender), "pfl/seed",
+                               _seed_payload(self.session, round_index, sender, c, box), sig)
+        self._uploads[sender] = _Upload(xs, boxes, d, norm, bound, claimed_sigma,
+                                        len(upload))
+
+    def mask_request(self) -> bytes:
+        """Step 1b: close the round's uploads; relay every accepted client's sealed seeds
+        to the decryptor. Clients without an accepted upload are invalid this round."""
+        present = sorted(self._uploads)
+        if self._closed == self._round or len(present) < 2:
+            raise ProtocolError("fewer than two clients' uploads were accepted this round")
+        self._closed = self._round
+        chunks = {len(self._uploads[i].xs) for i in present}
+        if len(chunks) != 1:  # pragma: no cover - receive checks d against the round's
+            raise ProtocolError("the clients disagree on the model size")
+        blobs = [b for i in present for b in self._uploads[i].boxes]
+        self._pending_masks = tuple(present)
+        return wire.encode("pfl/mask-request", {"session": self.session,
+                                                "round": self._round, "clients": present,
+                                                "chunks": chunks.pop()}, blobs)
+
+    def receive_masks(self, reply: bytes) -> None:
+        """Step 1c: add each padded plaintext ``x_i = p_i + M_i`` to the decryptor's
+        ``Enc(-M_i)``: ``Enc(p_i)``. Clients the decryptor refused are invalid."""
+        msg = wire.decode(reply, expect="pfl/masks", max_bytes=SERVER_MAX_MESSAGE_BYTES)
+        _check_bound(msg.meta, self.session, self._round)
+        asked = self._pending_masks
+        if asked is None:
+            raise ProtocolError("masks without a pending mask request")
+        ok, refused = msg.meta.get("clients"), msg.meta.get("refused")
+        if not isinstance(ok, list) or not isinstance(refused, list) or not all(
+                type(v) is int for v in ok + refused) or ok != sorted(ok) or sorted(
+                ok + refused) != list(asked):
+            raise ProtocolError("malformed masks")
+        chunks = len(self._uploads[asked[0]].xs)
+        if len(msg.blobs) != chunks * len(ok):
+            raise ProtocolError("malformed masks")
+        if len(ok) < 2:
+            raise ProtocolError("fewer than two clients' uploads were accepted this round")
+        pid = self.ctx.parms_id_at_level(UPLOAD_LEVEL)
+        scale = self.enc.upload_scale
+        for a, i in enumerate(ok):
+            up = self._uploads[i]
+            cts = []
+            for c in range(chunks):
+                neg = self.ctx.deserialize(msg.blobs[a * chunks + c], scale=scale)
+                if neg.parms_id() != pid:
+                    raise ProtocolError(f"a mask must be at level {UPLOAD_LEVEL}")
+                x = plaintext_from_ntt(self.ctx, up.xs[c], level=UPLOAD_LEVEL, scale=scale)
+                cts.append(self.ctx.add_plaintext(neg, x))
+            up.cts = cts
+        self._pending_masks = None
+        self._present = tuple(int(i) for i in ok)
 
     # -------------------------------------------------------------- step 2
     def gram_request(self) -> bytes:
         """The constant-term samples of every Gram entry (masked off the diagonal)."""
-        k = self.k
-        if sorted(self._uploads) != list(range(k)):
-            raise ProtocolError("not every client uploaded in this round")
-        ups = [self._uploads[i] for i in range(k)]
-        if len({(u.d, u.bound) for u in ups}) != 1:
+        present = self._present
+        if len(present) < 2 or any(not self._uploads[i].cts for i in present):
+            raise ProtocolError("the round's uploads are not unmasked")
+        k = len(present)
+        ups = [self._uploads[i] for i in present]
+        if len({(u.d, u.bound) for u in ups}) != 1:  # pragma: no cover - receive checks
             raise ProtocolError("the clients disagree on the model size or the norm bound")
         b = ups[0].bound
         ctx = self.ctx
@@ -927,9 +1183,9 @@ class SecurePFLServer:
             if i == j:
                 continue
             r = self._rand.integer(-self.enc.mask_range, self.enc.mask_range + 1)
-            self._masks[(i, j)] = r
+            self._masks[(present[i], present[j])] = r
             first[idx] = np.uint64((int(first[idx]) + r) % q0)
-        meta = {"session": self.session, "round": self._round, "clients": k,
+        meta = {"session": self.session, "round": self._round, "clients": list(present),
                 "chunks": len(ups[0].cts),
                 "sigmas": [u.sigma for u in ups],
                 "norms_sq": [min(u.norm / b, 1e150) ** 2 for u in ups]}
@@ -941,17 +1197,18 @@ class SecurePFLServer:
         msg = wire.decode(refreshed, expect="pfl/refreshed",
                           max_bytes=SERVER_MAX_MESSAGE_BYTES)
         _check_bound(msg.meta, self.session, self._round)
-        k = self.k
+        present = self._present
         valid = msg.meta.get("valid")
-        if not isinstance(valid, list) or len(valid) != k or not all(
-                isinstance(v, bool) for v in valid):
+        if not present or not isinstance(valid, list) or len(valid) != len(present) or \
+                not all(isinstance(v, bool) for v in valid):
             raise ProtocolError("malformed refresh")
-        ups = [self._uploads[i] for i in range(k)]
+        ups = [self._uploads[i] for i in present]
         published_ok = np.array([u.norm <= u.bound for u in ups])
-        self.valid = np.asarray(valid, dtype=bool) & published_ok
+        self.valid = np.zeros(self.k, dtype=bool)  # absent or refused clients: invalid
+        self.valid[list(present)] = np.asarray(valid, dtype=bool) & published_ok
         sigmas = np.array([u.sigma for u in ups])
         m = margin_scale(sigmas)
-        pairs = _pairs(k)
+        pairs = _pairs_of(present)
         rho = np.array([2.0 * self._masks[(min(i, j), max(i, j))] / self.enc.unit / m
                         for i, j in pairs])
         slots = self.enc.slots
@@ -992,9 +1249,8 @@ class SecurePFLServer:
     def reveal_request(self, pairs: Sequence[tuple[int, int]]) -> bytes:
         """Ask the decryptor for the comparison bits of ``pairs`` (all other slots are
         zeroed before they leave the server)."""
-        k = self.k
         slots = self.enc.slots
-        index = {p: a for a, p in enumerate(_pairs(k))}
+        index = {p: a for a, p in enumerate(_pairs_of(self._present))}
         by_ct: dict[int, list[int]] = {}
         for p in pairs:
             a = index[(int(p[0]), int(p[1]))]
@@ -1025,7 +1281,8 @@ class SecurePFLServer:
 
     def keys(self) -> list[float]:
         """Algorithm 1's keys ``sigma_i^2 n_i^2`` (published values)."""
-        return [u.sigma ** 2 * u.norm ** 2 for u in (self._uploads[i] for i in range(self.k))]
+        return [u.sigma ** 2 * u.norm ** 2 if (u := self._uploads.get(i)) is not None
+                and self.valid[i] else 0.0 for i in range(self.k)]
 
     def neighbours(self) -> list[frozenset[int]]:
         """Valid clients see every other valid client; invalid ones nobody."""
@@ -1206,10 +1463,14 @@ class SecurePFLSession:
         ks_bytes = {"offer": len(offer), "public_key": len(parts[0]),
                     "relin_keys": len(parts[1]), "galois_keys": len(parts[2]),
                     "galois_key_count": 1, "client_delivery": client_delivery}
-        clients = [SecurePFLClient(i, keys[client_name(i)], ids[i], config) for i in range(k)]
-        server = SecurePFLServer(agg.context, agg.session, k, config)
-        decryptor = SecurePFLDecryptor(keys[DECRYPTOR_NAME], roster, config)
+        clients = [SecurePFLClient(i, keys[client_name(i)], ids[i], config, roster=roster)
+                   for i in range(k)]
+        server = SecurePFLServer(agg.context, agg.session, k, config, roster=roster)
+        decryptor = SecurePFLDecryptor(keys[DECRYPTOR_NAME], roster, config,
+                                       identity=ids[-1])
+        announce = srv(decryptor.announce())
         for c in clients:
+            c.receive_decryptor_key(announce)
             reg = srv(c.register())
             server.register(reg)
             decryptor.register(reg)
@@ -1243,8 +1504,12 @@ class SecurePFLSession:
         round_index : int
             Rounds must increase within a session.
         clip : sequence of bool, optional
-            ``clip[i] = False`` plays a malicious client ``i`` that uploads its model
-            unclipped and claims the norm ``min(||w_i||, B)``.
+            ``clip[i] = False`` simulates a malicious client ``i`` that uploads its model
+            unclipped and claims the norm ``min(||w_i||, B)`` (the simulation's attacker;
+            :meth:`SecurePFLClient.upload` itself always clips).
+
+        An upload the server refuses (``ProtocolError``) leaves that client invalid this
+        round; the round needs two accepted uploads.
         """
         w = np.asarray(models, dtype=np.float64)
         k = self.n_clients
@@ -1270,12 +1535,24 @@ class SecurePFLSession:
         down = np.zeros(k, dtype=np.int64)
         # 1. uploads
         for i, c in enumerate(self.clients):
-            claimed = None if clips[i] else min(float(np.linalg.norm(w[i])), b)
-            msg = self._srv(c.upload(w[i], norm_bound=b, sigma=float(sig[i]), round_index=t,
-                                     clip=clips[i], claimed_norm=claimed))
+            if clips[i]:
+                msg = c.upload(w[i], norm_bound=b, sigma=float(sig[i]), round_index=t)
+            else:  # the simulated attacker: unclipped, claims a plausible norm
+                msg = c._masked_upload(w[i], min(float(np.linalg.norm(w[i])), b), b,
+                                       float(sig[i]), t)
+            self._srv(msg)
             up[i] = len(msg)
             srv_in += len(msg)
-            self.server.receive(i, msg, round_index=t, sigma=float(sig[i]), norm_bound=b)
+            try:
+                self.server.receive(i, msg, round_index=t, sigma=float(sig[i]),
+                                    norm_bound=b, model_size=w.shape[1])
+            except ProtocolError:
+                pass  # refused: client i is invalid this round
+        mreq = self.server.mask_request()
+        dec_in += len(mreq)
+        masks = self._srv(self.decryptor.mask_ciphertexts(mreq))
+        srv_in += len(masks)
+        self.server.receive_masks(masks)
         t1 = time.perf_counter()
         sec["upload"] = t1 - t0
         # 2-3. Gram entries, norm checks, refresh
