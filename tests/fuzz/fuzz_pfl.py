@@ -544,7 +544,7 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         clients, chunks, blobs, reply = out
         for i in reply.meta["clients"]:
             a = clients.index(i)
-            if blobs[2 * a * chunks] != honest_boxes[i]:
+            if blobs[3 * a * chunks] != honest_boxes[i]:
                 return f"a mask served for client {i} on a box it did not sign"
         if len(reply.blobs) != chunks * len(reply.meta["clients"]):
             return "a mask reply of the wrong size"

@@ -9,6 +9,7 @@ decryptor refuses them anyway, the test says so.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, efficie
 from fedsec.testing.pfl import (
     ciphertext_upload,
     plaintext_upload,
+    relay_upload,
     unclipped_upload,
     upload_plaintexts,
 )
@@ -142,9 +144,15 @@ def test_huge_published_norm_makes_the_client_invalid(session: SecurePFLSession)
     w = _models(3)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    ups[2] = _edit(ups[2], norm=1e200)
+    ups[2] = unclipped_upload(session.clients[2], w[2], norm_bound=B, sigma=0.5,
+                              round_index=t, claimed_norm=1e200)
     _to_compare(session, ups, t)
     assert list(session.server.valid) == [True, True, False, True]
+    # the published values are signed: the server cannot be handed another norm
+    t2 = next(_ROUND)
+    up = session.clients[2].upload(w[2], norm_bound=B, sigma=0.5, round_index=t2)
+    with pytest.raises(ProtocolError, match="signature"):
+        _receive(session, 2, _edit(up, norm=1e200), t2)
 
 
 def _coeffs(ctx: CKKSContext, residues: np.ndarray, level: int) -> np.ndarray:
@@ -266,9 +274,9 @@ def test_copy_of_another_clients_upload_is_useless_or_refused(
     ups = _uploads(session, w, t)
     v = wire.decode(ups[0])
     chunks = len(v.blobs) // 3
-    mine = wire.decode(ups[1]).blobs
-    copy_with_mine = _edit(_blobs(ups[1], [*v.blobs[:chunks], *mine[chunks:]]),
-                           norm=v.meta["norm"])
+    copy_with_mine = relay_upload(session.clients[1], v.blobs[:chunks], d=D,
+                                  claimed_norm=v.meta["norm"], norm_bound=B, sigma=0.5,
+                                  round_index=t, keep=w[1])
     with pytest.raises(ProtocolError, match="signature"):
         _receive(session, 1, _edit(ups[0], client=1), t)  # (b)
     ups[1] = copy_with_mine
@@ -295,9 +303,9 @@ def test_forged_or_replayed_seed_box_is_refused_by_the_decryptor(
         _receive(session, i, u, t)
     srv, dec = session.server, session.decryptor
     req = wire.decode(srv.mask_request())
-    blobs = list(req.blobs)  # per client: box, signature (one chunk)
-    blobs[2:4] = blobs[0:2]  # client 1 "sends" client 0's box and signature
-    blobs[5] = bytes(64)  # client 2's signature forged
+    blobs = list(req.blobs)  # per client (one chunk): box, signature, digest of x_i
+    blobs[3:6] = blobs[0:3]  # client 1 "sends" client 0's box and signature
+    blobs[7] = bytes(64)  # client 2's signature forged
     reply = dec.mask_ciphertexts(wire.encode(req.kind, req.meta, blobs))
     assert wire.decode(reply).meta["refused"] == [1, 2]
     assert wire.decode(reply).meta["clients"] == [0, 3]
@@ -314,7 +322,8 @@ def test_decryptor_never_decrypts_for_an_invalid_client(session: SecurePFLSessio
     w = _models(6)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    ups[2] = _edit(ups[2], norm=0.0)
+    ups[2] = unclipped_upload(session.clients[2], w[2], norm_bound=B, sigma=0.5,
+                              round_index=t, claimed_norm=0.0)
     _to_compare(session, ups, t)
     sel = type("S", (), {"accepted": tuple(frozenset() for _ in range(K))})
     reqs = session.server.aggregate(sel, 0.5)  # type: ignore[arg-type]
@@ -669,3 +678,19 @@ def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
     assert any(np.any(v != 0) for v in e)  # there is noise
     assert np.linalg.norm(steal(exact) - w[2]) < 1e-3 * B  # control: the solve works
     assert np.linalg.norm(steal(b) - w[2]) > 1e-2 * B  # with the noise: nothing
+
+
+def test_decryptor_checks_the_gram_request_against_the_signed_values(
+        session: SecurePFLSession) -> None:
+    """The norms and sigmas the server puts in its Gram request must be those each client
+    signed with its upload (relayed to the decryptor with the seed boxes)."""
+    t = next(_ROUND)
+    for i, u in enumerate(_uploads(session, _models(22), t)):
+        _receive(session, i, u, t)
+    _unmask(session)
+    gram = session.server.gram_request()
+    nu = wire.decode(gram).meta["norms_sq"]
+    for edit in ({"norms_sq": [0.0, *nu[1:]]}, {"sigmas": [0.5, 0.5, 0.5, 0.25]}):
+        with pytest.raises(ProtocolError, match="signed"):
+            copy.copy(session.decryptor).refresh(_edit(gram, **edit))
+    session.decryptor.refresh(gram)

@@ -8,6 +8,7 @@ plaintext polynomial, or a message in the retired ciphertext format.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from fedsec.crypto.rawpoly import plaintext_ntt
 from fedsec.pfl.secure import UPLOAD_LEVEL, SecurePFLClient, _n_chunks, _pack
 
 __all__ = ["unclipped_upload", "plaintext_upload", "ciphertext_upload",
-           "upload_plaintexts"]
+           "upload_plaintexts", "relay_upload"]
 
 
 def unclipped_upload(client: SecurePFLClient, model: NDArray[Any], *, norm_bound: float,
@@ -53,6 +54,18 @@ def plaintext_upload(client: SecurePFLClient, plains: Sequence[NDArray[np.uint64
     w = np.zeros(d) if keep is None else np.asarray(keep, dtype=np.float64)
     return client._pad_and_seal(list(plains), w, float(claimed_norm), float(norm_bound),
                                 float(sigma), int(round_index))
+
+
+def relay_upload(client: SecurePFLClient, xs: Sequence[bytes], *, d: int,
+                 claimed_norm: float, norm_bound: float, sigma: float, round_index: int,
+                 keep: NDArray[Any] | None = None) -> bytes:
+    """An upload of the given padded plaintexts ``xs`` (e.g. another client's, copied),
+    with fresh pad seeds of the client's own, sealed and signed by it: what a copier
+    can send (its plaintext is then ``x - M`` for a pad it did not choose ``x`` for)."""
+    w = np.zeros(d) if keep is None else np.asarray(keep, dtype=np.float64)
+    seeds = [secrets.token_bytes(32) for _ in xs]
+    return client._sign_upload(list(xs), seeds, w, float(claimed_norm), float(norm_bound),
+                               float(sigma), int(round_index))
 
 
 def ciphertext_upload(client: SecurePFLClient, model: NDArray[Any], *, norm_bound: float,
