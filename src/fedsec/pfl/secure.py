@@ -56,8 +56,8 @@ One round, step by step
 1c. (server) ``Enc(-M_i) + x_i = Enc(p_i)``: a plaintext addition. Every ciphertext of the
    round now has the decryptor's own randomness as ``c1``.
 2. **gram** (server): rejects ``n_i > B`` in the clear; for every ``i <= j`` computes
-   ``Enc(u_i) * conj(Enc(u_j))`` (one conjugation per client), relinearizes and rescales
-   to level 0. The constant coefficient of that product's plaintext is
+   ``Enc(p_i) * conj(Enc(p_j))`` (``p_i`` encodes ``u_i``; one conjugation per client),
+   relinearizes and rescales to level 0. The constant coefficient of that product's plaintext is
    ``2 Re(sum of slots) / n`` times its scale, and ``Re sum_k z_ik conj(z_jk) = <u_i, u_j>``:
    **every Gram entry without a single rotation**. The server sends the decryptor, per
    entry, the "LWE sample" of the constant coefficient only -- ``(c0[0], c1)``, from which
@@ -142,14 +142,18 @@ padded *plaintext* and the decryptor makes the ciphertext (steps 1-1c). Conseque
   ``c1`` and fresh SEAL noise -- as hard as the public key, which is one such sample.
   This is **not** statistical noise flooding: ``e`` is about as large as the values'
   own CKKS noise, so what that noise says about the computation is not provably hidden;
-  flooding would need noise ~2^40 times larger (a 40-bit statistical distance) and so a
-  result modulus ~40 bits larger (another prime, larger keys, ~1.3x the bytes), not done.
+  flooding to a statistical distance of ``2^-40`` would need noise about ``2^40`` times
+  larger, hence a result modulus about 40 bits larger (one more prime at every level the
+  decryptor decrypts: larger ciphertexts and keys), not done.
 * **Replayed and copied uploads are closed** (the old limitation "a re-randomized copy
   with the victim's published norm passes as a valid client" is gone): a copy of ``x_j``
   is useless without ``M_j`` -- sent with the copier's own seed it decrypts to
   ``p_j + M_j - M_i``, uniform mod q (invalid); sent with ``j``'s seed box it is refused
-  (signed by ``j`` for client ``j``, this round). Uploads still need a confidential
-  channel only for ``n_i`` and sizes; ``x_i`` is perfectly hiding.
+  (signed by ``j`` for client ``j``, this round), and the signature also covers the
+  digest of ``x_j`` and the published ``(d, n_j, B, sigma_j)``, which the server checks
+  and the decryptor checks against the Gram request's norms and sigmas. So uploads need
+  no confidential or client-authenticated channel for the models' sake (``x_i`` is
+  perfectly hiding; an eavesdropper sees ``n_i`` and sizes, as the server does).
 * **What remains**: the client's plaintext is arbitrary mod q, so the norm check still
   works modulo q (the "wrap-around" limit below needs a range proof). The validity bit
   each client gets (whether it came out valid) is a function of its own plaintext, its
@@ -196,8 +200,9 @@ All parties honest-but-curious except malicious clients (any model, any publishe
 
 * **Server**: the published norms ``n_i`` (hence the keys ``sigma_i n_i``), the validity
   of each client, the acceptance sets ``S_i`` (it runs Algorithm 1 and aggregates), and
-  sizes. Never a secret key (a test checks every byte it receives), never a decrypted
-  model, margin or result.
+  sizes. The padded plaintexts ``x_i`` are uniform mod q whatever the model (one-time
+  pads; the seeds are sealed to the decryptor). Never a secret key (a test checks every
+  byte it receives), never a decrypted model, margin or result.
 * **Decryptor**: ``||u_i||^2`` (equal to the published ``n_i^2 / B^2`` up to CKKS noise),
   the masked Gram entries ``G_ij + r_ij`` with ``r_ij`` uniform on the integers of
   ``[-2^32 V, 2^32 V]`` (``V`` the encoding of ``G = 1``; ``|G_ij| <= 1 + tol`` for valid
@@ -209,10 +214,13 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   leak of the order of ``2^-alpha``; inside the band the value grades ``|x|``). It
   returns rounded bits only. Each Eq. 2 result plus a pseudorandom polynomial mod q:
   hidden as well as ChaCha20 is (perfectly, if the server sent client ``i`` the 256 KiB
-  mask itself instead of its 32-byte seed).
+  mask itself instead of its 32-byte seed). The upload pads ``M_i`` (it expands their
+  seeds): useless without ``x_i``, which only the server holds.
 * **Client i**: its own Eq. 2 result (with the CKKS noise and one fresh encryption
-  noise, see collusion below) and nothing else; it cannot open another client's sealed
-  result.
+  noise, see collusion below), whether it came out valid (a function of its plaintext,
+  its published norm and the decryptor's fresh noise on ``||u_i||^2``), and nothing else;
+  it cannot open another client's sealed result. Whatever plaintext it uploads, what it
+  decrypts carries no term in the secret key (see "Why clients upload no ciphertext").
 * **Collusion** (pooled views of parties that follow the protocol): server + decryptor
   learn every model (they hold the masks and the key); a client + the decryptor learn the
   masked Gram entries of other clients. A client + the server hold a ciphertext ``(c0,
@@ -228,16 +236,18 @@ All parties honest-but-curious except malicious clients (any model, any publishe
   test checks the linear solve fails. This is **not** statistical noise flooding: ``e'``
   is about as large as the result's own noise, so what that noise says about the
   computation is not provably hidden (full flooding needs noise ~2^40 times larger and a
-  larger result modulus; not done). The argument needs ``c1`` to be what honest uploads
-  make it: a client that deviates together with the server (crafting its upload so that
-  its result's ``c1`` is, say, 1, then averaging ``s + e'`` over many rounds) is not
-  covered.
+  larger result modulus; not done). The argument needs ``c1`` to be honest randomness:
+  it is the decryptor's own (its encryptions of the pads; the server follows the
+  protocol), whatever a client uploads -- a client can no longer craft its result's
+  ``c1`` (say 1, then average ``s + e'`` over rounds), as it could when it uploaded
+  ciphertexts. The same holds for the pads' encryptions in the pooled view (``c0 + M_i =
+  -c1 s + e``, tested).
 * **Not covered: a server that deviates.** The decryptor cannot tell what a ciphertext it
   is asked to decrypt holds: a deviating server could send it any client's upload as a
   "result" for a colluding client, or unzeroed comparison slots. The server is trusted to
   follow the protocol (the paper's semi-honest server); so is the decryptor (it could
   skip the norm checks or flip bits). What the decryptor does refuse: reveals of
-  ciphertexts not at level 0 (an upload), pairs asked twice or with an invalid client,
+  ciphertexts not at level 0 (an unmasked upload), pairs asked twice or with an invalid client,
   more pairs than exist, and any decryption for an invalid client; a deviating server
   can still learn one thresholded bit per unasked pair of any level-0 ciphertext it
   builds (at most ``K (K - 1)`` per round), tests/pfl/test_secure_attacks.py.
@@ -1475,7 +1485,9 @@ class SecureRound:
     margin_scale : float
         ``M`` (model units): margins divided by it are compared.
     seconds : dict
-        Wall time of ``upload``, ``distances`` (Gram entries and the decryptor's refresh),
+        Wall time of ``upload`` (clients' padded uploads, the server's checks, the
+        decryptor's encryptions of the pads), ``distances`` (Gram entries and the
+        decryptor's refresh),
         ``comparison`` (sign evaluation and revealed bits), ``aggregation`` (Eq. 2, masks,
         decryption, clients' decoding) and ``total``.
     bytes_up, bytes_down : ndarray of int, shape (K,)
