@@ -5,8 +5,8 @@ Runs :class:`fedsec.pfl.secure.SecurePFLSession` rounds (the models, bound and s
 decryptor; outermost calls only), so the same script measures any version of the module
 that has those classes: run it once per version (``PYTHONPATH`` pointing at each tree),
 alternating, one process per run. Prints one JSON object: per-role seconds (median over
-the rounds), per-step seconds as :class:`~fedsec.pfl.secure.SecureRound` reports them,
-and the bytes of the last round.
+the rounds), per-method seconds (summed over the clients for client methods), per-step seconds as
+:class:`~fedsec.pfl.secure.SecureRound` reports them, and the bytes of the last round.
 
 Usage (old = a checkout of another version in /tmp/pfl-old)::
 
@@ -68,7 +68,9 @@ def _instrument(spent: dict[str, float], calls: dict[str, int]) -> None:
                     finally:
                         depth[role] -= 1
                         if depth[role] == 0:
-                            spent[role] += time.perf_counter() - t0
+                            dt = time.perf_counter() - t0
+                            spent[role] += dt
+                            spent[f"{role}.{name}"] += dt
                             calls[f"{role}.{name}"] += 1
                 return timed
 
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
            "role_seconds": {k: statistics.median(x.get(k, 0.0) for x in per_round)
                             for k in ROLES},
            "step_seconds": {k: statistics.median(x[k] for x in steps) for k in steps[0]},
+           "method_seconds": {k: statistics.median(x.get(k, 0.0) for x in per_round)
+                              for k in sorted(per_round[0]) if k not in ROLES},
            "bytes_up_per_client": int(np.median(r.bytes_up)),
            "bytes_down_per_client": int(np.median(r.bytes_down)),
            "server_bytes_in": int(r.server_bytes_in),
