@@ -435,12 +435,12 @@ def _drive(s: SecurePFLSession, w: np.ndarray, ups: dict[int, bytes], t: int
     return srv.valid.copy(), out
 
 
-@pytest.mark.parametrize("how", ["other-d", "malformed", "bad-signature", "missing",
-                                 "old-format"])
+@pytest.mark.parametrize("how", ["other-d", "other-sigma", "other-bound", "malformed",
+                                 "bad-signature", "missing", "old-format"])
 def test_one_bad_upload_does_not_abort_the_round(session: SecurePFLSession, how: str
                                                  ) -> None:
-    """An upload claiming another model size, malformed, refused, in the old format, or
-    missing makes that client invalid; the others' results equal plaintext BALANCE on the
+    """An upload claiming another model size, sigma or bound, malformed, refused, in the old
+    format, or missing makes that client invalid; the others' results equal plaintext BALANCE on the
     valid clients (Algorithm 1 and Eq. 2, exact reference)."""
     w = _models(19)
     w[3] = w[3] * 0.8  # clients 0-2 close together
@@ -450,6 +450,10 @@ def test_one_bad_upload_does_not_abort_the_round(session: SecurePFLSession, how:
     c = session.clients[bad]
     if how == "other-d":
         ups[bad] = c.upload(np.append(w[bad], 0.1), norm_bound=B, sigma=0.5, round_index=t)
+    elif how == "other-sigma":
+        ups[bad] = c.upload(w[bad], norm_bound=B, sigma=0.9, round_index=t)
+    elif how == "other-bound":
+        ups[bad] = c.upload(w[bad], norm_bound=2 * B, sigma=0.5, round_index=t)
     elif how == "malformed":
         ups[bad] = ups[bad][:-9]
     elif how == "bad-signature":
