@@ -312,6 +312,9 @@ MARGIN_SLACK = 2.0 ** -14
 CLIENT_MAX_MESSAGE_BYTES = 64 << 20
 SERVER_MAX_MESSAGE_BYTES = 256 << 20
 DECRYPTOR_MAX_MESSAGE_BYTES = 1 << 30
+#: A mask request carries per client and chunk a sealed seed, a signature and a digest
+#: (~190 bytes): 64 MiB covers 1,024 clients with 64 chunks each.
+MASK_REQUEST_MAX_BYTES = 64 << 20
 _MAX_CLIENTS = 1024
 _SEAL_OVERHEAD = 32 + 12 + 16  # ephemeral key, nonce, tag of a sealed box
 _OWN = b"fedsec/pfl/own-model"  # the decryptor's notice to an invalid client
@@ -885,7 +888,7 @@ class SecurePFLDecryptor:
         malformed as a whole raises ``ProtocolError``.
         """
         msg = wire.decode(request, expect="pfl/mask-request",
-                          max_bytes=DECRYPTOR_MAX_MESSAGE_BYTES)
+                          max_bytes=MASK_REQUEST_MAX_BYTES)
         _check_bound(msg.meta, self.session)
         t = _meta_int(msg.meta, "round", 0, 1 << 40)
         if t <= self._last_round or (self._masked is not None and t <= self._masked[0]):
