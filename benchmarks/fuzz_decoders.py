@@ -24,7 +24,7 @@ under ``"shapley/<name>/<name>..."``.
         --target SecSVClient.decrypt_all --target 'SecSV.evaluate[derived,in-flight]'
 
 ``--part pfl`` fuzzes secure Priv-PFL (``tests/fuzz/fuzz_pfl.py``: the fixed-holder key
-set-up and the client, server and decryptor steps, 17 targets), then sweeps every metadata
+set-up and the client, server and decryptor steps, 20 targets), then sweeps every metadata
 key of one message per entry point; results under the ``"pfl"`` key. ``--minutes`` stops
 the schedule after that long (the executions done are reported).
 

@@ -30,7 +30,7 @@ many ciphertexts as they need, so no client count below that is refused for its 
 
 Threat model: without ``--secure``, a simulation in the clear -- Byzantine clients, honest
 server; no secrets. With ``--secure``: as :mod:`fedsec.pfl.secure` (one process plays every
-role; the server handles only ciphertexts and public keys).
+role; the server handles only one-time-padded plaintexts, ciphertexts and public keys).
 """
 
 from __future__ import annotations

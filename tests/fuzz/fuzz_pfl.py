@@ -3,7 +3,8 @@
 :func:`build_pfl_world` plays the fixed-holder key set-up (the decryptor holds the CKKS
 secret key) and two honest rounds of a small federation step by step (4 clients, d = 20,
 the insecure 4096-ring test preset; client 3 uploads an unclipped model and claims the
-bound as its norm, so it is invalid and takes the "own model" path), keeping every message
+bound as its norm -- :func:`fedsec.testing.pfl.unclipped_upload` -- so it is invalid and
+takes the "own model" path), keeping every message
 and a snapshot of every role before each step it takes (about 5 s, with a second session
 for foreign messages). :func:`make_pfl_targets` turns that into
 :class:`~fuzz_targets.Target` objects, one per entry point where a role consumes another
@@ -12,11 +13,13 @@ role's bytes:
 * **key set-up, fixed holder** -- the aggregator's ``request`` (hellos), ``accept`` (the
   decryptor's offer) and ``confirm``; the decryptor's ``offer``; ``receive`` at a client
   (public key only) and at the decryptor; ``finish``;
-* **server** -- ``register``, ``receive`` (then ``gram_request`` and the decryptor's
-  ``refresh``: an upload is only really read when its ciphertext is multiplied),
-  ``compare``, ``read_bits``, ``deliver``;
-* **decryptor** -- ``register``, ``refresh``, ``reveal``, ``unmask_for_client``;
-* **client** -- ``finish``.
+* **server** -- ``register``, ``receive`` (then the mask step, ``gram_request`` and the
+  decryptor's ``refresh``: an upload is only really read when its plaintext is added to
+  the decryptor's mask and multiplied), ``receive_masks``, ``compare``, ``read_bits``,
+  ``deliver``;
+* **decryptor** -- ``register``, ``mask_ciphertexts``, ``refresh``, ``reveal``,
+  ``unmask_for_client``;
+* **client** -- ``receive_decryptor_key``, ``finish``.
 
 Producers: *outsider* (structure-aware mutations: truncation, bit flips, wire fields,
 kinds, versions, metadata, blobs, SEAL headers), *meta* (metadata re-encoded with hostile
@@ -25,8 +28,10 @@ swapped with another message's, dropped, duplicated), *replay* (a valid message 
 other round, the other session, another client or another kind, or one already used).
 Oracles say what an accepted hostile message must not do: make an honest client invalid,
 reveal a pair twice or a pair of an invalid client, register another key for a client
-than the one it signed, give a client a result other than its honest one (its boxes are
-sealed), or give a client of the fixed-holder set-up a secret key.
+than the one it signed (at the server or the decryptor), serve a mask for a seed box its
+client did not sign, take a decryptor key the decryptor did not sign, give a client a
+result other than its honest one (its boxes are sealed), or give a client of the
+fixed-holder set-up a secret key.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from fedsec.pfl.secure import (
     client_name,
 )
 from fedsec.pfl.selection import SelectionResult, efficient_selection
+from fedsec.testing.pfl import unclipped_upload
 
 __all__ = ["PFLWorld", "build_pfl_world", "make_pfl_targets", "pfl_meta_cases",
            "PFL_TARGETS", "PFL_PRESET"]
@@ -67,7 +73,9 @@ PFL_TARGETS = (
     "pfl.KeySetupAggregator.accept", "pfl.KeySetupParty.receive[client]",
     "pfl.KeySetupParty.receive[decryptor]", "pfl.KeySetupAggregator.confirm",
     "pfl.KeySetupParty.finish",
-    "SecurePFLServer.register", "SecurePFLDecryptor.register", "SecurePFLServer.receive",
+    "SecurePFLServer.register", "SecurePFLDecryptor.register",
+    "SecurePFLClient.receive_decryptor_key", "SecurePFLServer.receive",
+    "SecurePFLDecryptor.mask_ciphertexts", "SecurePFLServer.receive_masks",
     "SecurePFLDecryptor.refresh", "SecurePFLServer.compare", "SecurePFLDecryptor.reveal",
     "SecurePFLServer.read_bits", "SecurePFLDecryptor.unmask_for_client",
     "SecurePFLServer.deliver", "SecurePFLClient.finish",
@@ -78,8 +86,7 @@ PFL_TARGETS = (
 def clone_server(s: SecurePFLServer) -> SecurePFLServer:
     c = copy.copy(s)
     c.clients = dict(s.clients)
-    c._uploads = dict(s._uploads)  # noqa: SLF001
-    c._seen = set(s._seen)  # noqa: SLF001
+    c._uploads = {k: copy.copy(v) for k, v in s._uploads.items()}  # noqa: SLF001
     c._masks = dict(s._masks)  # noqa: SLF001
     c._cmp = list(s._cmp)  # noqa: SLF001
     c.valid = s.valid.copy()
@@ -106,6 +113,10 @@ class Round:
     t: int
     uploads: list[bytes]
     srv_before_last: SecurePFLServer      # every upload but the last received
+    mask_request: bytes
+    srv_after_mask_request: SecurePFLServer
+    dec_before_masks: SecurePFLDecryptor
+    masks: bytes
     dec_before_refresh: SecurePFLDecryptor
     gram: bytes
     srv_after_gram: SecurePFLServer
@@ -143,6 +154,8 @@ class KeySetupRecord:
 @dataclass
 class Federation:
     keysetup: KeySetupRecord
+    announce: bytes
+    fresh_clients: list[SecurePFLClient]
     registers: list[bytes]
     fresh_server: SecurePFLServer
     fresh_decryptor: SecurePFLDecryptor
@@ -201,12 +214,19 @@ def _keysetup(ids: list[Identity], roster: Roster, cfg: SecurePFLConfig) -> tupl
 def _round(t: int, clients: list[SecurePFLClient], server: SecurePFLServer,
            dec: SecurePFLDecryptor) -> Round:
     w = _models(100 + t)
-    ups = [c.upload(w[i], norm_bound=B, sigma=SIGMA, round_index=t, clip=i != INVALID,
-                    claimed_norm=B if i == INVALID else None) for i, c in enumerate(clients)]
+    ups = [unclipped_upload(c, w[i], norm_bound=B, sigma=SIGMA, round_index=t,
+                            claimed_norm=B) if i == INVALID
+           else c.upload(w[i], norm_bound=B, sigma=SIGMA, round_index=t)
+           for i, c in enumerate(clients)]
     for i, u in enumerate(ups[:-1]):
-        server.receive(i, u, round_index=t, sigma=SIGMA, norm_bound=B)
+        server.receive(i, u, round_index=t, sigma=SIGMA, norm_bound=B, model_size=D)
     before_last = clone_server(server)
-    server.receive(K - 1, ups[-1], round_index=t, sigma=SIGMA, norm_bound=B)
+    server.receive(K - 1, ups[-1], round_index=t, sigma=SIGMA, norm_bound=B, model_size=D)
+    mreq = server.mask_request()
+    after_mreq = clone_server(server)
+    dec_before_masks = clone_decryptor(dec)
+    masks = dec.mask_ciphertexts(mreq)
+    server.receive_masks(masks)
     gram = server.gram_request()
     after_gram = clone_server(server)
     dec_before = clone_decryptor(dec)
@@ -231,7 +251,8 @@ def _round(t: int, clients: list[SecurePFLClient], server: SecurePFLServer,
     results = [server.deliver(i, b) for i, b in enumerate(boxes)]
     before_finish = [copy.copy(c) for c in clients]
     personalised = [c.finish(r) for c, r in zip(clients, results, strict=True)]
-    return Round(t, ups, before_last, dec_before, gram, after_gram, refreshed, dec_after,
+    return Round(t, ups, before_last, mreq, after_mreq, dec_before_masks, masks, dec_before,
+                 gram, after_gram, refreshed, dec_after,
                  after_compare, reveals, sel, dec_results, reqs, after_agg, boxes, results,
                  before_finish, personalised, [bool(v) for v in server.valid])
 
@@ -240,16 +261,22 @@ def _federation(ids: list[Identity], roster: Roster, cfg: SecurePFLConfig, round
                 ) -> Federation:
     rec, keys, agg = _keysetup(ids, roster, cfg)
     assert agg.context is not None
-    clients = [SecurePFLClient(i, keys[client_name(i)], ids[i], cfg) for i in range(K)]
-    server = SecurePFLServer(agg.context, agg.session, K, cfg)
-    dec = SecurePFLDecryptor(keys[DECRYPTOR_NAME], roster, cfg)
+    clients = [SecurePFLClient(i, keys[client_name(i)], ids[i], cfg, roster=roster)
+               for i in range(K)]
+    server = SecurePFLServer(agg.context, agg.session, K, cfg, roster=roster)
+    dec = SecurePFLDecryptor(keys[DECRYPTOR_NAME], roster, cfg, identity=ids[-1])
     fresh_server, fresh_dec = clone_server(server), clone_decryptor(dec)
+    fresh_clients = [copy.copy(c) for c in clients]
+    announce = dec.announce()
+    for c in clients:
+        c.receive_decryptor_key(announce)
     regs = [c.register() for c in clients]
     for r in regs:
         server.register(r)
         dec.register(r)
     played = [_round(t, clients, server, dec) for t in range(rounds)]
-    return Federation(rec, regs, fresh_server, fresh_dec, played, agg.session)
+    return Federation(rec, announce, fresh_clients, regs, fresh_server, fresh_dec, played,
+                      agg.session)
 
 
 def build_pfl_world() -> PFLWorld:
@@ -266,10 +293,11 @@ def build_pfl_world() -> PFLWorld:
     for fed in (a, b):
         ks = fed.keysetup
         for msg in [*ks.hellos, ks.request, ks.offer, *ks.deliveries, *ks.confirms,
-                    ks.confirmed, *fed.registers]:
+                    ks.confirmed, fed.announce, *fed.registers]:
             world.pools.add_message(msg)
         for r in fed.rounds:
-            for msg in [*r.uploads, r.gram, r.refreshed, *[x[1] for x in r.reveals],
+            for msg in [*r.uploads, r.mask_request, r.masks, r.gram, r.refreshed,
+                        *[x[1] for x in r.reveals],
                         *[x[2] for x in r.reveals], *r.result_requests, *r.boxes,
                         *r.results]:
                 world.pools.add_message(msg)
@@ -430,14 +458,16 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
     ], allowed=(ProtocolError, TamperingDetected), weight=0.5))
 
     # -- registration -------------------------------------------------------------------
+    honest_keys = [wire.decode(r).blobs[0] for r in A.registers]
+
     def srv_register(reg: Any) -> Any:
-        return clone_server(A.fresh_server).register(reg)
+        srv = clone_server(A.fresh_server)
+        srv.register(A.registers[0])  # a registered victim: a second one is a hijack
+        i = srv.register(reg)
+        return i, srv.clients[i]
 
     reg_std = _standard(lambda m: m.rng.choice(A.registers), lambda: Bf.registers,
                         lambda m, d: _relabel(m, d, session=A.session))
-    targets.append(Target("SecurePFLServer.register", srv_register, reg_std, weight=0.5))
-
-    honest_keys = [wire.decode(r).blobs[0] for r in A.registers]
 
     def dec_register(reg: Any) -> Any:
         dec = clone_decryptor(A.fresh_decryptor)
@@ -448,22 +478,42 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         i, key = out
         return None if key == honest_keys[i] else f"client {i} registered another key"
 
+    swapped = ("swapped", 2, lambda m: _relabel(m, A.registers[1], client=0))
+    targets.append(Target("SecurePFLServer.register", srv_register, _with_oracle(
+        [*reg_std, swapped], register_oracle), weight=0.5))
     targets.append(Target("SecurePFLDecryptor.register", dec_register, _with_oracle(
-        [*reg_std, ("swapped", 2, lambda m: _relabel(m, A.registers[1], client=0))],
-        register_oracle), weight=0.5))
+        [*reg_std, swapped], register_oracle), weight=0.5))
+
+    honest_dec_key = wire.decode(A.announce).blobs[0]
+
+    def dec_key_call(msg: Any) -> Any:
+        c = copy.copy(A.fresh_clients[0])
+        c.receive_decryptor_key(msg)
+        return c._decryptor_x  # noqa: SLF001
+
+    def dec_key_oracle(key: Any) -> str | None:
+        return None if key == honest_dec_key else "a client took an unsigned decryptor key"
+
+    targets.append(Target("SecurePFLClient.receive_decryptor_key", dec_key_call,
+                          _with_oracle(_standard(
+                              lambda m: A.announce, lambda: [Bf.announce],
+                              lambda m, d: _relabel(m, d, session=A.session)),
+                              dec_key_oracle), weight=0.5))
 
     # -- step 1: uploads, read when the Gram request and the refresh use them -----------
     last = K - 1
 
     def receive_call(upload: Any) -> Any:
         srv = clone_server(r1.srv_before_last)
-        srv.receive(last, upload, round_index=r1.t, sigma=SIGMA, norm_bound=B)
-        dec = clone_decryptor(r1.dec_before_refresh)
+        srv.receive(last, upload, round_index=r1.t, sigma=SIGMA, norm_bound=B, model_size=D)
+        dec = clone_decryptor(r1.dec_before_masks)
+        srv.receive_masks(dec.mask_ciphertexts(srv.mask_request()))
         refreshed = dec.refresh(srv.gram_request())
-        return wire.decode(refreshed).meta["valid"]
+        present = wire.decode(refreshed)
+        return dict(zip(srv._present, present.meta["valid"], strict=True))  # noqa: SLF001
 
     def honest_stay_valid(valid: Any) -> str | None:
-        if not all(valid[i] for i in range(K) if i not in (INVALID, last)):
+        if not all(valid.get(i) for i in range(K) if i not in (INVALID, last)):
             return f"a hostile upload made an honest client invalid: {valid}"
         return None
 
@@ -480,6 +530,42 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
             "replayed upload")),
         ("foreign", 1, up_case(lambda m: m.rng.choice(m.pools.messages), "foreign")),
     ], weight=1.5))
+
+    # -- step 1b/1c: masks for the seed boxes, and the server reading them --------------
+    honest_boxes = {i: wire.decode(r1.uploads[i]).blobs[1] for i in range(K)}
+
+    def masks_call(req: Any) -> Any:
+        dec = clone_decryptor(r1.dec_before_masks)
+        reply = wire.decode(dec.mask_ciphertexts(req))
+        msg = wire.decode(req)
+        return msg.meta["clients"], msg.meta["chunks"], list(msg.blobs), reply
+
+    def masks_oracle(out: Any) -> str | None:
+        clients, chunks, blobs, reply = out
+        for i in reply.meta["clients"]:
+            a = clients.index(i)
+            if blobs[3 * a * chunks] != honest_boxes[i]:
+                return f"a mask served for client {i} on a box it did not sign"
+        if len(reply.blobs) != chunks * len(reply.meta["clients"]):
+            return "a mask reply of the wrong size"
+        return None
+
+    targets.append(Target("SecurePFLDecryptor.mask_ciphertexts", masks_call, _with_oracle(
+        _standard(lambda m: r1.mask_request, lambda: [r0.mask_request, rb.mask_request],
+                  lambda m, d: _relabel(m, d, session=A.session, round=r1.t)),
+        masks_oracle)))
+
+    def receive_masks_call(masks: Any) -> Any:
+        srv = clone_server(r1.srv_after_mask_request)
+        srv.receive_masks(masks)
+        present = srv._present  # noqa: SLF001
+        if not set(present) <= set(range(K)) or len(present) < 2:
+            raise AssertionError(f"the server took masks for {present}")
+        return present
+
+    targets.append(Target("SecurePFLServer.receive_masks", receive_masks_call, _standard(
+        lambda m: r1.masks, lambda: [r0.masks, rb.masks],
+        lambda m, d: _relabel(m, d, session=A.session, round=r1.t)), weight=0.5))
 
     # -- step 3: the decryptor's refresh of the server's Gram request --------------------
     def refresh_call(gram: Any) -> Any:
@@ -674,10 +760,15 @@ def pfl_meta_cases(w: PFLWorld) -> dict[str, PFLMetaCase]:
 
     k = len(r1.reveals) - 1
     return {
-        "SecurePFLServer.register": case("SecurePFLServer.register", w.a.registers[0]),
+        "SecurePFLServer.register": case("SecurePFLServer.register", w.a.registers[1]),
         "SecurePFLDecryptor.register": case("SecurePFLDecryptor.register",
                                             w.a.registers[1]),
+        "SecurePFLClient.receive_decryptor_key": case(
+            "SecurePFLClient.receive_decryptor_key", w.a.announce),
         "SecurePFLServer.receive": case("SecurePFLServer.receive", r1.uploads[-1]),
+        "SecurePFLDecryptor.mask_ciphertexts": case("SecurePFLDecryptor.mask_ciphertexts",
+                                                    r1.mask_request),
+        "SecurePFLServer.receive_masks": case("SecurePFLServer.receive_masks", r1.masks),
         "SecurePFLDecryptor.refresh": case("SecurePFLDecryptor.refresh", r1.gram),
         "SecurePFLServer.compare": case("SecurePFLServer.compare", r1.refreshed),
         "SecurePFLDecryptor.reveal": case("SecurePFLDecryptor.reveal", r1.reveals[0][1]),

@@ -48,7 +48,7 @@ def test_world_is_honest(pfl_world: PFLWorld) -> None:
         assert all(3 not in s for s in r.selection.accepted)
     r1 = pfl_world.a.rounds[1]
     np.testing.assert_array_equal(r1.personalised[3], pfl_world.models[1][3])
-    assert len(set(PFL_TARGETS)) == 17
+    assert len(set(PFL_TARGETS)) == 20
 
 
 @pytest.mark.parametrize("name", PFL_TARGETS)
@@ -77,7 +77,9 @@ def _variants(valid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-CASES = ["SecurePFLServer.register", "SecurePFLDecryptor.register", "SecurePFLServer.receive",
+CASES = ["SecurePFLServer.register", "SecurePFLDecryptor.register",
+         "SecurePFLClient.receive_decryptor_key", "SecurePFLServer.receive",
+         "SecurePFLDecryptor.mask_ciphertexts", "SecurePFLServer.receive_masks",
          "SecurePFLDecryptor.refresh", "SecurePFLServer.compare", "SecurePFLDecryptor.reveal",
          "SecurePFLServer.read_bits", "SecurePFLDecryptor.unmask_for_client",
          "SecurePFLDecryptor.unmask_for_client[own]", "SecurePFLServer.deliver",

@@ -5,6 +5,8 @@ All at the insecure 4096-ring test preset (2,048 slots, the 128-bit preset's cha
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,7 @@ from fedsec.pfl.secure import (
     margin_scale,
 )
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, ineq1_margin
+from fedsec.testing.pfl import unclipped_upload
 
 PRESET = "INSECURE_TEST_N4096_DEPTH19"
 CFG = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=8)
@@ -126,11 +129,16 @@ def test_huge_values_rejected_and_never_accepted(session: SecurePFLSession) -> N
     clients = session.clients
     ups = []
     for i in range(k):
-        claimed = b if i == 0 else None
-        ups.append(clients[i].upload(w[i], norm_bound=b, sigma=float(sig[i]), round_index=t,
-                                     clip=i > 1, claimed_norm=claimed))
+        if i > 1:
+            ups.append(clients[i].upload(w[i], norm_bound=b, sigma=float(sig[i]),
+                                         round_index=t))
+        else:
+            ups.append(unclipped_upload(clients[i], w[i], norm_bound=b, sigma=float(sig[i]),
+                                        round_index=t, claimed_norm=b if i == 0 else None))
     for i, u in enumerate(ups):
-        session.server.receive(i, u, round_index=t, sigma=float(sig[i]), norm_bound=b)
+        session.server.receive(i, u, round_index=t, sigma=float(sig[i]), norm_bound=b,
+                               model_size=d)
+    _unmask(session)
     refreshed = session.decryptor.refresh(session.server.gram_request())
     session.server.compare(refreshed)
     assert list(session.server.valid[:2]) == [False, False]
@@ -163,6 +171,12 @@ def test_no_secret_key_in_any_byte_the_server_receives(session: SecurePFLSession
             assert needle not in blob
 
 
+def _unmask(session: SecurePFLSession) -> None:
+    """Steps 1b-1c: the server relays the seed boxes; the decryptor's Enc(-M_i) come back."""
+    srv = session.server
+    srv.receive_masks(session.decryptor.mask_ciphertexts(srv.mask_request()))
+
+
 def _fresh_round(session: SecurePFLSession, d: int = 100) -> tuple[int, list[bytes]]:
     rng = np.random.default_rng(7)
     w = _models(rng, session.n_clients, d, 0.2)
@@ -180,13 +194,22 @@ def test_replayed_foreign_and_other_round_messages_raise(session: SecurePFLSessi
     t, ups = _fresh_round(session)
     srv, dec = session.server, session.decryptor
     with pytest.raises(ProtocolError, match="another round"):
-        srv.receive(0, ups[0], round_index=t + 1, **FRESH)
+        srv.receive(0, ups[0], round_index=t + 1, model_size=100, **FRESH)
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t, **FRESH)
+        srv.receive(i, u, round_index=t, model_size=100, **FRESH)
     with pytest.raises(ProtocolError, match="twice"):
-        srv.receive(0, ups[0], round_index=t, **FRESH)
+        srv.receive(0, ups[0], round_index=t, model_size=100, **FRESH)
     with pytest.raises(ProtocolError, match="another client"):
-        srv.receive(1, ups[0], round_index=t, **FRESH)  # client 0's upload claimed by 1
+        srv.receive(1, ups[0], round_index=t, model_size=100, **FRESH)  # 0's, claimed by 1
+    mreq = srv.mask_request()
+    masks = dec.mask_ciphertexts(mreq)
+    with pytest.raises(ProtocolError, match="replay"):
+        dec.mask_ciphertexts(mreq)
+    with pytest.raises(ProtocolError, match="past round"):  # the round's uploads are closed
+        srv.receive(0, ups[0], round_index=t, model_size=100, **FRESH)
+    srv.receive_masks(masks)
+    with pytest.raises(ProtocolError, match="pending"):
+        srv.receive_masks(masks)
     gram = srv.gram_request()
     refreshed = dec.refresh(gram)
     with pytest.raises(ProtocolError, match="replay"):
@@ -204,7 +227,7 @@ def test_replayed_foreign_and_other_round_messages_raise(session: SecurePFLSessi
     foreign = other.clients[0].upload(np.ones(10), norm_bound=10.0, sigma=0.5,
                                       round_index=t + 1)
     with pytest.raises(ProtocolError, match="another session"):
-        srv.receive(0, foreign, round_index=t + 1, sigma=0.5, norm_bound=10.0)
+        srv.receive(0, foreign, round_index=t + 1, sigma=0.5, norm_bound=10.0, model_size=10)
     with pytest.raises(ProtocolError, match="another session"):
         dec.register(other.clients[0].register())
     # results: replayed, and for another client
@@ -226,7 +249,8 @@ def test_client_cannot_decrypt_another_clients_result(session: SecurePFLSession)
     t, ups = _fresh_round(session, d=64)
     srv, dec = session.server, session.decryptor
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t, **FRESH)
+        srv.receive(i, u, round_index=t, model_size=64, **FRESH)
+    _unmask(session)
     srv.compare(dec.refresh(srv.gram_request()))
     sel = type("S", (), {"accepted": tuple(frozenset() for _ in range(session.n_clients))})
     reqs = srv.aggregate(sel, 0.5)  # type: ignore[arg-type]
@@ -260,9 +284,21 @@ def test_malformed_messages_raise_protocol_error(session: SecurePFLSession) -> N
     srv, dec = session.server, session.decryptor
     for bad in _mutations(ups[0]):
         with pytest.raises(ProtocolError):
-            srv.receive(0, bad, round_index=t, **FRESH)
+            srv.receive(0, bad, round_index=t, model_size=50, **FRESH)
     for i, u in enumerate(ups):
-        srv.receive(i, u, round_index=t, **FRESH)
+        srv.receive(i, u, round_index=t, model_size=50, **FRESH)
+    mreq = srv.mask_request()
+    for bad in _mutations(mreq):
+        try:  # a malformed request raises; a box that does not verify refuses its client
+            out = wire.decode(copy.copy(dec).mask_ciphertexts(bad))
+        except ProtocolError:
+            continue
+        assert out.meta["refused"], "a mutated mask request was served in full"
+    masks = dec.mask_ciphertexts(mreq)
+    for bad in _mutations(masks):
+        with pytest.raises(ProtocolError):
+            srv.receive_masks(bad)
+    srv.receive_masks(masks)
     gram = srv.gram_request()
     for bad in _mutations(gram):
         with pytest.raises(ProtocolError):
@@ -296,6 +332,11 @@ def test_malformed_messages_raise_protocol_error(session: SecurePFLSession) -> N
     for bad in _mutations(session.clients[0].register()):
         with pytest.raises(ProtocolError):
             dec.register(bad)
+        with pytest.raises(ProtocolError):
+            srv.register(bad)
+    for bad in _mutations(dec.announce()):
+        with pytest.raises(ProtocolError):
+            session.clients[0].receive_decryptor_key(bad)
 
 
 def test_fixed_holder_key_setup_gives_clients_no_secret_key() -> None:

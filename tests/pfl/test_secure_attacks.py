@@ -9,14 +9,22 @@ decryptor refuses them anyway, the test says so.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from fedsec.crypto import wire
+from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keys import open_sealed
-from fedsec.crypto.rawpoly import ciphertext_polys, plaintext_from_ntt, plaintext_ntt
+from fedsec.crypto.rawpoly import (
+    ciphertext_from_polys,
+    ciphertext_polys,
+    plaintext_from_ntt,
+    plaintext_ntt,
+    secret_key_coeffs,
+)
 from fedsec.crypto.sign import sign_depth
 from fedsec.errors import ProtocolError
 from fedsec.pfl.secure import (
@@ -25,9 +33,19 @@ from fedsec.pfl.secure import (
     SecurePFLSession,
     _box_context,
     _pairs,
+    _register_payload,
+    _result_mask,
+    client_name,
     clip_to_norm,
 )
-from fedsec.pfl.selection import efficient_selection
+from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, efficient_selection
+from fedsec.testing.pfl import (
+    ciphertext_upload,
+    plaintext_upload,
+    relay_upload,
+    unclipped_upload,
+    upload_plaintexts,
+)
 
 PRESET = "INSECURE_TEST_N4096_DEPTH19"
 CFG = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=8)
@@ -62,10 +80,19 @@ def _blobs(msg: bytes, blobs: list[bytes]) -> bytes:
     return wire.encode(m.kind, m.meta, blobs)
 
 
-def _to_compare(s: SecurePFLSession, ups: list[bytes], t: int, **kw: float) -> None:
+def _receive(s: SecurePFLSession, i: int, u: bytes, t: int, **kw: float) -> None:
     kw = {"sigma": 0.5, "norm_bound": B, **kw}  # the round's public values
+    s.server.receive(i, u, round_index=t, model_size=D, **kw)  # type: ignore[arg-type]
+
+
+def _unmask(s: SecurePFLSession) -> None:
+    s.server.receive_masks(s.decryptor.mask_ciphertexts(s.server.mask_request()))
+
+
+def _to_compare(s: SecurePFLSession, ups: list[bytes], t: int, **kw: float) -> None:
     for i, u in enumerate(ups):
-        s.server.receive(i, u, round_index=t, **kw)
+        _receive(s, i, u, t, **kw)
+    _unmask(s)
     s.server.compare(s.decryptor.refresh(s.server.gram_request()))
 
 
@@ -89,13 +116,13 @@ def test_huge_sigma_claim_is_refused_and_what_it_would_do(session: SecurePFLSess
     ups = _uploads(session, w, t)
     ups[3] = session.clients[3].upload(w[3], norm_bound=B, sigma=1e6, round_index=t)
     with pytest.raises(ProtocolError, match="sigma"):
-        session.server.receive(3, ups[3], round_index=t, sigma=0.5, norm_bound=B)
+        _receive(session, 3, ups[3], t)
     # what the check prevents (a server that took the claim as the round's sigma): the
     # margin of honest client 0 about the attacker, clearly negative in the honest scale,
     # becomes indistinguishable from 0
     for i, u in enumerate(ups):
-        session.server.receive(i, u, round_index=t, sigma=1e6 if i == 3 else 0.5,
-                               norm_bound=B)
+        _receive(session, i, u, t, sigma=1e6 if i == 3 else 0.5)
+    _unmask(session)
     session.server.compare(session.decryptor.refresh(session.server.gram_request()))
     x = session.decryptor.ctx.decrypt(session.server._margins[0]).real  # noqa: SLF001
     a = _pairs(K).index((0, 3))
@@ -108,59 +135,185 @@ def test_other_norm_bound_claim_is_refused(session: SecurePFLSession) -> None:
     t = next(_ROUND)
     up = session.clients[0].upload(_models(2)[0], norm_bound=1e6, sigma=0.5, round_index=t)
     with pytest.raises(ProtocolError, match="norm bound"):
-        session.server.receive(0, up, round_index=t, sigma=0.5, norm_bound=B)
+        _receive(session, 0, up, t)
 
 
-def test_huge_published_norm_raises_protocol_error(session: SecurePFLSession) -> None:
+def test_huge_published_norm_makes_the_client_invalid(session: SecurePFLSession) -> None:
     """Regression: a norm of 1e200 over a small bound overflowed ``(n / B) ** 2`` in the
     server's Gram request (OverflowError); it is now an invalid client."""
     w = _models(3)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    ups[2] = _edit(ups[2], norm=1e200)
-    for i, u in enumerate(ups):
-        session.server.receive(i, u, round_index=t, sigma=0.5, norm_bound=B)
-    session.server.compare(session.decryptor.refresh(session.server.gram_request()))
+    ups[2] = unclipped_upload(session.clients[2], w[2], norm_bound=B, sigma=0.5,
+                              round_index=t, claimed_norm=1e200)
+    _to_compare(session, ups, t)
     assert list(session.server.valid) == [True, True, False, True]
+    # the published values are signed: the server cannot be handed another norm
+    t2 = next(_ROUND)
+    up = session.clients[2].upload(w[2], norm_bound=B, sigma=0.5, round_index=t2)
+    with pytest.raises(ProtocolError, match="signature"):
+        _receive(session, 2, _edit(up, norm=1e200), t2)
 
 
-def test_byte_replay_of_another_clients_upload_is_refused(session: SecurePFLSession) -> None:
-    w = _models(4)
+def _coeffs(ctx: CKKSContext, residues: np.ndarray, level: int) -> np.ndarray:
+    """Coefficient form (centred mod the level's first prime) of NTT residues."""
+    tmpl = ctx.mod_switch_to_level(ctx.encrypt([0.0]), level)
+    header, prefix, data = ciphertext_polys(tmpl)
+    data = np.ones_like(data)
+    data[0] = np.asarray(residues, dtype=np.uint64).reshape(data.shape[1], data.shape[2])
+    ct = ciphertext_from_polys(ctx, header, prefix, data)
+    ctx._evaluator.transform_from_ntt_inplace(ct)  # noqa: SLF001
+    c = ciphertext_polys(ct)[2][0, 0].astype(object)
+    q = ctx.level_primes(ctx.parms_id_at_level(level))[0]
+    return np.array([int(v) - q if v > q // 2 else int(v) for v in c])
+
+
+def _opened_result(s: SecurePFLSession, i: int, t: int, res: bytes) -> np.ndarray:
+    """What client ``i`` opens from its result: the plaintext residues mod q0, mask
+    removed (as :meth:`SecurePFLClient.finish` does before decoding)."""
+    msg = wire.decode(res)
+    x = s.clients[i]._x  # noqa: SLF001 - the client's own key
+    poly = np.frombuffer(open_sealed(x, msg.blobs[0], context=_box_context(
+        b"result", s.server.session, t, i, 0)), dtype="<u8").astype(np.uint64)
+    seed = open_sealed(x, msg.blobs[1], context=_box_context(b"mask", s.server.session, t, i, 0))
+    q0 = s.server.enc.q0
+    mask = _result_mask(seed, q0, s.server.enc.n)
+    return np.where(poly >= mask, poly - mask, poly + (np.uint64(q0) - mask))
+
+
+def _rounding_attack(s: SecurePFLSession, opened: np.ndarray, chosen: np.ndarray,
+                     c: int) -> float:
+    """The reviewer's attack: were the result ``c1 s + e'`` with ``c1 = c``, rounding
+    ``(result - known) / c`` gives ``s``. Returns the fraction of key coefficients it
+    gets right (1.0 against the old protocol; 1/3 is what guessing 0 everywhere gives)."""
+    ctx = s.decryptor.ctx
+    r = _coeffs(ctx, opened, 0) - _coeffs(ctx, chosen, 0)
+    guess = np.array([round(v / c) for v in r])
+    sk = secret_key_coeffs(ctx)
+    return float(np.mean(guess == sk))
+
+
+def _chosen_plaintext(s: SecurePFLSession, c: int) -> list[np.ndarray]:
+    """Residues (upload level, NTT form) of the polynomial with every coefficient ``c``
+    in NTT form: the constant polynomial ``c`` -- the reviewer's ``c1``, now as the
+    client's plaintext (all it controls)."""
+    ctx = s.clients[0].ctx
+    primes = ctx.level_primes(ctx.parms_id_at_level(UPLOAD_LEVEL))
+    n = s.server.enc.n
+    return [np.concatenate([np.full(n, c % q, dtype=np.uint64) for q in primes])]
+
+
+def _to_level0(s: SecurePFLSession, plain: np.ndarray) -> np.ndarray:
+    """The residues mod q0 a level-1 plaintext has after Eq. 2's rescale by q1 (for
+    alpha = 1 on itself): what an exact result would carry."""
+    ctx = s.server.ctx
+    pt = plaintext_from_ntt(ctx, plain, level=UPLOAD_LEVEL, scale=s.server.enc.upload_scale)
+    ct = ctx.encrypt_plaintext(pt)
+    q = ctx.rescale_prime(ct)
+    lvl0 = ctx.rescale(ctx.multiply_plaintext(ct, ctx.encode_constant(
+        1.0, scale=float(q), parms_id=ct.parms_id())))
+    return np.asarray(plaintext_ntt(s.decryptor.ctx.decrypt_plaintext(lvl0)), dtype=np.uint64)
+
+
+@pytest.mark.parametrize("variant", ["norm-0", "plausible-norm", "sybils"])
+def test_a_client_cannot_recover_the_secret_key(session: SecurePFLSession,
+                                                variant: str) -> None:
+    """The reviewer's key recovery. Against the old protocol a client uploaded the
+    ciphertext (0, c) with norm 0, passed the checks, accepted nobody, and its "result" was
+    c s + e': rounding recovered every key coefficient. Now a client chooses only a
+    plaintext: here the same polynomial c, correctly padded, sealed and signed. Whatever
+    it publishes (norm 0; a large plausible norm; two Sybils accepting each other), what it
+    opens is its own plaintext plus noise, and the rounding attack gets the key
+    coefficients right at chance (1/3: the zeros), not 100%."""
+    c = 1 << 20
+    w = _models(17)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    session.server.receive(0, ups[0], round_index=t, sigma=0.5, norm_bound=B)
-    stolen = _edit(ups[0], client=1)  # client 1 claims client 0's ciphertext
-    with pytest.raises(ProtocolError, match="replays"):
-        session.server.receive(1, stolen, round_index=t, sigma=0.5, norm_bound=B)
-    # ... or last round's: also refused (the server remembers the session's ciphertexts)
-    t2 = next(_ROUND)
-    with pytest.raises(ProtocolError, match="replays"):
-        session.server.receive(1, _edit(ups[0], client=1, round=t2), round_index=t2,
-                               sigma=0.5, norm_bound=B)
+    chosen = _chosen_plaintext(session, c)
+    attackers = [1, 2] if variant == "sybils" else [1]
+    norm = {"norm-0": 0.0, "plausible-norm": 0.9 * B, "sybils": 0.0}[variant]
+    for a in attackers:
+        ups[a] = plaintext_upload(session.clients[a], chosen, d=D, claimed_norm=norm,
+                                  norm_bound=B, sigma=0.5, round_index=t)
+    _to_compare(session, ups, t)
+    srv, dec = session.server, session.decryptor
+    if variant == "plausible-norm":  # the norm check catches the lie: nothing decrypted
+        assert not srv.valid[1] and srv.valid[[0, 2, 3]].all()
+    else:
+        assert srv.valid.all()
+    accepted = [frozenset() for _ in range(K)]
+    if variant == "sybils":  # they accept each other (distance 0)
+        accepted[1], accepted[2] = frozenset({2}), frozenset({1})
+    sel = type("S", (), {"accepted": tuple(accepted)})
+    reqs = srv.aggregate(sel, 0.5)  # type: ignore[arg-type]
+    results = {a: srv.deliver(a, dec.unmask_for_client(reqs[a])) for a in attackers}
+    if variant == "plausible-norm":
+        assert wire.decode(results[1]).meta.get("own") is True  # a notice, no decryption
+        return
+    expect = _to_level0(session, chosen[0])
+    q0 = srv.enc.q0
+    for a in attackers:
+        opened = _opened_result(session, a, t, results[a])
+        # what it opens is its own plaintext plus small noise (no c s term)
+        noise = _coeffs(dec.ctx, opened, 0) - _coeffs(dec.ctx, expect, 0)
+        assert np.abs(noise).max() < 2 ** 12 < q0
+        assert _rounding_attack(session, opened, expect, c) < 0.45
 
 
-def test_rerandomized_replay_failing_the_norm_check_gets_its_own_model(
+def test_copy_of_another_clients_upload_is_useless_or_refused(
         session: SecurePFLSession) -> None:
-    """A client re-randomizes client 0's upload (adds Enc(0): new bytes, same plaintext)
-    and claims a wrong norm so it is invalid. Before the fix the decryptor decrypted an
-    invalid client's upload as its 'own model' -- client 0's model. Now nothing of an
-    invalid client is decrypted: it gets the model it kept locally."""
+    """The old limitation ("a re-randomized copy of an upload with the victim's norm passes
+    as a valid client") is closed. Client 1, having seen client 0's padded plaintext x_0
+    (an eavesdropper, or the server pooling with it): (a) sends x_0 with its own seed
+    boxes and client 0's norm -- its plaintext is x_0 - M_1 = p_0 + M_0 - M_1, uniform mod
+    q: it fails the norm check, is invalid, and gets nothing decrypted; (b) sends x_0 with
+    client 0's seed boxes -- signed by client 0 for client 0: refused; (c) replays its own
+    or client 0's upload in a later round -- the signatures bind the round: refused."""
     w = _models(5)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    ctx = session.clients[1].ctx
-    pid = ctx.parms_id_at_level(UPLOAD_LEVEL)
-    scale = session.clients[1].enc.upload_scale
-    zero = ctx.encrypt_plaintext(ctx.encode(np.zeros(ctx.slots), scale=scale, parms_id=pid))
-    copied = ctx.add(ctx.deserialize(wire.decode(ups[0]).blobs[0]), zero)
-    ups[1] = _edit(_blobs(ups[1], [ctx.serialize(copied)]), norm=0.0)
+    v = wire.decode(ups[0])
+    chunks = len(v.blobs) // 3
+    copy_with_mine = relay_upload(session.clients[1], v.blobs[:chunks], d=D,
+                                  claimed_norm=v.meta["norm"], norm_bound=B, sigma=0.5,
+                                  round_index=t, keep=w[1])
+    with pytest.raises(ProtocolError, match="signature"):
+        _receive(session, 1, _edit(ups[0], client=1), t)  # (b)
+    ups[1] = copy_with_mine
     _to_compare(session, ups, t)
-    assert not session.server.valid[1]
+    assert not session.server.valid[1] and session.server.valid[[0, 2, 3]].all()
+    assert session.decryptor.norm_errors[1] > 1.0  # far from anything a model decrypts to
     out = _finish_all(session, tuple(frozenset() for _ in range(K)))
-    np.testing.assert_array_equal(out[1], w[1])  # its own, never decrypted
-    assert np.linalg.norm(out[1] - w[0]) > 0.1  # CKKS error is ~1e-5
-    for i in (0, 2, 3):
-        np.testing.assert_allclose(out[i], w[i], atol=1e-4)
+    np.testing.assert_array_equal(out[1], w[1])  # its own, kept locally, never decrypted
+    np.testing.assert_allclose(out[0], w[0], atol=1e-4)
+    t2 = next(_ROUND)  # (c)
+    for who, up in ((1, ups[1]), (1, _edit(ups[0], client=1)), (0, ups[0])):
+        with pytest.raises(ProtocolError, match="signature"):
+            _receive(session, who, _edit(up, round=t2), t2)
+
+
+def test_forged_or_replayed_seed_box_is_refused_by_the_decryptor(
+        session: SecurePFLSession) -> None:
+    """The decryptor checks every seed box itself (it does not trust the server's check):
+    a box signed by another client, of another round, or altered refuses that client in
+    its reply (no Enc(-M) for it); the server then drops it (invalid this round)."""
+    w = _models(18)
+    t = next(_ROUND)
+    for i, u in enumerate(_uploads(session, w, t)):
+        _receive(session, i, u, t)
+    srv, dec = session.server, session.decryptor
+    req = wire.decode(srv.mask_request())
+    blobs = list(req.blobs)  # per client (one chunk): box, signature, digest of x_i
+    blobs[3:6] = blobs[0:3]  # client 1 "sends" client 0's box and signature
+    blobs[7] = bytes(64)  # client 2's signature forged
+    reply = dec.mask_ciphertexts(wire.encode(req.kind, req.meta, blobs))
+    assert wire.decode(reply).meta["refused"] == [1, 2]
+    assert wire.decode(reply).meta["clients"] == [0, 3]
+    srv.receive_masks(reply)
+    srv.compare(dec.refresh(srv.gram_request()))
+    assert list(srv.valid) == [True, False, False, True]
+    with pytest.raises(ProtocolError, match="replay"):  # and never twice for a round
+        dec.mask_ciphertexts(wire.encode(req.kind, req.meta, list(req.blobs)))
 
 
 def test_decryptor_never_decrypts_for_an_invalid_client(session: SecurePFLSession) -> None:
@@ -169,7 +322,8 @@ def test_decryptor_never_decrypts_for_an_invalid_client(session: SecurePFLSessio
     w = _models(6)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    ups[2] = _edit(ups[2], norm=0.0)
+    ups[2] = unclipped_upload(session.clients[2], w[2], norm_bound=B, sigma=0.5,
+                              round_index=t, claimed_norm=0.0)
     _to_compare(session, ups, t)
     sel = type("S", (), {"accepted": tuple(frozenset() for _ in range(K))})
     reqs = session.server.aggregate(sel, 0.5)  # type: ignore[arg-type]
@@ -192,39 +346,146 @@ def test_decryptor_never_decrypts_for_an_invalid_client(session: SecurePFLSessio
     np.testing.assert_array_equal(session.clients[2].finish(own2), w[2])
 
 
-@pytest.mark.parametrize("how", ["level0", "level2", "other-session", "huge", "size3"])
-def test_hostile_upload_ciphertexts(session: SecurePFLSession, how: str) -> None:
+@pytest.mark.parametrize("how", ["old-format", "ciphertext-as-plaintext", "out-of-range",
+                                 "short", "other-session-box", "huge"])
+def test_hostile_uploads(session: SecurePFLSession, how: str) -> None:
+    """Uploads in the retired ciphertext format, with a ciphertext or out-of-range
+    residues in place of the padded plaintext, or a seed box of another session are
+    refused; a well-formed upload of a huge plaintext is accepted, then invalid."""
     w = _models(7)
     t = next(_ROUND)
-    up = session.clients[0].upload(w[0], norm_bound=B, sigma=0.5, round_index=t)
-    ctx = session.clients[0].ctx
-    scale = session.clients[0].enc.upload_scale
-    if how in ("level0", "level2"):
-        lvl = 0 if how == "level0" else 2
-        ct = ctx.encrypt_plaintext(ctx.encode(np.ones(ctx.slots), scale=scale,
-                                              parms_id=ctx.parms_id_at_level(lvl)))
-        bad = _blobs(up, [ctx.serialize(ct)])
-    elif how in ("other-session", "huge"):
-        # well-formed ciphertexts the server cannot tell apart: accepted, then invalid
-        if how == "other-session":  # same parameters, another key: decrypts to noise
-            other = SecurePFLSession.create(2, CFG)
-            o = other.clients[0].upload(w[0], norm_bound=B, sigma=0.5, round_index=t)
-            bad = _blobs(up, list(wire.decode(o).blobs))
-        else:
-            pid = ctx.parms_id_at_level(UPLOAD_LEVEL)
-            ct = ctx.encrypt_plaintext(ctx.encode(np.full(ctx.slots, 1e6 + 1e6j),
-                                                  scale=scale, parms_id=pid))
-            bad = _blobs(up, [ctx.serialize(ct)])
+    client = session.clients[0]
+    up = client.upload(w[0], norm_bound=B, sigma=0.5, round_index=t)
+    m = wire.decode(up)
+    if how == "huge":
         ups = _uploads(session, w, t)
-        ups[0] = bad
+        ups[0] = unclipped_upload(client, w[0] * 1e6, norm_bound=B, sigma=0.5, round_index=t,
+                                  claimed_norm=B)
         _to_compare(session, ups, t)
         assert not session.server.valid[0] and session.server.valid[1:].all()
         return
-    else:  # a 3-polynomial ciphertext (an unrelinearized product)
-        c = ctx.deserialize(wire.decode(up).blobs[0])
-        bad = _blobs(up, [ctx.serialize(ctx.multiply_lazy(c, c))])
+    if how == "old-format":
+        bad = ciphertext_upload(client, w[0] / 2, norm_bound=B, sigma=0.5, round_index=t)
+    elif how == "ciphertext-as-plaintext":
+        ct = wire.decode(ciphertext_upload(client, w[0], norm_bound=B, sigma=0.5,
+                                           round_index=t)).blobs[0]
+        bad = _blobs(up, [ct, *m.blobs[1:]])
+    elif how == "out-of-range":
+        x = bytearray(m.blobs[0])
+        x[:8] = (2 ** 64 - 1).to_bytes(8, "little")
+        bad = _blobs(up, [bytes(x), *m.blobs[1:]])
+    elif how == "short":
+        bad = _blobs(up, [m.blobs[0][:-8], *m.blobs[1:]])
+    else:
+        other = SecurePFLSession.create(2, CFG)
+        o = wire.decode(other.clients[0].upload(w[0], norm_bound=B, sigma=0.5,
+                                                 round_index=t))
+        bad = _blobs(up, [m.blobs[0], *o.blobs[1:]])
     with pytest.raises(ProtocolError):
-        session.server.receive(0, bad, round_index=t, sigma=0.5, norm_bound=B)
+        _receive(session, 0, bad, t)
+
+
+# ---------------------------------------------------------------------- registration
+def test_registration_hijack_is_refused(session: SecurePFLSession) -> None:
+    """Client 1 re-registers client 0's name with its own X25519 key so the server would
+    seal client 0's result mask to it: refused (the signature is client 1's, not client
+    0's); so is a replay of client 0's own registration (a second one for the name) and a
+    name off the roster."""
+    srv, dec = session.server, session.decryptor
+    victim = srv.clients[0]
+    attacker = session.clients[1]
+    reg = wire.decode(attacker.register())
+    x_pk = reg.blobs[0]
+    sig = attacker.identity.sign("pfl/register", _register_payload(
+        session.server.session, client_name(0), x_pk))
+    hijack = wire.encode("pfl/register", {"session": session.server.session, "client": 0,
+                                          "name": client_name(0)}, [x_pk, sig])
+    for role in (srv, dec):
+        with pytest.raises(ProtocolError, match="does not verify"):
+            role.register(hijack)
+        with pytest.raises(ProtocolError, match="second registration"):
+            role.register(session.clients[0].register())
+    stranger = wire.encode("pfl/register", {"session": session.server.session, "client": 0,
+                                            "name": "mallory"}, [x_pk, sig])
+    with pytest.raises(ProtocolError):
+        srv.register(stranger)
+    assert srv.clients[0] == victim == dec.clients[0]
+
+
+# ---------------------------------------------------------------------- one client aborts
+def _drive(s: SecurePFLSession, w: np.ndarray, ups: dict[int, bytes], t: int
+           ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A round as the session runs it, with the given uploads (refused ones dropped)."""
+    for i, u in ups.items():
+        try:
+            _receive(s, i, u, t)
+        except ProtocolError:
+            pass
+    _unmask(s)
+    srv, dec = s.server, s.decryptor
+    srv.compare(dec.refresh(srv.gram_request()))
+
+    def oracle(pairs: Sequence[tuple[int, int]]) -> list[bool]:
+        return srv.read_bits(dec.reveal(srv.reveal_request(pairs)), pairs)
+
+    sel = efficient_selection(srv.keys(), oracle, neighbours=srv.neighbours())
+    reqs = srv.aggregate(sel, 0.5)
+    out = [s.clients[i].finish(srv.deliver(i, dec.unmask_for_client(r))) if i in ups
+           else w[i] for i, r in enumerate(reqs)]
+    return srv.valid.copy(), out
+
+
+@pytest.mark.parametrize("how", ["other-d", "other-sigma", "other-bound", "malformed",
+                                 "bad-signature", "missing", "old-format"])
+def test_one_bad_upload_does_not_abort_the_round(session: SecurePFLSession, how: str
+                                                 ) -> None:
+    """An upload claiming another model size, sigma or bound, malformed, refused, in the old
+    format, or missing makes that client invalid; the others' results equal plaintext BALANCE on the
+    valid clients (Algorithm 1 and Eq. 2, exact reference)."""
+    w = _models(19)
+    w[3] = w[3] * 0.8  # clients 0-2 close together
+    t = next(_ROUND)
+    ups = dict(enumerate(_uploads(session, w, t)))
+    bad = 2
+    c = session.clients[bad]
+    if how == "other-d":
+        ups[bad] = c.upload(np.append(w[bad], 0.1), norm_bound=B, sigma=0.5, round_index=t)
+    elif how == "other-sigma":
+        ups[bad] = c.upload(w[bad], norm_bound=B, sigma=0.9, round_index=t)
+    elif how == "other-bound":
+        ups[bad] = c.upload(w[bad], norm_bound=2 * B, sigma=0.5, round_index=t)
+    elif how == "malformed":
+        ups[bad] = ups[bad][:-9]
+    elif how == "bad-signature":
+        m = wire.decode(ups[bad])
+        ups[bad] = _blobs(ups[bad], [*m.blobs[:-1], bytes(64)])
+    elif how == "old-format":  # (the client's own state holds its model: it keeps it)
+        ups[bad] = ciphertext_upload(c, w[bad], norm_bound=B, sigma=0.5, round_index=t)
+        c.upload(w[bad], norm_bound=B, sigma=0.5, round_index=t)
+    else:
+        del ups[bad]
+    valid, out = _drive(session, w, ups, t)
+    assert list(valid) == [i != bad for i in range(K)]
+    ok = [i for i in range(K) if i != bad]
+    ref = brute_force_selection(K, PlaintextOracle(w, np.full(K, 0.5)),
+                                neighbours=[[j for j in ok if j != i] if i in ok else []
+                                            for i in range(K)])
+    assert sum(len(a) for a in ref.accepted) > 0
+    for i in ok:
+        s_i = sorted(ref.accepted[i])
+        exp = 0.5 * w[i] + 0.5 * w[s_i].mean(axis=0) if s_i else w[i]
+        np.testing.assert_allclose(out[i], exp, atol=1e-4)
+    if how != "missing":
+        np.testing.assert_array_equal(out[bad][:D], w[bad])  # kept, own
+
+
+def test_fewer_than_two_accepted_uploads_is_a_clear_error() -> None:
+    s = SecurePFLSession.create(2, CFG)
+    t = 3
+    up = s.clients[0].upload(_models(20)[0], norm_bound=B, sigma=0.5, round_index=t)
+    s.server.receive(0, up, round_index=t, sigma=0.5, norm_bound=B, model_size=D)
+    with pytest.raises(ProtocolError, match="fewer than two"):
+        s.server.mask_request()
 
 
 # ---------------------------------------------------------------------- the reveal step
@@ -262,12 +523,11 @@ def test_reveal_of_a_non_comparison_ciphertext_gives_bits_only(
     """A (deviating) server sends an upload instead of the comparison ciphertext: the
     decryptor refuses anything not at the comparison's final level (0); a level-0
     ciphertext of other content (a Gram product) still yields one rounded bit per pair."""
-    t = _ready(session, 9)
-    up = session.clients[0].upload(_models(9)[0], norm_bound=B, sigma=0.5, round_index=t)
-    with pytest.raises(ProtocolError, match="level"):
-        _reveal(session, [[0, 2]], lambda _b: [wire.decode(up).blobs[0]])
+    _ready(session, 9)
     ctx = session.server.ctx
-    c = ctx.deserialize(wire.decode(up).blobs[0])
+    c = session.server._uploads[0].cts[0]  # noqa: SLF001 - Enc(p_0), level 1
+    with pytest.raises(ProtocolError, match="level"):
+        _reveal(session, [[0, 2]], lambda _b: [ctx.serialize(c)])
     gram = ctx.serialize(ctx.rescale(ctx.relinearize(ctx.multiply_lazy(c, ctx.conjugate(c)))))
     reply = wire.decode(_reveal(session, [[0, 2]], lambda _b: [gram]))
     assert reply.meta["bits"] in ([0], [1]) and not reply.blobs
@@ -315,38 +575,6 @@ def test_an_honest_round_still_agrees_with_plaintext(session: SecurePFLSession) 
     assert all(3 not in r.selection.accepted[i] for i in range(3))
     np.testing.assert_allclose(r.personalised[3], clip_to_norm(w[3], B), atol=1e-4)
     assert sign_depth(CFG.sign_alpha) + 2 <= CFG.params.depth
-
-
-def test_rerandomized_replay_with_the_victims_norm_is_not_detected(
-        session: SecurePFLSession) -> None:
-    """The documented limit (module docstring, "Replayed uploads"): a re-randomized copy of
-    client 0's upload with client 0's published norm passes as client 1's own model; its
-    Eq. 2 result then mixes client 0's model with its acceptance set's. What it gains is
-    measured here so a change of behaviour shows up."""
-    w = _models(15)
-    t = next(_ROUND)
-    ups = _uploads(session, w, t)
-    ctx = session.clients[1].ctx
-    pid = ctx.parms_id_at_level(UPLOAD_LEVEL)
-    scale = session.clients[1].enc.upload_scale
-    zero = ctx.encrypt_plaintext(ctx.encode(np.zeros(ctx.slots), scale=scale, parms_id=pid))
-    copied = ctx.add(ctx.deserialize(wire.decode(ups[0]).blobs[0]), zero)
-    norm0 = wire.decode(ups[0]).meta["norm"]
-    ups[1] = _edit(_blobs(ups[1], [ctx.serialize(copied)]), norm=norm0)
-    _to_compare(session, ups, t, sigma=0.5, norm_bound=B)
-    assert session.server.valid.all()  # not detected
-    srv, dec = session.server, session.decryptor
-
-    def oracle(pairs: Sequence[tuple[int, int]]) -> list[bool]:
-        return srv.read_bits(dec.reveal(srv.reveal_request(pairs)), pairs)
-
-    sel = efficient_selection(srv.keys(), oracle, neighbours=srv.neighbours())
-    s1 = sorted(sel.accepted[1])
-    assert 0 in s1  # at distance 0 from client 0: always accepted
-    out = _finish_all(session, sel.accepted, alpha=0.5)
-    # client 1 receives 0.5 w_0 + 0.5 mean_{S_1} w: half of it is client 0's model (all of
-    # it when S_1 = {0})
-    np.testing.assert_allclose(out[1], 0.5 * w[0] + 0.5 * w[s1].mean(axis=0), atol=1e-4)
 
 
 def _mulmod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
@@ -400,3 +628,73 @@ def test_client_and_server_together_cannot_recover_the_secret_key(
     assert p_real.shape == p_exact.shape and not np.array_equal(p_real, p_exact)
     assert np.linalg.norm(steal(p_exact) - w[2]) < 1e-3 * B  # control: the attack works
     assert np.linalg.norm(steal(p_real) - w[2]) > 1e-2 * B  # re-randomised: it fails
+
+
+def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
+        session: SecurePFLSession) -> None:
+    """Client 1 and the server pool what they hold about client 1's upload: its plaintext
+    p_1 (the client's), x_1 = p_1 + M_1 (the server's) hence M_1, and the decryptor's
+    Enc(-M_1) = (c0, c1) with c0 = -c1 s - M_1 + e. So c0 + M_1 = -c1 s + e: one RLWE
+    sample with the decryptor's own c1, like the public key. Solving it as if it were exact
+    (s = -(c0 + M_1) / c1 in the NTT domain) decrypts nothing; the control removes e with
+    the true key and the same solve then decrypts client 2's upload -- so the attack code
+    works and e is all that stops it."""
+    w = _models(21)
+    t = next(_ROUND)
+    ups = _uploads(session, w, t)
+    srv, dec, ctx = session.server, session.decryptor, session.server.ctx
+    for i, u in enumerate(ups):
+        _receive(session, i, u, t)
+    masks = dec.mask_ciphertexts(srv.mask_request())
+    srv.receive_masks(masks)
+    m = wire.decode(masks)
+    neg = ctx.deserialize(m.blobs[m.meta["clients"].index(1)])
+    _, _, data = ciphertext_polys(neg)  # (2, primes, n), NTT form
+    x1 = srv._uploads[1].xs[0]  # noqa: SLF001 - the server's view
+    p1 = upload_plaintexts(session.clients[1], w[1], B)[0]  # the client's own
+    primes = ctx.level_primes(ctx.parms_id_at_level(UPLOAD_LEVEL))
+    n = srv.enc.n
+    m1 = [(x1[a * n:(a + 1) * n].astype(object) - p1[a * n:(a + 1) * n].astype(object)) % q
+          for a, q in enumerate(primes)]
+    b = [(data[0, a].astype(object) + m1[a]) % q for a, q in enumerate(primes)]  # -c1 s + e
+    up2 = srv._uploads[2].cts[0]  # noqa: SLF001 - Enc(p_2) at level 1
+    _, _, d2 = ciphertext_polys(up2)
+
+    def steal(rhs: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for a, q in enumerate(primes):
+            inv = np.array([pow(-int(v) % q, -1, q) for v in data[1, a]], dtype=object)
+            s_ntt = (rhs[a] * inv) % q
+            out.append(np.asarray((d2[0, a].astype(object) + d2[1, a].astype(object)
+                                   * s_ntt) % q, dtype=np.uint64))
+        pt = plaintext_from_ntt(ctx, np.concatenate(out), level=UPLOAD_LEVEL,
+                                scale=up2.scale)
+        z = ctx.decode_plaintext(pt)[: (D + 1) // 2]
+        stolen = np.empty(2 * z.size)
+        stolen[0::2], stolen[1::2] = z.real, z.imag
+        return stolen[:D] * B
+
+    sk = plaintext_ntt(dec.ctx.decrypt_plaintext(ctx.add_plaintext(neg, plaintext_from_ntt(
+        ctx, x1, level=UPLOAD_LEVEL, scale=neg.scale))))  # p_1 + e, the decryptor's view
+    e = [(sk[a * n:(a + 1) * n].astype(object) - p1[a * n:(a + 1) * n].astype(object)) % q
+         for a, q in enumerate(primes)]
+    exact = [(b[a] - e[a]) % q for a, q in enumerate(primes)]
+    assert any(np.any(v != 0) for v in e)  # there is noise
+    assert np.linalg.norm(steal(exact) - w[2]) < 1e-3 * B  # control: the solve works
+    assert np.linalg.norm(steal(b) - w[2]) > 1e-2 * B  # with the noise: nothing
+
+
+def test_decryptor_checks_the_gram_request_against_the_signed_values(
+        session: SecurePFLSession) -> None:
+    """The norms and sigmas the server puts in its Gram request must be those each client
+    signed with its upload (relayed to the decryptor with the seed boxes)."""
+    t = next(_ROUND)
+    for i, u in enumerate(_uploads(session, _models(22), t)):
+        _receive(session, i, u, t)
+    _unmask(session)
+    gram = session.server.gram_request()
+    nu = wire.decode(gram).meta["norms_sq"]
+    for edit in ({"norms_sq": [0.0, *nu[1:]]}, {"sigmas": [0.5, 0.5, 0.5, 0.25]}):
+        with pytest.raises(ProtocolError, match="signed"):
+            copy.copy(session.decryptor).refresh(_edit(gram, **edit))
+    session.decryptor.refresh(gram)

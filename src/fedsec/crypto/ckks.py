@@ -444,6 +444,13 @@ class CKKSContext:
             raise ValueError("this context holds no key to encrypt with")
         return ct
 
+    def encrypt_plaintext_to_bytes(self, pt: Any) -> bytes:
+        """Encrypt an encoded plaintext at its own level and serialize it; with the secret
+        key, as a seeded (half-size) ciphertext whose ``c1`` is this party's randomness."""
+        if self._sym is not None:
+            return _save(self._sym.encrypt_symmetric(pt))
+        return self.serialize(self.encrypt_plaintext(pt))
+
     def decrypt_plaintext(self, ct: Ciphertext) -> Any:
         """Decrypt to the plaintext polynomial (NTT form), without decoding."""
         if self._dec is None:
@@ -518,6 +525,12 @@ class CKKSContext:
         """``a`` minus an encoded plaintext (same level and scale)."""
         out = seal.Ciphertext()
         self._evaluator.sub_plain(a, pt, out)
+        return out
+
+    def add_plaintext(self, a: Ciphertext, pt: Any) -> Ciphertext:
+        """``a`` plus an encoded plaintext (same level and scale)."""
+        out = seal.Ciphertext()
+        self._evaluator.add_plain(a, pt, out)
         return out
 
     def negate(self, a: Ciphertext) -> Ciphertext:
