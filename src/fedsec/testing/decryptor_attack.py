@@ -45,6 +45,9 @@ class AttackResult:
     attacked: int = 0  # (client, other client's sample) pairs with at least one output
     combinations: int = 0  # of those, how many had a known-model combination
     recovered: dict[tuple[int, int], FloatArray] = field(default_factory=dict)
+    #: per view, how many independent directions of the sample its known-model
+    #: equations pin (numerical rank, singular values above 1e-6 of the largest)
+    pinned: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def _first_layer(record: TrainingRecord, vec: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -101,6 +104,9 @@ def solve_samples(record: TrainingRecord, decryptions: Iterable[Decryption],
             rows_y.append(sum(ci * o[1] for ci, o in zip(coef, obs, strict=True)) - b)
         if rows_w:
             out.combinations += 1
-            x, *_ = np.linalg.lstsq(np.vstack(rows_w), np.concatenate(rows_y), rcond=None)
+            a = np.vstack(rows_w)
+            x, *_ = np.linalg.lstsq(a, np.concatenate(rows_y), rcond=None)
             out.recovered[(c, s)] = x
+            sing_a = np.linalg.svd(a, compute_uv=False)
+            out.pinned[(c, s)] = int(np.sum(sing_a > 1e-6 * sing_a[0]))
     return out
