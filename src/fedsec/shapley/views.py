@@ -52,7 +52,6 @@ owners have no owner that knows their samples: under the rule, batches have one 
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +173,7 @@ class ClientView:
     _history: dict[int, int] = field(default_factory=dict)  # sample -> span id
     _spans: dict[int, FloatArray] = field(default_factory=dict)  # span id -> rows
     _next: int = 1
+    _knows: dict[bytes, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._known = self.space.known(self.client)
@@ -182,7 +182,10 @@ class ClientView:
 
     def knows(self, v: FloatArray) -> bool:
         """Whether ``v`` is a model this client knows (in the span of its known models)."""
-        return _rank(np.vstack([self._known, v])) == self._rank_known
+        key = v.tobytes()
+        if key not in self._knows:
+            self._knows[key] = _rank(np.vstack([self._known, v])) == self._rank_known
+        return self._knows[key]
 
     def _safe_span(self, span: FloatArray, v: FloatArray) -> bool:
         new = np.vstack([span, v])
@@ -315,19 +318,38 @@ class Scheduler:
         todo = [m for m in masks if not self.owner_local(t, m, samples)]
         todo.sort(key=lambda m: (-m.bit_count(), m))
         key = tuple(int(s) for s in samples)
+        owners = self.owner[np.asarray(samples, dtype=np.int64)]
+        start: dict[int, FloatArray] = {}
+        for c, view in enumerate(self.views):  # each client's span on these samples
+            sids = {view._history.get(int(s), 0) for s in samples}
+            if len(sids) != 1:  # samples with different histories: place one by one
+                return
+            start[c] = view._spans[sids.pop()]
+        vecs = {m: self.space.coalition(t, m) for m in todo}
         for attempt in range(restarts):
-            views = [copy.deepcopy(v) for v in self.views]
+            spans = dict(start)
             placed: dict[int, int] = {}
             for i, m in enumerate(todo):
                 shift = (attempt * 7 + i * (attempt + 1)) % self.n
-                order = [(c + shift) % self.n for c in range(self.n)]
-                c = self._place(views, t, m, samples, order)
-                if c is None:
+                best: tuple[int, int] | None = None
+                for k in range(self.n):
+                    c = (k + shift) % self.n
+                    view, v = self.views[c], vecs[m]
+                    if (owners == c).any() or view.knows(v) or not view._safe_span(
+                            spans[c], v):
+                        continue
+                    g = _rank(np.vstack([spans[c], v])) - _rank(spans[c])
+                    if best is None or g < best[0]:
+                        best = (g, c)
+                if best is None:
                     break
-                placed[m] = c
+                placed[m] = best[1]
+                if best[0]:
+                    spans[best[1]] = np.vstack([spans[best[1]], vecs[m]])
             else:
-                self.views = views
                 for m, c in placed.items():
+                    self.views[c].record(vecs[m], samples, owners, first_layer=True,
+                                         blinded=False)
                     self._planned[(t, m, key)] = c
                 return
         self._refuse(t, next(iter(todo), 0), samples)
