@@ -8,7 +8,9 @@ linear layer ``W·X + b`` of two shared matrices uses a Beaver *matrix* multipli
 the servers open ``E = W − U`` and ``F = X − V`` to each other and compute their shares of
 ``E·F + E·V + U·F + U·V``. As in SecSV (:mod:`fedsec.shapley.secsv`), the layer output is
 reconstructed by a client chosen under Prop. 6.8's rules, who applies the activation and
-re-shares (or shares the predicted labels, compared at P as in Alg. 4, steps 12-14), so
+re-shares (or, at the last layer, deals the zero test of its predicted labels that
+SecSV uses -- :mod:`fedsec.shapley.secsv`, :func:`fedsec.crypto.sharing.zero_test_deal`
+-- so that P learns which predictions are right and nothing else), so
 no truncation protocol is needed and reconstruction is exact: the a-priori bound
 ``Σ_{i∈S} q_i (‖W_i‖_∞‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < 2^63`` is checked before computing
 (:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The paper's SecretSV
@@ -16,8 +18,12 @@ truncates inside the servers and reports its error; ours has none beyond fixed p
 
 Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude
 (the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
-client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares and the opened
-``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
+client. P learns ``Φ_S`` and the utilities -- not ``Ŷ − Y``, which the paper's step 12
+would show it and which pins labels: labels are shared modulo the prime ``2^61 − 1`` and P
+opens ``r·(Ŷ − Y)`` for a fresh uniform non-zero ``r`` (modulo ``2^64`` an odd ``r`` would
+keep the error's 2-adic valuation); A learns uniformly random shares, ``r``, ``Y − b`` and
+the opened ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns
+one layer's
 output on a batch of other clients' samples, as in SecSV. Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
 

@@ -14,9 +14,12 @@ Roles and messages (everything between roles is bytes, counted by
   (Matrix Reducing "Half", Alg. 5); A sends its encrypted share product to P, who adds them
   (Alg. 4, steps 4-6), masks what the decryptor must not see, and sends the sum to the
   decrypting client ``i_{l+1}``. That client decrypts, centres, rescales, activates and
-  re-shares the next layer's input to P and A (steps 7-9); after the last layer it shares
-  the predicted labels (step 11). A sends ``Ŷ'' − Y''``; P reconstructs ``Ŷ − Y`` (exact in
-  ``Z_t``) and records the IDs ``Φ`` of correctly predicted samples (steps 12-14).
+  re-shares the next layer's input to P and A (steps 7-9); after the last layer it deals a
+  *zero test* of its predicted labels instead of sharing them (steps 11-14, departing from
+  the paper, :func:`fedsec.crypto.sharing.zero_test_deal`): P gets ``(b', g')``, A gets
+  ``(r, b'', g'')`` with ``r`` uniform non-zero and ``g = r·(Ŷ − b)``; P sends A
+  ``f' = Y' − b'``, A returns ``g'' − r·(Y − b)``, and P opens ``r·(Ŷ − Y)`` mod ``t``:
+  zero exactly for the correctly predicted samples, whose IDs ``Φ`` it records.
 * Batches mix the samples of a *group* of clients (P shuffles each group with
   cryptographic randomness). Who decrypts follows Prop. 6.8: ``i_{l+1} ≠ i_l`` (``i_1``
   are the batch's owners), no owner of the model under test in the chain, and
@@ -55,16 +58,18 @@ participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)`` (``p`` the 
 participant: the term list is fixed by the participants, so P's metadata alone cannot
 relabel a ciphertext); ``d`` derives every
 coalition's output exactly (``Σ_{i∈S} q_i·lin(θ_i, X_b)``, checked against P's bounds),
-predicts, and shares the ``2^k`` coalitions' labels with P and A, who reconstruct every
-``Ŷ_S − Y`` at once. What ``d`` learns is what the paper's protocol shows a client that P
+predicts, and deals the zero test of the ``2^k`` coalitions' labels (one ``b`` per sample,
+a fresh ``r`` per coalition and sample), from which P opens every ``r_S·(Ŷ_S − Y)``.
+What ``d`` learns is what the paper's protocol shows a client that P
 picks to decrypt every coalition but ``{d}`` on batch ``b`` -- a schedule Prop. 6.8
 allows (it forbids decrypting one's own samples or one's own model's *singleton*): in
 particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtracting ``{p}``
 from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
 request that asks for either, or a label table of more than ``2^22`` coalition × sample
-entries (P decrypts per coalition beyond it). P learns the ``Ŷ_S − Y`` of every
-coalition, as in the exact protocol. With SampleSkip or an estimator the mode is off
-(the paper would show the client fewer coalitions); ``derived_decryption=False`` restores
+entries (P decrypts per coalition beyond it). P learns, per coalition and sample, whether
+the prediction is right, as in the per-coalition protocol. With SampleSkip or an
+estimator the mode is off (the paper would show the client fewer coalitions);
+``derived_decryption=False`` restores
 one request per coalition with rotating decryptors.
 
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
@@ -94,9 +99,20 @@ back as the channel-major ``(C_out, H_out, W_out)`` features the next layer expe
 
 Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
 either with a client); the clients share the BFV secret key (as the paper's leader
-broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A learns
-nothing but ciphertexts and uniform shares. A decrypting client learns one layer's output on
-a batch of other clients' samples (and, at the last layer, predicted labels), as in the
+broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as the paper states, and
+nothing more of the labels: the paper's P reconstructs ``Ŷ − Y``, whose non-zero values
+pin labels (the sign of a binary error is the label; over rounds P pinned 128 of 200 BANK
+labels), so fedsec opens ``r·(Ŷ − Y)`` instead -- for a wrong prediction uniform over
+the non-zero residues mod the prime ``t``, whatever the error. A learns nothing but
+ciphertexts, uniform shares, the multipliers ``r`` and ``Y − b`` (uniform: ``b'`` is
+unknown to it). The predicting client receives nothing back; colluding with A it would
+learn the batch's labels (it knows ``b``), with P too (it knows ``r`` and ``Ŷ``) --
+collusion is outside this threat model, and before the change P alone learned them. Why
+the predicting client deals the test: it is the one role that knows ``Ŷ`` and nothing of
+``Y``, so SecSV needs neither a dealer nor a homomorphic product (one under A's own BFV
+key would need noise flooding: A, knowing its encryption noise, could read P's multiplier
+off the decrypted noise). A decrypting client learns one layer's output on a batch of
+other clients' samples (and, at the last layer, predicted labels), as in the
 paper; BFV ciphertexts are not circuit-private (noise is not flooded), which the paper's
 CKKS protocol does not provide either. Sizes and parameters in messages are checked by
 their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
