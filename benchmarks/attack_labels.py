@@ -1,9 +1,11 @@
-"""The principal server's label-recovery attack on SecSV and SecretSV, at full size.
+"""Label-recovery attacks on SecSV, SecretSV (server P) and HESV (the counting client).
 
 P replays its own arithmetic on the bytes it receives (its label shares, its batch order,
 the decrypting client's last-layer message, A's answer) and intersects, per test sample,
 the labels every opened value allows (``tests/shapley/label_attack.py``). Before the zero
-test P opened ``Ŷ − Y``; now it opens ``r·(Ŷ − Y)``, zero or uniform non-zero.
+test P opened ``Ŷ − Y``; now it opens ``r·(Ŷ − Y)``, zero or uniform non-zero. HESV's
+last decryptor keeps what it decrypts: ``Y − Ŷ`` before, one correctness bit per sample
+now (one-hot labels).
 
 Usage::
 
@@ -31,12 +33,28 @@ import label_attack as la  # noqa: E402
 from fedsec.crypto.bfv import BFVContext  # noqa: E402
 from fedsec.learning.fedavg import run_fedavg  # noqa: E402
 from fedsec.learning.tasks import make_task  # noqa: E402
+from fedsec.shapley import hesv  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 
 # (task, test samples, rounds): the reviewer's sizes, then bench_secsv.py's BANK shape
 CASES = [("bank", 200, 3), ("agnews", 200, 3), ("bank", 1980, 2)]
 QUICK = [("bank", 200, 3), ("agnews", 200, 3)]
+
+
+def _hesv(rec: Any, sets: list[Any]) -> tuple[list[la.Opened], float, int]:
+    seen: list[Any] = []
+    saved = hesv.HESVClient
+    hesv.HESVClient = la.curious_hesv_client(saved, seen)  # type: ignore[misc]
+    try:
+        t0 = time.perf_counter()
+        res = hesv.hesv_shapley(rec, sets)
+        seconds = time.perf_counter() - t0
+    finally:
+        hesv.HESVClient = saved  # type: ignore[misc]
+    bits = hasattr(hesv, "_LABEL_LEVEL")  # the one-hot version decrypts bits
+    return (la.hesv_opened(seen, [len(s[1]) for s in sets], bits), seconds,
+            int(res.to_dict()["bytes_total"]))
 
 
 def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, float]:
@@ -76,9 +94,16 @@ def main() -> None:
             stats = la.pin_labels(la.p_opened(tap.log, protocol, t), len(y), n_classes, y)
             row = {"label": args.label, "task": name, "test_samples": m_test,
                    "rounds": rounds, "protocol": protocol, "mode": mode,
-                   "seconds": round(seconds, 2), **stats}
+                   "seconds": round(seconds, 2), "bytes_total": sum(tap.bytes_by_message.values()),
+                   **stats}
             rows.append(row)
             print(json.dumps(row), flush=True)
+        opened, seconds, nbytes = _hesv(rec, sets)
+        row = {"label": args.label, "task": name, "test_samples": m_test, "rounds": rounds,
+               "protocol": "hesv", "mode": "decryptor i_{L+2}", "seconds": round(seconds, 2),
+               "bytes_total": nbytes, **la.pin_labels(opened, len(y), n_classes, y)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     print(json.dumps({"label": args.label, "machine": platform.processor() or
                       platform.machine(), "python": platform.python_version()}))
     print("\n| task | M | T | protocol | mode | values opened | in (−C, C), ≠ 0 | "

@@ -720,7 +720,8 @@ def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str 
             for ct in b.b:
                 if ct.scale != ctx.scale or ct.parms_id() != ctx.top_parms_id:
                     return "stored a data ciphertext of another scale or level"
-            if b.y.scale != ctx.scale or b.y.parms_id() != ctx.last_parms_id:
+            if any(y.scale != ctx.scale or y.parms_id() != ctx.parms_id_at_level(1)
+                   for y in b.y):  # one-hot labels, one level above the lowest
                 return "stored a label ciphertext of another scale or level"
         return None
     return check

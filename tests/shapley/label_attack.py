@@ -125,3 +125,38 @@ def pin_labels(opened: list[Opened], n_samples: int, n_classes: int,
             "values_inside_class_range": small, "pinned": int(pinned.sum()),
             "pinned_right": int((pinned & (lo == y_true)).sum()),
             "narrowed": int(((width < n_classes) & ~pinned).sum())}
+
+
+# ---------------------------------------------------------------------- HESV
+def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[np.float64]]]
+                        ) -> type:
+    """A subclass of ``HESVClient`` that, before answering a correctness request, keeps
+    what it decrypts: ``(owner, batch, batch size, values)`` (an honest-but-curious
+    decryptor ``i_{L+2}``)."""
+
+    class Curious(base):  # type: ignore[misc, valid-type]
+        def count(self, request: bytes) -> bytes:
+            out = super().count(request)  # the client's own checks first
+            msg = wire.decode(request)
+            m = int(msg.meta["m"])
+            vals = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0])).real[:m]
+            seen.append((int(msg.meta["owner"]), int(msg.meta["batch"]), self.batch,
+                         np.asarray(vals, dtype=np.float64)))
+            return out
+
+    return Curious
+
+
+def hesv_opened(seen: list[tuple[int, int, int, NDArray[np.float64]]],
+                sizes: list[int], bits: bool) -> list[Opened]:
+    """The decryptor's values as P-style :class:`Opened` rows on the pooled sample ids.
+    Before the change the values are ``Y − Ŷ`` (kept, negated to ``Ŷ − Y``); since, they
+    are correctness bits, which allow every label (kept as 0 -- nothing to intersect)."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out = []
+    for owner, batch, width, vals in seen:
+        rows = offsets[owner] + batch * width + np.arange(len(vals))
+        v = np.rint(vals).astype(np.int64)
+        out.append(Opened(rows, (np.zeros_like(v) if bits else -v)[None, :],
+                          extra={"raw": vals}))
+    return out

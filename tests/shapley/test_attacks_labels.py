@@ -27,6 +27,7 @@ import label_attack as la  # noqa: E402
 from fedsec.crypto import sharing as sh  # noqa: E402
 from fedsec.crypto import wire  # noqa: E402
 from fedsec.crypto.bfv import BFVContext  # noqa: E402
+from fedsec.shapley import hesv  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 from fedsec.shapley.binding import context_of  # noqa: E402
@@ -140,3 +141,33 @@ def test_a_learns_nothing_from_the_zero_test(monkeypatch: pytest.MonkeyPatch,
     f_all = np.concatenate(opened)
     assert len(np.unique(f_all)) == len(f_all)  # a fresh b per evaluation and sample
     assert int((np.abs(f_all) < 1 << 20).sum()) == 0  # no small value: not Y, not Y − Ŷ
+
+
+@pytest.mark.parametrize("task", ["bank", "agnews"])
+def test_hesv_decryptor_reads_only_correctness(monkeypatch: pytest.MonkeyPatch, bank: tuple,
+                                               agnews: tuple, task: str) -> None:
+    """HESV's last decryptor ``i_{L+2}`` (an honest-but-curious client: it decrypts and
+    keeps what it is sent). Before (a0c91b3) it decrypted ``Y − Ŷ``: on the binary task
+    the sign of every non-zero value is the label -- 108 of 200 labels over 3 rounds, as
+    P's attack above. Now it decrypts ``Σ_c Y_c·Ŷ_c``: 1 where right, 0 where wrong, up to
+    CKKS noise, and nothing that depends on the label or the error."""
+    rec, fed, sets = bank if task == "bank" else agnews
+    seen: list = []
+    monkeypatch.setattr(hesv, "HESVClient", la.curious_hesv_client(hesv.HESVClient, seen))
+    res = hesv.hesv_shapley(rec, sets)
+    ref = federated_shapley(rec, fed.x_test, fed.y_test)
+    # CKKS scores: near-ties on the 4-class task may flip (unchanged by this test's subject)
+    assert res.error_to(ref) <= (0.0 if task == "bank" else 5e-3)
+    assert seen
+    raw = np.concatenate([v for *_x, v in seen])
+    bits = np.rint(raw)
+    assert set(np.unique(bits)) <= {0.0, 1.0} and {0.0, 1.0} <= set(np.unique(bits))
+    assert float(np.abs(raw - bits).max()) < 0.01  # the bit and CKKS noise, no error size
+    # the decrypted bits are the utilities' counts (nothing else to read in them)
+    total = sum(len(s[1]) for s in sets)
+    assert res.utilities is not None
+    assert np.isclose(bits.sum(), total * sum(float(u.sum()) for u in res.utilities))
+    stats = la.pin_labels(la.hesv_opened(seen, [len(s[1]) for s in sets], bits=True),
+                          total, rec.spec.layers[-1].out_features,
+                          np.concatenate([s[1] for s in sets]).astype(np.int64))
+    assert stats["pinned"] == stats["narrowed"] == 0
