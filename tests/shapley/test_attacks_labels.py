@@ -149,8 +149,9 @@ def test_hesv_decryptor_reads_only_correctness(monkeypatch: pytest.MonkeyPatch, 
     """HESV's last decryptor ``i_{L+2}`` (an honest-but-curious client: it decrypts and
     keeps what it is sent). Before (a0c91b3) it decrypted ``Y − Ŷ``: on the binary task
     the sign of every non-zero value is the label -- 108 of 200 labels over 3 rounds, as
-    P's attack above. Now it decrypts ``Σ_c Y_c·Ŷ_c``: 1 where right, 0 where wrong, up to
-    CKKS noise, and nothing that depends on the label or the error."""
+    P's attack above. Now it decrypts ``Σ_c Y_c·Ŷ_c`` (two classes: ``(Y − Ŷ)²``): 1 where
+    right (wrong), 0 where wrong (right), up to CKKS noise, and nothing that depends on the
+    label or the error."""
     rec, fed, sets = bank if task == "bank" else agnews
     seen: list = []
     monkeypatch.setattr(hesv, "HESVClient", la.curious_hesv_client(hesv.HESVClient, seen))
@@ -166,7 +167,8 @@ def test_hesv_decryptor_reads_only_correctness(monkeypatch: pytest.MonkeyPatch, 
     # the decrypted bits are the utilities' counts (nothing else to read in them)
     total = sum(len(s[1]) for s in sets)
     assert res.utilities is not None
-    assert np.isclose(bits.sum(), total * sum(float(u.sum()) for u in res.utilities))
+    right = 1 - bits if task == "bank" else bits
+    assert np.isclose(right.sum(), total * sum(float(u.sum()) for u in res.utilities))
     stats = la.pin_labels(la.hesv_opened(seen, [len(s[1]) for s in sets], bits=True),
                           total, rec.spec.layers[-1].out_features,
                           np.concatenate([s[1] for s in sets]).astype(np.int64))

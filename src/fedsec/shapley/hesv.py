@@ -19,9 +19,10 @@ Roles and steps
   ``i_{l+1}``, who decrypts it, applies the activation, and uploads ``[[X^(l+1)]]``
   (:meth:`HESVClient.decrypt_layer`); after the last layer ``i_{L+1}`` uploads the
   encrypted predicted labels one-hot ``[[Ŷ_c]]``, the server computes
-  ``[[Σ_c Y_c·Ŷ_c]]`` (``C`` ciphertext products, no rotation) and client ``i_{L+2}``
-  decrypts it -- 1 where the prediction is right, 0 where it is wrong -- and returns the
-  number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
+  ``[[Σ_c Y_c·Ŷ_c]]`` (``C`` ciphertext products, no rotation; for two classes one
+  label ciphertext each and ``[[(Y − Ŷ)²]]``, the same bit inverted) and client
+  ``i_{L+2}`` decrypts it -- 1 where the prediction is right, 0 where it is wrong -- and
+  returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
   and FSVs follow in the clear.
 
 Beyond the paper: labels
@@ -30,9 +31,10 @@ Seed 004's server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each no
 is the error, whose sign gives a binary label (over three rounds the decryptor pinned 108
 of 200 BANK-like labels). fedsec's one-hot product opens only the correctness bit (the
 decryptor refuses values that are not bits, up to CKKS noise); a random factor on
-``(Y − Ŷ)²`` would still show ``|Y − Ŷ|``. Cost: ``C`` label ciphertexts per batch one
-level above the lowest instead of one at the lowest, ``C`` predicted-label ciphertexts
-and ``C`` products per evaluation. CKKS noise is not flooded (as elsewhere here).
+``(Y − Ŷ)²`` would still show ``|Y − Ŷ|`` for three classes or more (for two it is the
+bit). Cost: ``C`` label ciphertexts per batch one level above the lowest instead of one at
+the lowest (one for two classes), as many predicted-label ciphertexts and products per
+evaluation. CKKS noise is not flooded (as elsewhere here).
 
 Beyond the paper: the linearity shortcut
 ----------------------------------------
@@ -176,6 +178,12 @@ _MAX_BATCHES = 1 << 16
 #: Labels and predictions travel one-hot, one ciphertext per class, one level above the
 #: lowest: the server's product ``Σ_c [[Y_c]]·[[Ŷ_c]]`` (rescaled once) lands at the lowest.
 _LABEL_LEVEL = 1
+
+
+def _label_cts(n_classes: int) -> int:
+    """Label ciphertexts per batch: one per class; one for two classes, where the server
+    squares ``Y − Ŷ`` (for ``y, ŷ ∈ {0, 1}`` the square is ``1 − [right]``, a bit too)."""
+    return 1 if n_classes == 2 else n_classes
 
 
 # ---------------------------------------------------------------------- Prop. 6.8
@@ -545,10 +553,14 @@ class HESVClient:
             raise self._refuse("it is not the chain's decryptor for this step (misrouted)")
 
     def _one_hot(self, labels: NDArray[np.int64]) -> list[bytes]:
-        """``[[1{labels = c}]]`` for every class ``c``, one level above the lowest."""
+        """``[[1{labels = c}]]`` for every class ``c`` (two classes: ``[[labels]]``), one
+        level above the lowest."""
         pid = self.ctx.parms_id_at_level(_LABEL_LEVEL)
+        nc = self.spec.layers[-1].out_features
+        if nc == 2:
+            return [self.ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
         return [self.ctx.encrypt_to_bytes_at((labels == c).astype(np.float64), pid)
-                for c in range(self.spec.layers[-1].out_features)]
+                for c in range(nc)]
 
     def upload_data(self) -> bytes:
         """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and one-hot labels
@@ -667,6 +679,8 @@ class HESVClient:
         right = np.rint(bits)
         if not (np.all((right == 0) | (right == 1)) and np.all(np.abs(bits - right) < 0.25)):
             raise ProtocolError("the correctness values are not bits")
+        if self.spec.layers[-1].out_features == 2:  # the server sent (Y − Ŷ)² = 1 − right
+            right = 1 - right
         cnt = int(right.sum())
         return wire.encode("hesv/count", self._meta(round=t, mask=mask, owner=owner,
                                                     batch=batch, count=cnt, **{RE: rid}))
@@ -763,7 +777,7 @@ class HESVServer:
         msg = self._decode(data, "hesv/data", sender)
         sizes = msg.meta.get("sizes")
         lp = self.plans[0]
-        nc = self.spec.layers[-1].out_features
+        nc = _label_cts(self.spec.layers[-1].out_features)
         if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
                 isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
                 for v in sizes) or len(msg.blobs) != sum(
@@ -1016,13 +1030,17 @@ class HESVServer:
                                     weighted=True)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
-            if len(msg.blobs) != self.spec.layers[-1].out_features:
+            if len(msg.blobs) != _label_cts(self.spec.layers[-1].out_features):
                 raise ProtocolError("predicted labels must be one ciphertext per class")
             with self.acc.timed("other"):
                 pred = [self._label_ct(b) for b in msg.blobs]
-            with self.acc.timed("arithmetic"):  # Σ_c Y_c·Ŷ_c: 1 where right, else 0
-                diff = self.ctx.add_many([self.ctx.multiply(y, p) for y, p in zip(
-                    self.data[ev.owner][ev.batch].y, pred, strict=True)])
+            ys = self.data[ev.owner][ev.batch].y
+            with self.acc.timed("arithmetic"):
+                if len(pred) == 1:  # two classes: (Y − Ŷ)², 0 where right, else 1
+                    diff = self.ctx.square(self.ctx.sub(ys[0], pred[0]))
+                else:  # Σ_c Y_c·Ŷ_c: 1 where right, else 0
+                    diff = self.ctx.add_many([self.ctx.multiply(y, p) for y, p in zip(
+                        ys, pred, strict=True)])
             ev.layer += 1
             ev.rid = new_request_id()
             with self.acc.timed("other"):
