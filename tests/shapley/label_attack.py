@@ -128,7 +128,7 @@ def pin_labels(opened: list[Opened], n_samples: int, n_classes: int,
 
 
 # ---------------------------------------------------------------------- HESV
-def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[np.float64]]]
+def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[Any]]]
                         ) -> type:
     """A subclass of ``HESVClient`` that, before answering a correctness request, keeps
     what it decrypts: ``(owner, batch, batch size, values)`` (an honest-but-curious
@@ -139,15 +139,15 @@ def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[np.f
             out = super().count(request)  # the client's own checks first
             msg = wire.decode(request)
             m = int(msg.meta["m"])
-            vals = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0])).real[:m]
+            vals = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0]))[:m]  # complex
             seen.append((int(msg.meta["owner"]), int(msg.meta["batch"]), self.batch,
-                         np.asarray(vals, dtype=np.float64)))
+                         np.asarray(vals)))
             return out
 
     return Curious
 
 
-def hesv_opened(seen: list[tuple[int, int, int, NDArray[np.float64]]],
+def hesv_opened(seen: list[tuple[int, int, int, NDArray[Any]]],
                 sizes: list[int], bits: bool) -> list[Opened]:
     """The decryptor's values as P-style :class:`Opened` rows on the pooled sample ids.
     Before the change the values are ``Y − Ŷ`` (kept, negated to ``Ŷ − Y``); since, they
@@ -156,7 +156,7 @@ def hesv_opened(seen: list[tuple[int, int, int, NDArray[np.float64]]],
     out = []
     for owner, batch, width, vals in seen:
         rows = offsets[owner] + batch * width + np.arange(len(vals))
-        v = np.rint(vals).astype(np.int64)
+        v = np.rint(vals.real).astype(np.int64)
         out.append(Opened(rows, (np.zeros_like(v) if bits else -v)[None, :],
                           extra={"raw": vals}))
     return out

@@ -1,6 +1,6 @@
-"""Servers must not learn test labels (SecSV, SecretSV): P learns whether each prediction
-is right -- the paper's ``Φ_S`` -- and nothing about the label or the size and sign of the
-error.
+"""Servers must not learn test labels: SecSV's and SecretSV's P learns whether each
+prediction is right -- the paper's ``Φ_S`` -- and nothing about the label or the size and
+sign of the error; HESV's counting client decrypts one such bit per sample.
 
 The attack (:mod:`label_attack`) is the reviewer's: P replays its own arithmetic on the
 bytes it received (its label shares from the data upload, its batch order, the decrypting
@@ -143,24 +143,28 @@ def test_a_learns_nothing_from_the_zero_test(monkeypatch: pytest.MonkeyPatch,
     assert int((np.abs(f_all) < 1 << 20).sum()) == 0  # no small value: not Y, not Y − Ŷ
 
 
-@pytest.mark.parametrize("task", ["bank", "agnews"])
+@pytest.mark.parametrize(("task", "packed"), [("bank", True), ("agnews", True),
+                                              ("agnews", False)])
 def test_hesv_decryptor_reads_only_correctness(monkeypatch: pytest.MonkeyPatch, bank: tuple,
-                                               agnews: tuple, task: str) -> None:
+                                               agnews: tuple, task: str, packed: bool) -> None:
     """HESV's last decryptor ``i_{L+2}`` (an honest-but-curious client: it decrypts and
     keeps what it is sent). Before (a0c91b3) it decrypted ``Y − Ŷ``: on the binary task
     the sign of every non-zero value is the label -- 108 of 200 labels over 3 rounds, as
     P's attack above. Now it decrypts ``Σ_c Y_c·Ŷ_c`` (two classes: ``(Y − Ŷ)²``): 1 where
     right (wrong), 0 where wrong (right), up to CKKS noise, and nothing that depends on the
-    label or the error."""
+    label or the error -- also with two classes per ciphertext (complex packing), whose
+    imaginary part ``y'ŷ − yŷ'`` would show the labels of a wrong pair."""
     rec, fed, sets = bank if task == "bank" else agnews
     seen: list = []
     monkeypatch.setattr(hesv, "HESVClient", la.curious_hesv_client(hesv.HESVClient, seen))
-    res = hesv.hesv_shapley(rec, sets)
+    res = hesv.hesv_shapley(rec, sets, complex_packing=packed)
     ref = federated_shapley(rec, fed.x_test, fed.y_test)
     # CKKS scores: near-ties on the 4-class task may flip (unchanged by this test's subject)
     assert res.error_to(ref) <= (0.0 if task == "bank" else 5e-3)
     assert seen
-    raw = np.concatenate([v for *_x, v in seen])
+    full = np.concatenate([v for *_x, v in seen])
+    assert float(np.abs(full.imag).max()) < 0.01  # nothing in the imaginary parts either
+    raw = full.real
     bits = np.rint(raw)
     assert set(np.unique(bits)) <= {0.0, 1.0} and {0.0, 1.0} <= set(np.unique(bits))
     assert float(np.abs(raw - bits).max()) < 0.01  # the bit and CKKS noise, no error size

@@ -19,8 +19,9 @@ Roles and steps
   ``i_{l+1}``, who decrypts it, applies the activation, and uploads ``[[X^(l+1)]]``
   (:meth:`HESVClient.decrypt_layer`); after the last layer ``i_{L+1}`` uploads the
   encrypted predicted labels one-hot ``[[Ŷ_c]]``, the server computes
-  ``[[Σ_c Y_c·Ŷ_c]]`` (``C`` ciphertext products, no rotation; for two classes one
-  label ciphertext each and ``[[(Y − Ŷ)²]]``, the same bit inverted) and client
+  ``[[Σ_c Y_c·Ŷ_c]]`` (``⌈C/2⌉`` ciphertext products, two classes per ciphertext in
+  the complex slots, and one conjugation that cancels the imaginary part; for two classes
+  one label ciphertext each and ``[[(Y − Ŷ)²]]``, the same bit inverted) and client
   ``i_{L+2}`` decrypts it -- 1 where the prediction is right, 0 where it is wrong -- and
   returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
   and FSVs follow in the clear.
@@ -32,9 +33,9 @@ is the error, whose sign gives a binary label (over three rounds the decryptor p
 of 200 BANK-like labels). fedsec's one-hot product opens only the correctness bit (the
 decryptor refuses values that are not bits, up to CKKS noise); a random factor on
 ``(Y − Ŷ)²`` would still show ``|Y − Ŷ|`` for three classes or more (for two it is the
-bit). Cost: ``C`` label ciphertexts per batch one level above the lowest instead of one at
-the lowest (one for two classes), as many predicted-label ciphertexts and products per
-evaluation. CKKS noise is not flooded (as elsewhere here).
+bit). Cost: ``⌈C/2⌉`` label ciphertexts per batch one level above the lowest instead of
+one at the lowest (one for two classes), as many predicted-label ciphertexts and products
+per evaluation, and one conjugation. CKKS noise is not flooded (as elsewhere here).
 
 Beyond the paper: the linearity shortcut
 ----------------------------------------
@@ -180,10 +181,14 @@ _MAX_BATCHES = 1 << 16
 _LABEL_LEVEL = 1
 
 
-def _label_cts(n_classes: int) -> int:
-    """Label ciphertexts per batch: one per class; one for two classes, where the server
-    squares ``Y − Ŷ`` (for ``y, ŷ ∈ {0, 1}`` the square is ``1 − [right]``, a bit too)."""
-    return 1 if n_classes == 2 else n_classes
+def _label_cts(n_classes: int, complex_packing: bool) -> int:
+    """Label ciphertexts per batch: one for two classes, where the server squares
+    ``Y − Ŷ`` (for ``y, ŷ ∈ {0, 1}`` the square is ``1 − [right]``, a bit too); else one
+    per pair of classes with complex packing (class ``2k`` real, ``2k + 1`` imaginary),
+    one per class without."""
+    if n_classes == 2:
+        return 1
+    return -(-n_classes // 2) if complex_packing else n_classes
 
 
 # ---------------------------------------------------------------------- Prop. 6.8
@@ -552,15 +557,22 @@ class HESVClient:
         if chain[position] != self.index:
             raise self._refuse("it is not the chain's decryptor for this step (misrouted)")
 
-    def _one_hot(self, labels: NDArray[np.int64]) -> list[bytes]:
-        """``[[1{labels = c}]]`` for every class ``c`` (two classes: ``[[labels]]``), one
-        level above the lowest."""
+    def _one_hot(self, labels: NDArray[np.int64], *, conj: bool = False) -> list[bytes]:
+        """``[[1{labels = c}]]`` for every class ``c``, one level above the lowest; with
+        complex packing two classes per ciphertext, ``[[1{·= 2k} ± i·1{·= 2k+1}]]`` (``−``
+        for ``conj``: the predictions, so that the server's product sums the pair in its
+        real part). Two classes: ``[[labels]]``."""
         pid = self.ctx.parms_id_at_level(_LABEL_LEVEL)
         nc = self.spec.layers[-1].out_features
         if nc == 2:
             return [self.ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
-        return [self.ctx.encrypt_to_bytes_at((labels == c).astype(np.float64), pid)
-                for c in range(nc)]
+        hot = [(labels == c).astype(np.float64) for c in range(nc)]
+        if not self.config.complex_packing:
+            return [self.ctx.encrypt_to_bytes_at(h, pid) for h in hot]
+        sign = -1.0 if conj else 1.0
+        return [self.ctx.encrypt_to_bytes_at(
+            hot[c] + 1j * sign * (hot[c + 1] if c + 1 < nc else 0.0 * hot[c]), pid)
+            for c in range(0, nc, 2)]
 
     def upload_data(self) -> bytes:
         """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and one-hot labels
@@ -644,7 +656,7 @@ class HESVClient:
         labels = np.argmax(h, axis=1).astype(np.int64)
         seen.add(n_layers + 1)  # knows the predictions: may not also see which are right
         with self.acc.timed("encryption"):
-            blobs = self._one_hot(labels)
+            blobs = self._one_hot(labels, conj=True)
         return wire.encode("hesv/predicted", meta, blobs)
 
     def count(self, request: bytes) -> bytes:
@@ -777,7 +789,7 @@ class HESVServer:
         msg = self._decode(data, "hesv/data", sender)
         sizes = msg.meta.get("sizes")
         lp = self.plans[0]
-        nc = _label_cts(self.spec.layers[-1].out_features)
+        nc = _label_cts(self.spec.layers[-1].out_features, self.config.complex_packing)
         if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
                 isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
                 for v in sizes) or len(msg.blobs) != sum(
@@ -1030,7 +1042,8 @@ class HESVServer:
                                     weighted=True)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
-            if len(msg.blobs) != _label_cts(self.spec.layers[-1].out_features):
+            if len(msg.blobs) != _label_cts(self.spec.layers[-1].out_features,
+                                            self.config.complex_packing):
                 raise ProtocolError("predicted labels must be one ciphertext per class")
             with self.acc.timed("other"):
                 pred = [self._label_ct(b) for b in msg.blobs]
@@ -1038,6 +1051,15 @@ class HESVServer:
             with self.acc.timed("arithmetic"):
                 if len(pred) == 1:  # two classes: (Y − Ŷ)², 0 where right, else 1
                     diff = self.ctx.square(self.ctx.sub(ys[0], pred[0]))
+                elif self.spec.layers[-1].out_features > len(pred):  # complex pairs
+                    # (y + i y')(ŷ − i ŷ') = y ŷ + y' ŷ' + i (y' ŷ − y ŷ'): the imaginary
+                    # part would show a wrong pair's labels; w + conj(w) keeps twice the
+                    # real part only (halved for free). Conjugated before the rescale:
+                    # at the lowest level the key switch's noise reaches the bit.
+                    w = self.ctx.add_many([self.ctx.multiply(y, p, rescale=False)
+                                           for y, p in zip(ys, pred, strict=True)])
+                    diff = self.ctx.with_value_factor(self.ctx.rescale(
+                        self.ctx.add(w, self.ctx.conjugate(w))), 0.5)
                 else:  # Σ_c Y_c·Ŷ_c: 1 where right, else 0
                     diff = self.ctx.add_many([self.ctx.multiply(y, p) for y, p in zip(
                         ys, pred, strict=True)])

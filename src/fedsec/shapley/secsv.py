@@ -123,7 +123,7 @@ recipient for what P and A get in different copies) and is checked by its receiv
 against its own state. P issues an id per evaluation (announced to A in ``secsv/eval``)
 and per decryption request; the client echoes both; P takes each answer once and only for
 the evaluation and layer in flight, A takes one re-share per layer of the evaluation it
-was told about, then the label share. A decodes and checks P's batch list (every sample
+was told about, then the label share and P's label mask. A checks P's batch list (each sample
 once) and each evaluation (this round, a fresh id, a batch it knows). A client answers
 each request id once, refuses a round earlier than one it served, and refuses a layer of
 an evaluation of which it decrypted the same or an adjacent layer (its own memory, not
