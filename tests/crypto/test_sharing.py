@@ -148,3 +148,20 @@ def test_zero_test_opens_only_whether_equal(q: int) -> None:
         sh.zero_test_deal(pred, sh.RING64)
     with pytest.raises(ValueError):
         sh.zero_test_deal(np.full(3, q, dtype=np.uint64), q)
+
+
+def test_zero_test_void_samples_open_uniform() -> None:
+    """Samples without a prediction (SampleSkip's skipped ones): P's opened value is
+    uniform whatever the label -- a placeholder prediction 0 would tell P whether y = 0."""
+    n, q = 4000, T
+    src = SeededRandomSource(b"\x03" * 32, b"test/zero-test-void")
+    y = src.integers(0, 2, n).astype(np.uint64)
+    pred = np.zeros(n, dtype=np.uint64)
+    void = np.zeros(n, dtype=bool)
+    void[: n // 2] = True
+    y_p, y_a = sh.share(y, q, src)
+    (b_p, g_p), (r, b_a, g_a) = sh.zero_test_deal(pred, q, src, void=void)
+    z_a = sh.zero_test_respond(sh.zero_test_mask(y_p, b_p, q), y_a, r, b_a, g_a, q)
+    opened = sh.add_mod(g_p, z_a, q)
+    assert int((opened[void] == 0).sum()) == 0  # before: zero exactly where y = 0
+    np.testing.assert_array_equal(opened[~void] == 0, y[~void] == 0)

@@ -66,9 +66,15 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
     y_p: list[NDArray[np.uint64]] = []
     groups: list[NDArray[np.int64]] = []
     pending: wire.Message | None = None
+    active: NDArray[np.bool_] | None = None  # SecSV: the columns P asked to decrypt
     out: list[Opened] = []
     for snd, rcv, kind, payload in log:
-        if rcv == "P" and kind == "data":
+        if snd == "P" and kind == "decrypt":
+            req = wire.decode(payload)
+            if req.kind == "secsv/decrypt" and len(req.blobs) == 2:
+                bits = np.unpackbits(np.frombuffer(req.blobs[1], dtype=np.uint8))
+                active = bits[:int(req.meta["m"])].astype(bool)
+        elif rcv == "P" and kind == "data":
             y_p.append(u64(wire.decode(payload).blobs[1]))
         elif snd == "P" and rcv == "A" and kind == "batches":
             meta = wire.decode(payload).meta
@@ -93,8 +99,10 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
                 assert q is not None
                 mine = u64(pending.blobs[1]).reshape(-1, m)
             v = sh.add_mod(mine, u64(diff.blobs[0]).reshape(-1, m), q)
-            out.append(Opened(rows, sh.centre(v, q), ctx.round, ctx.mask))
-            pending = None
+            out.append(Opened(rows, sh.centre(v, q), ctx.round, ctx.mask,
+                              {"active": active if active is not None and len(active) == m
+                               else np.ones(m, dtype=bool)}))
+            pending = active = None
     return out
 
 

@@ -129,7 +129,8 @@ def mul_mod(a: U64, b: U64, q: int) -> U64:
     return add_mod(hi, _mul_small(a, b & np.uint64(0xFFFFFFFF), q), q)
 
 
-def zero_test_deal(predicted: U64, q: int, rng: RandomSource | None = None
+def zero_test_deal(predicted: U64, q: int, rng: RandomSource | None = None, *,
+                   void: NDArray[np.bool_] | None = None
                    ) -> tuple[tuple[U64, U64], tuple[U64, U64, U64]]:
     """D's correlated randomness for the zero test of ``predicted − y`` (module docstring).
 
@@ -141,6 +142,10 @@ def zero_test_deal(predicted: U64, q: int, rng: RandomSource | None = None
         A prime below ``2^62`` (the label shares' modulus).
     rng : RandomSource, optional
         Cryptographic by default.
+    void : bool array, shape ``(m,)``, optional
+        Samples D has no prediction for (e.g. skipped by SampleSkip): there ``g`` is
+        uniform, so P opens a uniform value whatever the label (a made-up prediction
+        would still tell P whether the label equals it).
 
     Returns
     -------
@@ -156,6 +161,8 @@ def zero_test_deal(predicted: U64, q: int, rng: RandomSource | None = None
     b = uniform_mod(q, v.shape[-1], src)
     r = uniform_nonzero_mod(q, v.shape, src)
     g = mul_mod(r, sub_mod(v, np.broadcast_to(b, v.shape), q), q)
+    if void is not None and np.any(void):
+        g[..., np.asarray(void, dtype=bool)] = uniform_mod(q, g[..., void].shape, src)
     g_p, g_a = share(g, q, src)
     b_p, b_a = share(b, q, src)
     return (b_p, g_p), (r, b_a, g_a)

@@ -31,7 +31,8 @@ Roles and messages (everything between roles is bytes, counted by
   models ``θ^t`` and ``θ_{I^t} = θ^{t+1}`` are known to every client in FedAvg anyway).
 * **SampleSkip** (Alg. 6-7) runs at P exactly as :class:`~fedsec.shapley.utility.RoundGame`
   does in the clear; skipped samples are left out of the batches (or, with the linearity
-  shortcut, masked with uniform noise before decryption).
+  shortcut, masked with uniform noise before decryption, and their zero test voided: P
+  opens uniform values there, not ``r·(0 − y)``, which would be zero where ``y = 0``).
 
 Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime). P picks the fixed
 point (``f_θ``, ``f_x``) from powers-of-two bounds every model and data owner publishes
@@ -606,7 +607,7 @@ class SecSVClient:
         labels = np.zeros(m, dtype=np.uint64)
         labels[active] = np.argmax(out, axis=0).astype(np.uint64)
         with acc.timed("share_generation"):  # the zero test's correlated randomness
-            to_p, to_a = sh.zero_test_deal(labels, t, self._rng)
+            to_p, to_a = sh.zero_test_deal(labels, t, self._rng, void=~active)
         meta3 = {"m": m, "from": self.index, EV: ev}
         return (wire.encode("secsv/labels", bind(meta3, ctx.at(step="labels/P"), re_=rid),
                             [v.tobytes() for v in to_p]),
