@@ -92,3 +92,76 @@ def test_ring64_arithmetic_wraps_exactly() -> None:
     b = np.array([2**63 + 7], dtype=np.uint64)
     assert int(sh.add_mod(a, b, sh.RING64)[0]) == 12
     assert sh.reconstruct(a, b, sh.RING64)[0] == 12
+
+
+@pytest.mark.parametrize("q", [T, sh.LABEL_PRIME, 65537, (1 << 62) - 57, sh.RING64])
+def test_mul_mod_exact(q: int) -> None:
+    src = SeededRandomSource(b"\x01" * 32, b"test/mul_mod")
+    a, b = sh.uniform_mod(q, 4000, src), sh.uniform_mod(q, 4000, src)
+    top = q - 1 if q != sh.RING64 else (1 << 64) - 1
+    edge = np.array([0, 1, 2, top, top - 1, (1 << 32) - 1, 1 << 32, (1 << 32) + 1],
+                    dtype=np.uint64) % np.uint64(q) if q != sh.RING64 else np.array(
+        [0, 1, 2, top, top - 1, (1 << 32) - 1, 1 << 32], dtype=np.uint64)
+    a = np.concatenate([a, np.repeat(edge, len(edge))])
+    b = np.concatenate([b, np.tile(edge, len(edge))])
+    got = sh.mul_mod(a, b, q)
+    want = [int(x) * int(y) % q for x, y in zip(a, b, strict=True)]
+    assert [int(v) for v in got] == want
+    if q != sh.RING64:
+        with pytest.raises(ValueError):
+            sh.mul_mod(a, b, 1 << 62 | 1)
+
+
+@pytest.mark.parametrize("q", [T, sh.LABEL_PRIME])
+def test_zero_test_opens_only_whether_equal(q: int) -> None:
+    """P's opened value is 0 exactly where the prediction equals the label; otherwise it
+    is ``r·(ŷ − y)`` with a fresh uniform non-zero ``r``: distinct values spread over the
+    field whatever ``ŷ − y`` is. A's opened ``f = y − b`` is uniform too."""
+    n, classes = 20000, 4
+    src = SeededRandomSource(b"\x02" * 32, b"test/zero-test")
+    y = src.integers(0, classes, n).astype(np.uint64)
+    pred = src.integers(0, classes, n).astype(np.uint64)
+    pred[:100] = y[:100]
+    y_p, y_a = sh.share(y, q, src)
+    (b_p, g_p), (r, b_a, g_a) = sh.zero_test_deal(pred, q, src)
+    assert int(r.min()) >= 1
+    f_p = sh.zero_test_mask(y_p, b_p, q)
+    z_a = sh.zero_test_respond(f_p, y_a, r, b_a, g_a, q)
+    np.testing.assert_array_equal(sh.zero_test_open(g_p, z_a, q), pred == y)
+    opened = sh.centre(sh.add_mod(g_p, z_a, q), q)
+    wrong = opened[pred != y]
+    assert len(np.unique(wrong)) == len(wrong)
+    assert int((np.abs(wrong) < 1 << 32).sum()) == 0  # no small error, no sign pattern
+    delta = pred.astype(np.int64) - y.astype(np.int64)
+    for d in (-3, -1, 1, 2):  # the same spread whatever the error (up to sampling)
+        pos = float((opened[delta == d] > 0).mean())
+        assert 0.45 < pos < 0.55, (d, pos)
+    f = sh.centre(sh.sub_mod(sh.add_mod(f_p, y_a, q), b_a, q), q)
+    assert int((np.abs(f) < 1 << 32).sum()) == 0
+    # a coalition axis: one b per sample, a fresh r per (coalition, sample)
+    preds = np.stack([pred, y, (y + np.uint64(1)) % np.uint64(classes)])
+    (b_p, g_p), (r, b_a, g_a) = sh.zero_test_deal(preds, q, src)
+    assert b_p.shape == (n,) and g_p.shape == r.shape == preds.shape
+    z_a = sh.zero_test_respond(sh.zero_test_mask(y_p, b_p, q), y_a, r, b_a, g_a, q)
+    np.testing.assert_array_equal(sh.zero_test_open(g_p, z_a, q), preds == y[None, :])
+    with pytest.raises(ValueError):
+        sh.zero_test_deal(pred, sh.RING64)
+    with pytest.raises(ValueError):
+        sh.zero_test_deal(np.full(3, q, dtype=np.uint64), q)
+
+
+def test_zero_test_void_samples_open_uniform() -> None:
+    """Samples without a prediction (SampleSkip's skipped ones): P's opened value is
+    uniform whatever the label -- a placeholder prediction 0 would tell P whether y = 0."""
+    n, q = 4000, T
+    src = SeededRandomSource(b"\x03" * 32, b"test/zero-test-void")
+    y = src.integers(0, 2, n).astype(np.uint64)
+    pred = np.zeros(n, dtype=np.uint64)
+    void = np.zeros(n, dtype=bool)
+    void[: n // 2] = True
+    y_p, y_a = sh.share(y, q, src)
+    (b_p, g_p), (r, b_a, g_a) = sh.zero_test_deal(pred, q, src, void=void)
+    z_a = sh.zero_test_respond(sh.zero_test_mask(y_p, b_p, q), y_a, r, b_a, g_a, q)
+    opened = sh.add_mod(g_p, z_a, q)
+    assert int((opened[void] == 0).sum()) == 0  # before: zero exactly where y = 0
+    np.testing.assert_array_equal(opened[~void] == 0, y[~void] == 0)

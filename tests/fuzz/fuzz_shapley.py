@@ -279,6 +279,7 @@ class DShare:
     rows: np.ndarray
     n_masks: int
     honest: np.ndarray  # n_masks x m
+    mask_p: bytes = b""  # P's honest label mask for A (the zero test's first step)
 
 
 @dataclass
@@ -475,9 +476,10 @@ def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     for snap, to_p, to_a in snaps:
         assert snap.P.eval is not None
         rows = snap.batches[snap.P.eval.ctx.batch].rows
-        diff_a = clone_sserver(snap.A).label_diff_all(to_a, len(rows))
+        mask_p = clone_sserver(snap.P).label_mask_all(to_p, rows, len(rows), len(table))
+        diff_a = clone_sserver(snap.A).label_diff_all(to_a, mask_p, len(rows))
         at_share.append(DShare(snap, to_p, to_a, diff_a, rows, len(table),
-                               table[:, rows]))
+                               table[:, rows], mask_p))
     ref = sv._setup(record, sets, cfg, Accounting(), True, False)  # noqa: SLF001
     ref.upload_round(0)
     reference = np.stack([ref.evaluate(0, mask, None) for mask in range(len(table))])
@@ -718,7 +720,8 @@ def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str 
             for ct in b.b:
                 if ct.scale != ctx.scale or ct.parms_id() != ctx.top_parms_id:
                     return "stored a data ciphertext of another scale or level"
-            if b.y.scale != ctx.scale or b.y.parms_id() != ctx.last_parms_id:
+            if any(y.scale != ctx.scale or y.parms_id() != ctx.parms_id_at_level(1)
+                   for y in b.y):  # one-hot labels, one level above the lowest
                 return "stored a label ciphertext of another scale or level"
         return None
     return check
@@ -828,8 +831,8 @@ def _derived_oracle(before: Any, request: bytes) -> Callable[[Any], str | None]:
         for data in out:
             got = wire.decode(data)
             k, m = got.meta.get("coalitions"), meta.get("m")
-            if k != want or len(got.blobs) != 1 or not isinstance(m, int) \
-                    or len(got.blobs[0]) != 8 * k * m:
+            if k != want or len(got.blobs) not in (2, 3) or not isinstance(m, int) \
+                    or len(got.blobs[-1]) != 8 * k * m:
                 return f"labels of {k!r} coalitions for {want!r} ({len(got.blobs)} blobs)"
         return None
     return check
@@ -1041,7 +1044,7 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     shares = w.d_at_share
 
     def diff_call(x: tuple[DShare, bytes]) -> Any:
-        return clone_sserver(x[0].run.A).label_diff_all(x[1], len(x[0].rows))
+        return clone_sserver(x[0].run.A).label_diff_all(x[1], x[0].mask_p, len(x[0].rows))
 
     def diff(m: Mutator) -> Case:
         sh_ = m.rng.choice(shares)
@@ -1054,8 +1057,9 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
 
     def compare_call(x: tuple[DShare, bytes, bytes]) -> Any:
         sh_, to_p, diff_a = x
-        return clone_sserver(sh_.run.P).compare_all(to_p, diff_a, sh_.rows, len(sh_.rows),
-                                                    sh_.n_masks)
+        srv = clone_sserver(sh_.run.P)
+        srv.label_mask_all(to_p, sh_.rows, len(sh_.rows), sh_.n_masks)
+        return srv.compare_all(diff_a, len(sh_.rows), sh_.n_masks)
 
     def compare(m: Mutator) -> Case:
         sh_ = m.rng.choice(shares)

@@ -243,12 +243,19 @@ def test_regression_secsv_server_decoders(w: fz.ShapleyWorld) -> None:
     snap, to_p, to_a = next(x for x in w.s_at_share
                             if wire.decode(x[1]).kind == "secsv/labels")
     m = wire.decode(to_p).meta["m"]
-    diff = fz.clone_sserver(snap.A).label_diff(to_a, m)
     brows = np.arange(m)
+    with pytest.raises(ProtocolError, match="two blobs"):
+        fz.clone_sserver(snap.P).label_mask(_re(to_p, blobs=[]), brows, m)
+    p_srv = fz.clone_sserver(snap.P)
+    mask_p = p_srv.label_mask(to_p, brows, m)
+    with pytest.raises(ProtocolError, match="malformed"):
+        fz.clone_sserver(snap.A).label_diff(_re(to_a, blobs=[]), mask_p, m)
+    with pytest.raises(ProtocolError, match="label-mask"):
+        fz.clone_sserver(snap.A).label_diff(to_a, _re(mask_p, blobs=[]), m)
+    diff = fz.clone_sserver(snap.A).label_diff(to_a, mask_p, m)
     with pytest.raises(ProtocolError, match="one blob"):
-        fz.clone_sserver(snap.P).compare(_re(to_p, blobs=[]), diff, brows, m)
-    with pytest.raises(ProtocolError, match="one blob"):
-        fz.clone_sserver(snap.P).compare(to_p, _re(diff, blobs=[]), brows, m)
+        fz.clone_sserver(p_srv).compare(_re(diff, blobs=[]), m)
+    assert fz.clone_sserver(p_srv).compare(diff, m).shape == (m,)
 
 
 def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:

@@ -164,20 +164,21 @@ def test_servers_check_all_coalition_shares(agnews_small) -> None:
     log.hook = lambda s, r, kd, p: seen.append((s, r, kd, p))
     run.evaluate(0, 1, None)
     to_a = next(p for s, r, kd, p in seen if kd == "share" and r == "A")
+    mask_p = next(p for s, r, kd, p in seen if kd == "label-mask")
     # A refuses a label share that claims another number of coalitions
     snap_rec, snap, _ = _world(agnews_small)
     snap.A.open_eval(snap.P.open_eval(sv.ALL, 0, None))
     m = len(snap.batches[0].rows)
     with pytest.raises(ProtocolError):
-        snap.A.label_diff_all(_rebuild(to_a, coalitions=2 ** (k - 1)), m)
+        snap.A.label_diff_all(_rebuild(to_a, coalitions=2 ** (k - 1)), mask_p, m)
     # ... and one of another evaluation (the id P announced differs)
     with pytest.raises(ProtocolError):
-        snap.A.label_diff_all(to_a, m)
+        snap.A.label_diff_all(to_a, mask_p, m)
     # outside a derived evaluation, neither server takes all-coalition messages
     s2_rec, s2, _ = _world(agnews_small)
     s2.A.open_eval(s2.P.open_eval(1, 0, None))
     with pytest.raises(ProtocolError):
-        s2.A.label_diff_all(to_a, m)
+        s2.A.label_diff_all(to_a, mask_p, m)
     with pytest.raises(ProtocolError):
         s2.P.decrypt_all_request({}, [])
 
@@ -275,7 +276,7 @@ def test_client_bounds_the_label_table(monkeypatch) -> None:
     monkeypatch.setattr(sv, "_MAX_DERIVED_LABELS", 16 * 64)
     client, req = _wide_request(4, 64)
     to_p, _ = client.decrypt_all(req, Accounting())
-    assert len(wire.decode(to_p).blobs[0]) == 8 * 16 * 64
+    assert len(wire.decode(to_p).blobs[-1]) == 8 * 16 * 64  # P: (b', g'), g' per coalition
     client, req = _wide_request(4, 65)
     with pytest.raises(ProtocolError, match="coalitions"):
         client.decrypt_all(req, Accounting())

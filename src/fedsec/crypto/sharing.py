@@ -18,6 +18,17 @@ reduction is integer arithmetic, so a wrapping share reconstructs exactly (teste
 Two moduli are used: a BFV plaintext prime ``t`` (SecSV, :mod:`fedsec.crypto.bfv`) and
 ``2^64`` (SecretSV, where numpy's ``uint64`` arithmetic *is* arithmetic modulo ``2^64``).
 
+Zero test (:func:`zero_test_deal` and the three steps after it): two servers P and A hold
+additive shares of labels ``y`` modulo a prime ``q``; a third party D that knows the
+predictions ``ŷ`` lets P learn *whether* ``ŷ = y`` per sample and nothing else -- not
+``ŷ − y`` (whose size and sign pin labels). D deals, per sample, a fresh mask ``b``
+(shared), a uniform non-zero ``r`` (to A) and shares of ``g = r·(ŷ − b)``; P sends A
+``f_P = y_P − b_P``; A opens ``f = y − b`` and returns ``z_A = g_A − r·f``; P adds its
+``g_P``: ``z = r·(ŷ − y)``, zero iff ``ŷ = y`` and otherwise uniform over the non-zero
+residues (``q`` prime, ``r`` uniform non-zero: ``r·δ`` is uniform for ``δ ≠ 0``). A sees
+``r``, uniform shares and ``f`` (uniform: ``b_P`` is unknown to it); D receives nothing.
+A prime modulus matters: in ``Z_{2^64}`` an odd ``r`` keeps ``δ``'s 2-adic valuation.
+
 Fixed point: :func:`encode_fixed` refuses (:class:`FixedPointOverflow`) any value whose
 encoding does not fit ``|v| < q/2``; protocols also check a priori that every linear output
 they compute stays inside the budget, so nothing ever wraps silently.
@@ -31,11 +42,16 @@ from numpy.typing import ArrayLike, NDArray
 from fedsec.crypto.drbg import RandomSource, SystemRandomSource
 
 __all__ = ["FixedPointOverflow", "RING64", "share", "reconstruct", "centre", "add_mod",
-           "sub_mod", "to_residues", "encode_fixed", "decode_fixed", "uniform_mod"]
+           "sub_mod", "to_residues", "encode_fixed", "decode_fixed", "uniform_mod",
+           "uniform_nonzero_mod", "mul_mod", "LABEL_PRIME", "zero_test_deal",
+           "zero_test_mask", "zero_test_respond", "zero_test_open"]
 
 U64 = NDArray[np.uint64]
 #: The modulus ``2^64`` (uint64 arithmetic wraps at it).
 RING64 = 1 << 64
+#: A prime for label shares where the data's modulus is ``2^64`` (the zero test needs a
+#: field): the Mersenne prime ``2^61 − 1``.
+LABEL_PRIME = (1 << 61) - 1
 
 
 class FixedPointOverflow(ValueError):
@@ -72,6 +88,102 @@ def uniform_mod(q: int, shape: tuple[int, ...] | int,
             have += cand.size
         out = np.concatenate(got) if got else np.zeros(0, dtype=np.uint64)
     return out.reshape(shape)
+
+
+def uniform_nonzero_mod(q: int, shape: tuple[int, ...] | int,
+                        rng: RandomSource | None = None) -> U64:
+    """Uniform residues in ``[1, q)`` (cryptographic randomness by default)."""
+    q = _check_modulus(q)
+    src = rng if rng is not None else SystemRandomSource()
+    if q == RING64:
+        raise ValueError("uniform non-zero residues are drawn modulo a prime, not 2^64")
+    out: U64 = uniform_mod(q - 1, shape, src) + np.uint64(1)
+    return out
+
+
+def _mul_small(a: U64, b: U64, q: int) -> U64:
+    """``a·b mod q`` for residues ``a < q < 2^62`` and ``b <= 2^32``: the quotient
+    ``a·b/q < b <= 2^32`` from float64 is off by at most one (relative error ~2^-51), so
+    ``a·b − ⌊quot⌋·q`` in wrapping uint64 arithmetic is the residue plus at most one ``q``
+    either way, which fits int64 and is reduced exactly."""
+    quot = np.floor(a.astype(np.float64) * b.astype(np.float64) / float(q)).astype(np.uint64)
+    low = (a * b - quot * np.uint64(q)).view(np.int64)
+    out: U64 = np.mod(low, np.int64(q)).astype(np.uint64)
+    return out
+
+
+def mul_mod(a: U64, b: U64, q: int) -> U64:
+    """``a·b mod q`` for residues (broadcasting), exact: ``q`` is ``2^64`` (uint64
+    wraps) or below ``2^62`` (``b`` is split into 32-bit halves, see ``_mul_small``)."""
+    q = _check_modulus(q)
+    a = np.asarray(a, dtype=np.uint64)
+    b = np.asarray(b, dtype=np.uint64)
+    if q == RING64:
+        prod: U64 = a * b
+        return prod
+    if q >= 1 << 62:
+        raise ValueError(f"mul_mod needs a modulus below 2^62 (or 2^64). Got {q}.")
+    a, b = np.broadcast_arrays(a, b)
+    hi = _mul_small(a, b >> np.uint64(32), q)
+    hi = _mul_small(hi, np.full_like(hi, 1 << 32), q)
+    return add_mod(hi, _mul_small(a, b & np.uint64(0xFFFFFFFF), q), q)
+
+
+def zero_test_deal(predicted: U64, q: int, rng: RandomSource | None = None, *,
+                   void: NDArray[np.bool_] | None = None
+                   ) -> tuple[tuple[U64, U64], tuple[U64, U64, U64]]:
+    """D's correlated randomness for the zero test of ``predicted − y`` (module docstring).
+
+    Parameters
+    ----------
+    predicted : uint64 array, shape ``(..., m)``
+        Residues mod ``q`` D compares (one row per coalition, if any).
+    q : int
+        A prime below ``2^62`` (the label shares' modulus).
+    rng : RandomSource, optional
+        Cryptographic by default.
+    void : bool array, shape ``(m,)``, optional
+        Samples D has no prediction for (e.g. skipped by SampleSkip): there ``g`` is
+        uniform, so P opens a uniform value whatever the label (a made-up prediction
+        would still tell P whether the label equals it).
+
+    Returns
+    -------
+    (b_P, g_P), (r, b_A, g_A)
+        P's part (mask share ``(m,)``, ``g`` share like ``predicted``) and A's part (the
+        non-zero multipliers and A's shares).
+    """
+    q = _check_modulus(q)
+    src = rng if rng is not None else SystemRandomSource()
+    v = np.asarray(predicted, dtype=np.uint64)
+    if v.ndim < 1 or (v.size and int(v.max()) >= q):
+        raise ValueError("predicted values must be residues in [0, modulus)")
+    b = uniform_mod(q, v.shape[-1], src)
+    r = uniform_nonzero_mod(q, v.shape, src)
+    g = mul_mod(r, sub_mod(v, np.broadcast_to(b, v.shape), q), q)
+    if void is not None and np.any(void):
+        g[..., np.asarray(void, dtype=bool)] = uniform_mod(q, g[..., void].shape, src)
+    g_p, g_a = share(g, q, src)
+    b_p, b_a = share(b, q, src)
+    return (b_p, g_p), (r, b_a, g_a)
+
+
+def zero_test_mask(y_p: U64, b_p: U64, q: int) -> U64:
+    """P's ``f_P = y_P − b_P`` for A (uniform to A: ``b_P`` is D's secret share)."""
+    return sub_mod(y_p, b_p, q)
+
+
+def zero_test_respond(f_p: U64, y_a: U64, r: U64, b_a: U64, g_a: U64, q: int) -> U64:
+    """A's ``z_A = g_A − r·(f_P + y_A − b_A)`` for P (``r`` and ``g_A`` may carry a leading
+    coalition axis; ``f_P``, ``y_A``, ``b_A`` are per sample)."""
+    f = sub_mod(add_mod(f_p, y_a, q), b_a, q)
+    return sub_mod(g_a, mul_mod(r, np.broadcast_to(f, r.shape), q), q)
+
+
+def zero_test_open(g_p: U64, z_a: U64, q: int) -> NDArray[np.bool_]:
+    """P's result: ``g_P + z_A = r·(ŷ − y)``; True where it is zero (``ŷ = y``)."""
+    out: NDArray[np.bool_] = add_mod(g_p, z_a, q) == 0
+    return out
 
 
 def add_mod(a: U64, b: U64, q: int) -> U64:

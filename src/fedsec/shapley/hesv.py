@@ -9,7 +9,8 @@ Roles and steps
   relinearization keys and one Galois key, for complex conjugation: HESV's layouts need
   no rotation (see below).
 * **Upload** (step 3): every client encrypts its test data ``X_i`` (in batches of one
-  owner) and labels ``y_i`` once (:meth:`HESVClient.upload_data`), and each round its local
+  owner) and labels ``y_i`` one-hot, one ciphertext per class, once
+  (:meth:`HESVClient.upload_data`), and each round its local
   model ``θ_i^t``; client 0 also uploads the global model ``θ^t`` (every client knows it),
   whose utility is ``v(∅)`` (:meth:`HESVClient.upload_model`).
 * **Secure testing** (Alg. 2): for a coalition ``S`` and a batch of client ``b``
@@ -17,9 +18,24 @@ Roles and steps
   ``[[Ŷ^(l)]] = [[θ_S^(l)]] [[X^(l)]]`` (:mod:`fedsec.crypto.matmul`) and sends it to client
   ``i_{l+1}``, who decrypts it, applies the activation, and uploads ``[[X^(l+1)]]``
   (:meth:`HESVClient.decrypt_layer`); after the last layer ``i_{L+1}`` uploads the
-  encrypted predicted labels ``[[Ŷ]]``, the server computes ``[[Y − Ŷ]]`` and client
-  ``i_{L+2}`` decrypts it and returns the number of correct predictions
-  (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs and FSVs follow in the clear.
+  encrypted predicted labels one-hot ``[[Ŷ_c]]``, the server computes
+  ``[[Σ_c Y_c·Ŷ_c]]`` (``⌈C/2⌉`` ciphertext products, two classes per ciphertext in
+  the complex slots, and one conjugation that cancels the imaginary part; for two classes
+  one label ciphertext each and ``[[(Y − Ŷ)²]]``, the same bit inverted) and client
+  ``i_{L+2}`` decrypts it -- 1 where the prediction is right, 0 where it is wrong -- and
+  returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
+  and FSVs follow in the clear.
+
+Beyond the paper: labels
+------------------------
+Seed 004's server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
+is the error, whose sign gives a binary label (over three rounds the decryptor pinned 108
+of 200 BANK-like labels). fedsec's one-hot product opens only the correctness bit (the
+decryptor refuses values that are not bits, up to CKKS noise); a random factor on
+``(Y − Ŷ)²`` would still show ``|Y − Ŷ|`` for three classes or more (for two it is the
+bit). Cost: ``⌈C/2⌉`` label ciphertexts per batch one level above the lowest instead of
+one at the lowest (one for two classes), as many predicted-label ciphertexts and products
+per evaluation, and one conjugation. CKKS noise is not flooded (as elsewhere here).
 
 Beyond the paper: the linearity shortcut
 ----------------------------------------
@@ -59,8 +75,8 @@ parameters). The decryptors ``i_2 .. i_{L+2}`` of every (coalition, batch) follo
   the global models ``θ^t`` and ``θ^{t+1} = θ_{I^t}`` are known to every client in FL,
   and aggregated models of two or more clients belong to no single client);
 * ``i_{L+1} ≠ i_1`` (the owner of the batch does not learn its predicted labels);
-* ``i_{L+2} ∉ {i_{L+1}, i_1}`` (our addition: ``Y − Ŷ`` would give ``i_{L+1}`` the labels
-  and ``i_1`` the predictions).
+* ``i_{L+2} ∉ {i_{L+1}, i_1}`` (our addition: which predictions are right would give
+  ``i_{L+1}`` binary labels and ``i_1`` binary predictions).
 
 The *strong* level (``n >= L + 2``) also makes ``i_1 .. i_{L+1}`` pairwise distinct,
 defeating multi-layer equation-solving attacks; below it the *weak* level (the paper's
@@ -101,7 +117,7 @@ the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per rou
 partial sums in the other slots are zeroed by the same plaintext product that applies the
 coalition weights, before anyone decrypts. Batches hold samples of one client only (as in
 the paper), up to one label ciphertext (2,048 samples); a layer whose products hold fewer
-samples splits the batch into chunks. Labels travel at the lowest level.
+samples splits the batch into chunks. Labels travel one level above the lowest.
 
 Not covered (as in the paper): a malicious server (it could, e.g., send a client a
 product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
@@ -179,6 +195,19 @@ _HESV_COSTS = {"mul": 0.25, "relin": 1.8, "rot": 2.1, "rescale": 0.5, "enc": 1.8
 _HIDDEN_COSTS = {"mul": 0.16, "relin": 0.7, "rot": 0.71, "rescale": 0.4, "enc": 1.55,
                  "out": 0.8, "agg": 0.08}
 _MAX_BATCHES = 1 << 16
+#: Labels and predictions travel one-hot, one ciphertext per class, one level above the
+#: lowest: the server's product ``Σ_c [[Y_c]]·[[Ŷ_c]]`` (rescaled once) lands at the lowest.
+_LABEL_LEVEL = 1
+
+
+def _label_cts(n_classes: int, complex_packing: bool) -> int:
+    """Label ciphertexts per batch: one for two classes, where the server squares
+    ``Y − Ŷ`` (for ``y, ŷ ∈ {0, 1}`` the square is ``1 − [right]``, a bit too); else one
+    per pair of classes with complex packing (class ``2k`` real, ``2k + 1`` imaginary),
+    one per class without."""
+    if n_classes == 2:
+        return 1
+    return -(-n_classes // 2) if complex_packing else n_classes
 
 
 # ---------------------------------------------------------------------- Prop. 6.8
@@ -550,17 +579,35 @@ class HESVClient:
         if chain[position] != self.index:
             raise self._refuse("it is not the chain's decryptor for this step (misrouted)")
 
+    def _one_hot(self, labels: NDArray[np.int64], *, conj: bool = False) -> list[bytes]:
+        """``[[1{labels = c}]]`` for every class ``c``, one level above the lowest; with
+        complex packing two classes per ciphertext, ``[[1{·= 2k} ± i·1{·= 2k+1}]]`` (``−``
+        for ``conj``: the predictions, so that the server's product sums the pair in its
+        real part). Two classes: ``[[labels]]``."""
+        pid = self.ctx.parms_id_at_level(_LABEL_LEVEL)
+        nc = self.spec.layers[-1].out_features
+        if nc == 2:
+            return [self.ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
+        hot = [(labels == c).astype(np.float64) for c in range(nc)]
+        if not self.config.complex_packing:
+            return [self.ctx.encrypt_to_bytes_at(h, pid) for h in hot]
+        sign = -1.0 if conj else 1.0
+        return [self.ctx.encrypt_to_bytes_at(
+            hot[c] + 1j * sign * (hot[c + 1] if c + 1 < nc else 0.0 * hot[c]), pid)
+            for c in range(0, nc, 2)]
+
     def upload_data(self) -> bytes:
-        """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and labels."""
+        """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and one-hot labels
+        (one ciphertext per class)."""
         plan = self.plans[0]
         blobs: list[bytes] = []
         sizes = []
         for start in range(0, len(self.y), self.batch):
             xb = self.x[start:start + self.batch]
-            yb = self.y[start:start + self.batch].astype(np.float64)
+            yb = np.asarray(self.y[start:start + self.batch], dtype=np.int64)
             for v in plan.encode_inputs(xb):
                 blobs.append(self.ctx.encrypt_to_bytes(v))
-            blobs.append(self.ctx.encrypt_to_bytes_at(yb, self.ctx.last_parms_id))
+            blobs.extend(self._one_hot(yb))
             sizes.append(len(yb))
         return wire.encode("hesv/data", self._meta(sizes=sizes), blobs)
 
@@ -645,14 +692,16 @@ class HESVClient:
                 except ValueError:  # SEAL: beyond what the parameters can encode
                     raise ProtocolError("the decrypted layer output is out of range") from None
             return wire.encode("hesv/activated", meta, blobs)
-        labels = np.argmax(h, axis=1).astype(np.float64)
-        seen.add(n_layers + 1)  # knows the predictions: may not also see Y - Ŷ
+        labels = np.argmax(h, axis=1).astype(np.int64)
+        seen.add(n_layers + 1)  # knows the predictions: may not also see which are right
         with self.acc.timed("encryption"):
-            blob = self.ctx.encrypt_to_bytes_at(labels, self.ctx.last_parms_id)
-        return wire.encode("hesv/predicted", meta, [blob])
+            blobs = self._one_hot(labels, conj=True)
+        return wire.encode("hesv/predicted", meta, blobs)
 
     def count(self, request: bytes) -> bytes:
-        """Decrypt ``[[Y − Ŷ]]`` and return how many predictions are correct."""
+        """Decrypt ``[[Σ_c Y_c·Ŷ_c]]`` (1 where a prediction is right, 0 where it is wrong,
+        up to CKKS noise) and return how many predictions are correct. Values that are not
+        near 0 or 1 are refused: this client decrypts bits, never label differences."""
         msg = wire.decode(request, expect="hesv/diff", max_bytes=MAX_MESSAGE_BYTES)
         self._check(msg)
         t = _int(msg.meta, "round", 0, 1 << 20)
@@ -661,9 +710,11 @@ class HESVClient:
         batch = _int(msg.meta, "batch", 0, _MAX_BATCHES)
         m = _int(msg.meta, "m", 1, self.batch)
         if owner == self.index:
-            raise self._refuse("it owns the batch (Y - Ŷ would reveal its predicted labels)")
+            raise self._refuse("it owns the batch (which predictions are right would "
+                               "reveal its predicted labels)")
         if len(self._seen.get((t, mask, owner, batch), set()) & {len(self.plans) + 1}):
-            raise self._refuse("it knows the predicted labels (Y - Ŷ would reveal Y)")
+            raise self._refuse("it knows the predicted labels (which are right would "
+                               "reveal Y)")
         mowner = msg.meta.get("model_owner")
         if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
             raise ProtocolError("message field 'model_owner' is invalid")
@@ -673,13 +724,18 @@ class HESVClient:
             raise ReplayRefused("request of an earlier round (a replay)", check="round")
         rid = request_id(msg.meta, RID)
         if len(msg.blobs) != 1:
-            raise ProtocolError("a difference message holds one ciphertext")
+            raise ProtocolError("a correctness message holds one ciphertext")
         with self.acc.timed("decryption"):
             ct = self.ctx.deserialize(msg.blobs[0])
             self._answered.once(rid, what="difference request")
             self._round = t
-            diff = self.ctx.decrypt(ct).real[:m]
-        cnt = int(np.sum(np.abs(diff) < 0.5))
+            bits = self.ctx.decrypt(ct).real[:m]
+        right = np.rint(bits)
+        if not (np.all((right == 0) | (right == 1)) and np.all(np.abs(bits - right) < 0.25)):
+            raise ProtocolError("the correctness values are not bits")
+        if self.spec.layers[-1].out_features == 2:  # the server sent (Y − Ŷ)² = 1 − right
+            right = 1 - right
+        cnt = int(right.sum())
         return wire.encode("hesv/count", self._meta(round=t, mask=mask, owner=owner,
                                                     batch=batch, count=cnt, **{RE: rid}))
 
@@ -704,7 +760,7 @@ class _Eval:
 class _Batch:
     m: int
     b: list[Ciphertext]
-    y: Ciphertext
+    y: list[Ciphertext]  # one-hot, one per class
 
 
 class HESVServer:
@@ -780,26 +836,27 @@ class HESVServer:
         msg = self._decode(data, "hesv/data", sender)
         sizes = msg.meta.get("sizes")
         lp = self.plans[0]
+        nc = _label_cts(self.spec.layers[-1].out_features, self.config.complex_packing)
         if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
                 isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
                 for v in sizes) or len(msg.blobs) != sum(
-                    len(lp.chunks(m)) * lp.plan.b_count + 1 for m in sizes)):
+                    len(lp.chunks(m)) * lp.plan.b_count + nc for m in sizes)):
             raise ProtocolError("malformed test-data upload")
         batches, pos = [], 0
         for m in sizes:
-            size = len(lp.chunks(m)) * lp.plan.b_count + 1
+            size = len(lp.chunks(m)) * lp.plan.b_count
             cts = [self.ctx.deserialize(b, at_top=True, scale=self.ctx.scale)
-                   for b in msg.blobs[pos:pos + size - 1]]
-            cts.append(self._label_ct(msg.blobs[pos + size - 1]))
-            pos += size
-            batches.append(_Batch(m, cts[:-1], cts[-1]))
+                   for b in msg.blobs[pos:pos + size]]
+            ys = [self._label_ct(b) for b in msg.blobs[pos + size:pos + size + nc]]
+            pos += size + nc
+            batches.append(_Batch(m, cts, ys))
         self.data[sender] = batches
 
     def _label_ct(self, blob: bytes) -> Ciphertext:
-        """Labels travel at the lowest level (a third of the bytes)."""
+        """One-hot labels travel one level above the lowest (their product is rescaled)."""
         ct = self.ctx.deserialize(blob, scale=self.ctx.scale)  # fresh: the context's scale
-        if ct.parms_id() != self.ctx.last_parms_id:
-            raise ProtocolError("label ciphertext is not at the lowest level")
+        if ct.parms_id() != self.ctx.parms_id_at_level(_LABEL_LEVEL):
+            raise ProtocolError("label ciphertext is not at the label level")
         return ct
 
     def receive_model(self, sender: int, data: bytes) -> None:
@@ -1065,12 +1122,27 @@ class HESVServer:
                                     weighted=True)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
-            if len(msg.blobs) != 1:
-                raise ProtocolError("predicted labels must be one ciphertext")
+            if len(msg.blobs) != _label_cts(self.spec.layers[-1].out_features,
+                                            self.config.complex_packing):
+                raise ProtocolError("predicted labels must be one ciphertext per class")
             with self.acc.timed("other"):
-                pred = self._label_ct(msg.blobs[0])
+                pred = [self._label_ct(b) for b in msg.blobs]
+            ys = self.data[ev.owner][ev.batch].y
             with self.acc.timed("arithmetic"):
-                diff = self.ctx.sub(self.data[ev.owner][ev.batch].y, pred)
+                if len(pred) == 1:  # two classes: (Y − Ŷ)², 0 where right, else 1
+                    diff = self.ctx.square(self.ctx.sub(ys[0], pred[0]))
+                elif self.spec.layers[-1].out_features > len(pred):  # complex pairs
+                    # (y + i y')(ŷ − i ŷ') = y ŷ + y' ŷ' + i (y' ŷ − y ŷ'): the imaginary
+                    # part would show a wrong pair's labels; w + conj(w) keeps twice the
+                    # real part only (halved for free). Conjugated before the rescale:
+                    # at the lowest level the key switch's noise reaches the bit.
+                    w = self.ctx.add_many([self.ctx.multiply(y, p, rescale=False)
+                                           for y, p in zip(ys, pred, strict=True)])
+                    diff = self.ctx.with_value_factor(self.ctx.rescale(
+                        self.ctx.add(w, self.ctx.conjugate(w))), 0.5)
+                else:  # Σ_c Y_c·Ŷ_c: 1 where right, else 0
+                    diff = self.ctx.add_many([self.ctx.multiply(y, p) for y, p in zip(
+                        ys, pred, strict=True)])
             ev.layer += 1
             ev.rid = new_request_id()
             with self.acc.timed("other"):

@@ -8,7 +8,9 @@ linear layer ``W·X + b`` of two shared matrices uses a Beaver *matrix* multipli
 the servers open ``E = W − U`` and ``F = X − V`` to each other and compute their shares of
 ``E·F + E·V + U·F + U·V``. As in SecSV (:mod:`fedsec.shapley.secsv`), the layer output is
 reconstructed by a client chosen under Prop. 6.8's rules, who applies the activation and
-re-shares (or shares the predicted labels, compared at P as in Alg. 4, steps 12-14), so
+re-shares (or, at the last layer, deals the zero test of its predicted labels that
+SecSV uses -- :mod:`fedsec.shapley.secsv`, :func:`fedsec.crypto.sharing.zero_test_deal`
+-- so that P learns which predictions are right and nothing else), so
 no truncation protocol is needed and reconstruction is exact: the a-priori bound
 ``Σ_{i∈S} q_i (‖W_i‖_∞‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < 2^63`` is checked before computing
 (:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The paper's SecretSV
@@ -16,14 +18,17 @@ truncates inside the servers and reports its error; ours has none beyond fixed p
 
 Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude
 (the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
-client. P learns ``Φ_S`` and the utilities; A learns uniformly random shares and the opened
-``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns one layer's
-output on a batch of other clients' samples, as in SecSV -- by default under the decryption
-rule of :mod:`fedsec.shapley.views` (``schedule="strict"``: one-owner batches, owners
-evaluate the models they know, no client's view combines into a model it knows; runs the
-rule cannot place are refused up front), or Prop. 6.8 only with ``schedule="paper"`` (a
-:class:`~fedsec.errors.PrivacyWarning`: a client can then solve for other clients'
-samples). Shares and triples come from the
+client. P learns ``Φ_S`` and the utilities -- not ``Ŷ − Y``, which the paper's step 12
+would show it and which pins labels: labels are shared modulo the prime ``2^61 − 1`` and P
+opens ``r·(Ŷ − Y)`` for a fresh uniform non-zero ``r`` (modulo ``2^64`` an odd ``r`` would
+keep the error's 2-adic valuation); A learns uniformly random shares, ``r``, ``Y − b`` and
+the opened ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns
+one layer's output on a batch of other clients' samples, as in SecSV -- by default under
+the decryption rule of :mod:`fedsec.shapley.views` (``schedule="strict"``: one-owner
+batches, owners evaluate the models they know, no client's view combines into a model it
+knows; runs the rule cannot place are refused up front), or Prop. 6.8 only with
+``schedule="paper"`` (a :class:`~fedsec.errors.PrivacyWarning`: a client can then solve for
+other clients' samples). Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
 
 Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
@@ -97,6 +102,7 @@ __all__ = ["secretsv_shapley", "Dealer"]
 U64 = NDArray[np.uint64]
 BoolArray = NDArray[np.bool_]
 Q = sh.RING64
+L = sh.LABEL_PRIME  # labels are shared modulo a prime: the zero test needs a field
 _FRAC_MODEL = 20
 _FRAC_DATA = 20
 _FRAC_HIDDEN = 16
@@ -174,6 +180,7 @@ class _Eval:
     rows: NDArray[np.int64]
     layer: int = 0  # the layer being computed (advances with each re-share)
     opened: bool = False  # this layer's triple consumed
+    g: U64 | None = None  # (P) its share of r·(Ŷ − b) from the labels, until A answers
 
 
 def _rows_list(value: Any, n_samples: int) -> NDArray[np.int64]:
@@ -244,6 +251,8 @@ class _Server:
             self.xbound[c] = bound
             xs.append(_arr(msg.blobs[0], (rows, d), "data share"))
             ys.append(_arr(msg.blobs[1], (rows,), "label share"))
+            if rows and int(ys[-1].max()) >= L:
+                raise ProtocolError("malformed data share: label share out of range")
             ow.append(np.full(rows, c, dtype=np.int64))
         if not xs or (self.n_clients is not None
                       and sorted(self.xbound) != list(range(self.n_clients))):
@@ -378,8 +387,8 @@ class _Server:
         return wire.encode("secretsv/output", bind({**meta, EV: ev.ev}, ev.ctx.at(
             layer=ev.layer, step="output")), [z.tobytes()])
 
-    def _answer(self, data: bytes, kind: str, shape: tuple[int, ...]) -> tuple[U64,
-                                                                               wire.Message]:
+    def _answer(self, data: bytes, kind: str, shape: tuple[int, ...], n_blobs: int = 1
+                ) -> tuple[U64, wire.Message]:
         ev = self._need_eval()
         msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
         step = kind.split("/")[1]
@@ -388,7 +397,7 @@ class _Server:
         if request_id(msg.meta, RE) != ev.ev or not ev.opened:
             raise ReplayRefused(f"{kind} answers no output of this evaluation and layer",
                                 check="request-id")
-        if len(msg.blobs) != 1:
+        if len(msg.blobs) != n_blobs:
             raise ProtocolError(f"malformed {kind} message")
         x = _arr(msg.blobs[0], shape, kind)
         ev.layer += 1
@@ -403,29 +412,64 @@ class _Server:
             raise ProtocolError("malformed re-share bound")
         return x, nb
 
-    def label_diff(self, data: bytes) -> bytes:
-        """(A) ``Ŷ'' − Y''`` for P from the client's label share."""
+    def label_mask(self, to_p: bytes) -> bytes:
+        """(P) The client's zero-test part ``(b', g')`` (:func:`fedsec.crypto.sharing.
+        zero_test_deal`, modulo the prime ``2^61 − 1``): P keeps ``g'`` and sends A
+        ``f' = Y' − b'`` (uniform to A, which lacks ``b'``)."""
         ev = self._need_eval()
-        la, _ = self._answer(data, "secretsv/labels", (len(ev.rows),))
+        m = len(ev.rows)
+        b_p, msg = self._answer(to_p, "secretsv/labels", (m,), n_blobs=2)
+        g_p = _arr(msg.blobs[1], (m,), "label share")
+        if m and max(int(b_p.max()), int(g_p.max())) >= L:
+            raise ProtocolError("malformed secretsv/labels message: share out of range")
+        ev.g = g_p
+        return wire.encode("secretsv/label-mask", bind({}, ev.ctx.at(
+            layer=ev.layer - 1, step="label-mask"), re_=ev.ev),
+            [sh.zero_test_mask(self.y[ev.rows], b_p, L).tobytes()])
+
+    def label_diff(self, data: bytes, mask_p: bytes) -> bytes:
+        """(A) Its zero-test share ``z'' = g'' − r·(Y − b)`` of ``r·(Ŷ − Y)`` for P, from
+        the client's ``(r, b'', g'')`` and P's ``f'`` -- never ``Ŷ'' − Y''``, which would
+        give P the exact error (and, with it, the label)."""
+        ev = self._need_eval()
+        m = len(ev.rows)
+        r, msg = self._answer(data, "secretsv/labels", (m,), n_blobs=3)
+        b_a = _arr(msg.blobs[1], (m,), "label share")
+        g_a = _arr(msg.blobs[2], (m,), "label share")
+        pm = wire.decode(mask_p, expect="secretsv/label-mask", max_bytes=1 << 34)
+        check_context(pm.meta, ev.ctx.at(layer=ev.layer - 1, step="label-mask"),
+                      what="label mask")
+        if request_id(pm.meta, RE) != ev.ev:
+            raise ReplayRefused("label mask of another evaluation", check="request-id")
+        if len(pm.blobs) != 1:
+            raise ProtocolError("malformed secretsv/label-mask message")
+        f_p = _arr(pm.blobs[0], (m,), "label mask")
+        if m and (int(r.min()) == 0 or max(int(r.max()), int(b_a.max()), int(g_a.max()),
+                                           int(f_p.max())) >= L):
+            raise ProtocolError("label shares out of range (or a zero multiplier)")
+        z_a = sh.zero_test_respond(f_p, self.y[ev.rows], r, b_a, g_a, L)
         self.eval = None
         return wire.encode("secretsv/label-diff", bind({}, ev.ctx.at(
-            layer=ev.layer - 1, step="label-diff"), re_=ev.ev),
-            [(la - self.y[ev.rows]).tobytes()])
+            layer=ev.layer - 1, step="label-diff"), re_=ev.ev), [z_a.tobytes()])
 
-    def compare(self, to_p: bytes, diff_a: bytes) -> BoolArray:
-        """(P) Its label share and A's difference: ``Ŷ − Y = 0`` per sample."""
+    def compare(self, diff_a: bytes) -> BoolArray:
+        """(P) A's zero-test share: True where ``r·(Ŷ − Y) = 0`` (a right prediction).
+        P learns this bit only: for a wrong one the value is uniform over ``[1, L)``."""
         ev = self._need_eval()
-        lp, _ = self._answer(to_p, "secretsv/labels", (len(ev.rows),))
         msg = wire.decode(diff_a, expect="secretsv/label-diff", max_bytes=1 << 34)
         check_context(msg.meta, ev.ctx.at(layer=ev.layer - 1, step="label-diff"),
                       what="label difference")
         if request_id(msg.meta, RE) != ev.ev:
             raise ReplayRefused("label difference of another evaluation", check="request-id")
+        if ev.g is None:
+            raise ProtocolError("a label difference before the labels")
         if len(msg.blobs) != 1:
             raise ProtocolError("malformed label difference")
-        diff = (lp - self.y[ev.rows]) + _arr(msg.blobs[0], (len(ev.rows),), "label diff")
+        z_a = _arr(msg.blobs[0], (len(ev.rows),), "label diff")
+        if z_a.size and int(z_a.max()) >= L:
+            raise ProtocolError("malformed label difference: out of range")
+        out: BoolArray = sh.zero_test_open(ev.g, z_a, L)
         self.eval = None
-        out: BoolArray = diff == 0
         return out
 
 
@@ -474,7 +518,7 @@ class _Client:
         bound = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
         with acc.timed("share_generation"):
             x1, x2 = sh.share(xq, Q, self.rng)
-            y1, y2 = sh.share(self.y.astype(np.uint64), Q, self.rng)
+            y1, y2 = sh.share(self.y.astype(np.uint64), L, self.rng)
         meta = {"client": self.index, "rows": len(self.y), "bound": bound}
         return (wire.encode("secretsv/data", bind(meta, self._ctx(step="data/P")),
                             [x1.tobytes(), y1.tobytes()]),
@@ -572,12 +616,12 @@ class _Client:
                     wire.encode("secretsv/reshare", bind(m2, ctx.at(step="reshare/A"), re_=ev),
                                 [s2.tobytes()]))
         labels = np.argmax(out, axis=0).astype(np.uint64)
-        with acc.timed("share_generation"):
-            l1, l2 = sh.share(labels, Q, self.rng)
+        with acc.timed("share_generation"):  # the zero test's correlated randomness
+            to_p, to_a = sh.zero_test_deal(labels, L, self.rng)
         return (wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/P"), re_=ev),
-                            [l1.tobytes()]),
+                            [v.tobytes() for v in to_p]),
                 wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/A"), re_=ev),
-                            [l2.tobytes()]))
+                            [v.tobytes() for v in to_a]))
 
 
 @dataclass
@@ -685,9 +729,13 @@ class _Run:
                     x_p, xb = self.P.receive_share(to_p, ly.out_features, m)
                     x_a, _ = self.A.receive_share(to_a, ly.out_features, m)
                 else:
-                    diff_a = self.acc.message("A", "P", "label-diff", self.A.label_diff(to_a))
                     with self.acc.timed("arithmetic"):
-                        correct[brows] = self.P.compare(to_p, diff_a)
+                        mask_p = self.acc.message("P", "A", "label-mask",
+                                                  self.P.label_mask(to_p))
+                        diff_a = self.acc.message("A", "P", "label-diff",
+                                                  self.A.label_diff(to_a, mask_p))
+                    with self.acc.timed("arithmetic"):
+                        correct[brows] = self.P.compare(diff_a)
         return correct[todo] if rows is not None else correct
 
 

@@ -14,9 +14,12 @@ Roles and messages (everything between roles is bytes, counted by
   (Matrix Reducing "Half", Alg. 5); A sends its encrypted share product to P, who adds them
   (Alg. 4, steps 4-6), masks what the decryptor must not see, and sends the sum to the
   decrypting client ``i_{l+1}``. That client decrypts, centres, rescales, activates and
-  re-shares the next layer's input to P and A (steps 7-9); after the last layer it shares
-  the predicted labels (step 11). A sends ``Ŷ'' − Y''``; P reconstructs ``Ŷ − Y`` (exact in
-  ``Z_t``) and records the IDs ``Φ`` of correctly predicted samples (steps 12-14).
+  re-shares the next layer's input to P and A (steps 7-9); after the last layer it deals a
+  *zero test* of its predicted labels instead of sharing them (steps 11-14, departing from
+  the paper, :func:`fedsec.crypto.sharing.zero_test_deal`): P gets ``(b', g')``, A gets
+  ``(r, b'', g'')`` with ``r`` uniform non-zero and ``g = r·(Ŷ − b)``; P sends A
+  ``f' = Y' − b'``, A returns ``g'' − r·(Y − b)``, and P opens ``r·(Ŷ − Y)`` mod ``t``:
+  zero exactly for the correctly predicted samples, whose IDs ``Φ`` it records.
 * **Who decrypts what** (``schedule="strict"``, the default; fedsec departs from the
   paper here): the decryption rule of :mod:`fedsec.shapley.views`. Prop. 6.8 keeps a
   client from decrypting its own model's output and its own samples, but a client also
@@ -47,7 +50,8 @@ Roles and messages (everything between roles is bytes, counted by
   these rules.
 * **SampleSkip** (Alg. 6-7) runs at P exactly as :class:`~fedsec.shapley.utility.RoundGame`
   does in the clear; skipped samples are left out of the batches (or, with the linearity
-  shortcut, masked with uniform noise before decryption).
+  shortcut, masked with uniform noise before decryption, and their zero test voided: P
+  opens uniform values there, not ``r·(0 − y)``, which would be zero where ``y = 0``).
 
 Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime). P picks the fixed
 point (``f_θ``, ``f_x``) from powers-of-two bounds every model and data owner publishes
@@ -76,16 +80,18 @@ participates, one pair ``q_d·lin(θ_d, X_b) + q_p·lin(θ_p, X_b)`` (``p`` the 
 participant: the term list is fixed by the participants, so P's metadata alone cannot
 relabel a ciphertext); ``d`` derives every
 coalition's output exactly (``Σ_{i∈S} q_i·lin(θ_i, X_b)``, checked against P's bounds),
-predicts, and shares the ``2^k`` coalitions' labels with P and A, who reconstruct every
-``Ŷ_S − Y`` at once. What ``d`` learns is what the paper's protocol shows a client that P
+predicts, and deals the zero test of the ``2^k`` coalitions' labels (one ``b`` per sample,
+a fresh ``r`` per coalition and sample), from which P opens every ``r_S·(Ŷ_S − Y)``.
+What ``d`` learns is what the paper's protocol shows a client that P
 picks to decrypt every coalition but ``{d}`` on batch ``b`` -- a schedule Prop. 6.8
 allows (it forbids decrypting one's own samples or one's own model's *singleton*): in
 particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtracting ``{p}``
 from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
 request that asks for either, or a label table of more than ``2^22`` coalition × sample
-entries (P decrypts per coalition beyond it). P learns the ``Ŷ_S − Y`` of every
-coalition, as in the exact protocol. With SampleSkip or an estimator the mode is off
-(the paper would show the client fewer coalitions); ``derived_decryption=False`` restores
+entries (P decrypts per coalition beyond it). P learns, per coalition and sample, whether
+the prediction is right, as in the per-coalition protocol. With SampleSkip or an
+estimator the mode is off (the paper would show the client fewer coalitions);
+``derived_decryption=False`` restores
 one request per coalition with rotating decryptors.
 
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals
@@ -115,16 +121,27 @@ back as the channel-major ``(C_out, H_out, W_out)`` features the next layer expe
 
 Threat model: semi-honest P, A and clients; P and A do not collude (with each other, or
 either with a client); the clients share the BFV secret key (as the paper's leader
-broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as in the paper; A
-learns nothing but ciphertexts and uniform shares. A decrypting client learns one
-layer's output on a batch of other clients' samples (and, at the last layer, predicted
-labels), as in the paper, but under the decryption rule never a combination of outputs
-that is a model it knows (so it cannot solve for the samples by linear algebra; the
-paper's assumption that a linear layer's output with *unknown* parameters reveals
-neither input nor parameters remains); under ``schedule="paper"`` it can solve for other
-clients' samples; BFV ciphertexts are not circuit-private (noise is not flooded), which
-the paper's CKKS protocol does not provide either. Sizes and parameters in messages are
-checked by their receivers; malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
+broadcasts it). P learns ``Φ_S`` (the ID sets) and the utilities, as the paper states, and
+nothing more of the labels: the paper's P reconstructs ``Ŷ − Y``, whose non-zero values
+pin labels (the sign of a binary error is the label; over rounds P pinned 128 of 200 BANK
+labels), so fedsec opens ``r·(Ŷ − Y)`` instead -- for a wrong prediction uniform over
+the non-zero residues mod the prime ``t``, whatever the error. A learns nothing but
+ciphertexts, uniform shares, the multipliers ``r`` and ``Y − b`` (uniform: ``b'`` is
+unknown to it). The predicting client receives nothing back; colluding with A it would
+learn the batch's labels (it knows ``b``), with P too (it knows ``r`` and ``Ŷ``) --
+collusion is outside this threat model, and before the change P alone learned them. Why
+the predicting client deals the test: it is the one role that knows ``Ŷ`` and nothing of
+``Y``, so SecSV needs neither a dealer nor a homomorphic product (one under A's own BFV
+key would need noise flooding: A, knowing its encryption noise, could read P's multiplier
+off the decrypted noise). A decrypting client learns one layer's output on a batch of
+other clients' samples (and, at the last layer, predicted labels), as in the paper, but
+under the decryption rule never a combination of outputs that is a model it knows (so it
+cannot solve for the samples by linear algebra; the paper's assumption that a linear
+layer's output with *unknown* parameters reveals neither input nor parameters remains);
+under ``schedule="paper"`` it can solve for other clients' samples; BFV ciphertexts are
+not circuit-private (noise is not flooded), which the paper's CKKS protocol does not
+provide either. Sizes and parameters in messages are checked by their receivers;
+malformed bytes raise :class:`~fedsec.errors.ProtocolError`.
 
 Replays and splices (:mod:`fedsec.shapley.binding`): every message carries its context
 (the key set-up's session, ``secsv``, round, coalition, batch, layer, step -- with the
@@ -132,7 +149,7 @@ recipient for what P and A get in different copies) and is checked by its receiv
 against its own state. P issues an id per evaluation (announced to A in ``secsv/eval``)
 and per decryption request; the client echoes both; P takes each answer once and only for
 the evaluation and layer in flight, A takes one re-share per layer of the evaluation it
-was told about, then the label share. A decodes and checks P's batch list (every sample
+was told about, then the label share and P's label mask. A checks P's batch list (each sample
 once) and each evaluation (this round, a fresh id, a batch it knows). A client answers
 each request id once, refuses a round earlier than one it served, and refuses a layer of
 an evaluation of which it decrypted the same or an adjacent layer (its own memory, not
@@ -647,13 +664,13 @@ class SecSVClient:
                                                       re_=rid), [s2.tobytes()]))
         labels = np.zeros(m, dtype=np.uint64)
         labels[active] = np.argmax(out, axis=0).astype(np.uint64)
-        with acc.timed("share_generation"):
-            l1, l2 = sh.share(labels, t, self._rng)
+        with acc.timed("share_generation"):  # the zero test's correlated randomness
+            to_p, to_a = sh.zero_test_deal(labels, t, self._rng, void=~active)
         meta3 = {"m": m, "from": self.index, EV: ev}
         return (wire.encode("secsv/labels", bind(meta3, ctx.at(step="labels/P"), re_=rid),
-                            [l1.tobytes()]),
+                            [v.tobytes() for v in to_p]),
                 wire.encode("secsv/labels", bind(meta3, ctx.at(step="labels/A"), re_=rid),
-                            [l2.tobytes()]))
+                            [v.tobytes() for v in to_a]))
 
 
     # ------------------------------------------------------------- derived decryption
@@ -767,13 +784,13 @@ class SecSVClient:
         with acc.timed("other"):
             labels = self._derive_labels(values, parts, weights, partner, lp.d_out, m,
                                          plan.frac_model + plan.frac_inputs[0])
-        with acc.timed("share_generation"):
-            l1, l2 = sh.share(labels, t, self._rng)
+        with acc.timed("share_generation"):  # the zero test's correlated randomness
+            to_p, to_a = sh.zero_test_deal(labels, t, self._rng)
         meta2 = {"m": m, "coalitions": int(labels.shape[0]), "from": self.index, EV: ev}
         return (wire.encode("secsv/labels-all", bind(meta2, ctx.at(step="labels-all/P"),
-                                                     re_=rid), [l1.tobytes()]),
+                                                     re_=rid), [v.tobytes() for v in to_p]),
                 wire.encode("secsv/labels-all", bind(meta2, ctx.at(step="labels-all/A"),
-                                                     re_=rid), [l2.tobytes()]))
+                                                     re_=rid), [v.tobytes() for v in to_a]))
 
     def _derive_labels(self, values: NDArray[np.int64], parts: list[int],
                        weights: list[int], partner: int, d_out: int, m: int,
@@ -1021,6 +1038,7 @@ class _Eval:
     rows: NDArray[np.int64]
     layer: int = 0  # the next layer whose share this server expects
     products: set[tuple[int, str]] = field(default_factory=set)  # (P) received from A
+    g: U64 | None = None  # (P) its share of r·(Ŷ − b) from the labels, until A answers
 
 
 def _rows_list(value: Any, n_samples: int, width: int) -> NDArray[np.int64]:
@@ -1090,8 +1108,8 @@ class AuxiliaryServer(_Server):
                                                  re_=ev.ev),
                            [self.bfv.serialize(ct, ntt=True)])
 
-    def _share(self, data: bytes, kind: str, step: str, layer: int, shape: tuple[int, ...]
-               ) -> tuple[U64, wire.Message]:
+    def _share(self, data: bytes, kind: str, step: str, layer: int, shape: tuple[int, ...],
+               n_blobs: int = 1) -> tuple[U64, wire.Message]:
         ev = self._need_eval()
         msg = wire.decode(data, expect=kind, max_bytes=1 << 28)
         check_context(msg.meta, ev.ctx.at(layer=layer, step=step), what=kind)
@@ -1100,7 +1118,7 @@ class AuxiliaryServer(_Server):
         if layer != ev.layer:
             raise ReplayRefused(f"{kind} out of order (a duplicate or a replay)",
                                 check="layer")
-        if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, shape[-1]) != shape[-1]:
+        if len(msg.blobs) != n_blobs or _int_meta(msg.meta, "m", 1, shape[-1]) != shape[-1]:
             raise ProtocolError(f"malformed {kind}")
         x = _u64(msg.blobs[0], shape, kind)
         if x.size and int(x.max()) >= self.bfv.t:
@@ -1112,20 +1130,19 @@ class AuxiliaryServer(_Server):
         """The decrypting client's re-share of layer ``layer``'s activated output."""
         return self._share(data, "secsv/reshare", "reshare/A", layer, (d, m))[0]
 
-    def label_diff(self, data: bytes, m: int) -> bytes:
-        """Alg. 4, step 12: ``Ŷ'' − Y''`` for P from the client's label share."""
+    def label_diff(self, data: bytes, mask_p: bytes, m: int) -> bytes:
+        """Alg. 4, step 12, as a zero test (:func:`fedsec.crypto.sharing.zero_test_deal`):
+        from the client's ``(r, b'', g'')`` and P's ``f' = Y' − b'``, A's share
+        ``z'' = g'' − r·(Y − b)`` of ``r·(Ŷ − Y)`` for P -- never ``Ŷ'' − Y''``, which
+        would give P the exact error (and, with it, the label)."""
         layer = len(self.plan.layers) - 1
-        la, _ = self._share(data, "secsv/labels", "labels/A", layer, (m,))
-        ev = self._need_eval()
-        diff_a = sh.sub_mod(la, self.y[ev.rows], self.bfv.t)
-        self.eval = None
-        return wire.encode("secsv/label-diff", bind({"m": m}, ev.ctx.at(
-            layer=layer, step="label-diff"), re_=ev.ev), [diff_a.tobytes()])
+        return self._zero_test(data, mask_p, "secsv/labels", "labels/A", layer, (m,),
+                               "secsv/label-diff", "label-diff")
 
-
-    def label_diff_all(self, data: bytes, m: int) -> bytes:
-        """Derived evaluation: ``Ŷ''_S − Y''`` for every coalition ``S`` of the round (the
-        client's ``2^k × m`` label share; ``k`` = this round's local models here)."""
+    def label_diff_all(self, data: bytes, mask_p: bytes, m: int) -> bytes:
+        """Derived evaluation: A's zero-test shares of ``r_S·(Ŷ_S − Y)`` for every
+        coalition ``S`` of the round (the client's ``2^k × m`` table; ``k`` = this
+        round's local models here)."""
         ev = self._need_eval()
         if ev.ctx.mask != ALL:
             raise ProtocolError("all-coalition labels outside a derived evaluation")
@@ -1133,13 +1150,32 @@ class AuxiliaryServer(_Server):
         peek = wire.decode(data, expect="secsv/labels-all", max_bytes=1 << 28)
         if _int_meta(peek.meta, "coalitions", 1, 1 << _MAX_DERIVED) != 1 << k:
             raise ProtocolError("malformed secsv/labels-all: coalitions")
-        la, _ = self._share(data, "secsv/labels-all", "labels-all/A", 0, (1 << k, m))
-        diff_a = sh.sub_mod(la, self.y[ev.rows][None, :], self.bfv.t)
+        return self._zero_test(data, mask_p, "secsv/labels-all", "labels-all/A", 0,
+                               (1 << k, m), "secsv/label-diff-all", "label-diff-all")
+
+    def _zero_test(self, data: bytes, mask_p: bytes, kind: str, step: str, layer: int,
+                   shape: tuple[int, ...], out_kind: str, out_step: str) -> bytes:
+        t, m = self.bfv.t, shape[-1]
+        ev = self._need_eval()
+        r, msg = self._share(data, kind, step, layer, shape, n_blobs=3)
+        pm = wire.decode(mask_p, expect="secsv/label-mask", max_bytes=1 << 26)
+        check_context(pm.meta, ev.ctx.at(layer=layer, step="label-mask"), what="label mask")
+        if request_id(pm.meta, "re") != ev.ev:
+            raise ReplayRefused("label mask of another evaluation", check="request-id")
+        if len(pm.blobs) != 1 or _int_meta(pm.meta, "m", 1, m) != m:
+            raise ProtocolError("malformed secsv/label-mask message")
+        f_p = _u64(pm.blobs[0], (m,), "label mask")
+        b_a = _u64(msg.blobs[1], (m,), "label mask share")
+        g_a = _u64(msg.blobs[2], shape, "label share")
+        if r.size and (int(r.min()) == 0 or max(int(f_p.max()), int(b_a.max()),
+                                                int(g_a.max())) >= t):
+            raise ProtocolError("label shares out of range (or a zero multiplier)")
+        z_a = sh.zero_test_respond(f_p, self.y[ev.rows], r, b_a, g_a, t)
         self.eval = None
-        return wire.encode("secsv/label-diff-all", bind({"m": m, "coalitions": 1 << k},
-                                                        ev.ctx.at(layer=0,
-                                                                  step="label-diff-all"),
-                                                        re_=ev.ev), [diff_a.tobytes()])
+        meta: dict[str, Any] = {"m": m} if len(shape) == 1 else {"m": m,
+                                                                  "coalitions": shape[0]}
+        return wire.encode(out_kind, bind(meta, ev.ctx.at(layer=layer, step=out_step),
+                                          re_=ev.ev), [z_a.tobytes()])
 
 
 class PrincipalServer(_Server):
@@ -1207,34 +1243,60 @@ class PrincipalServer(_Server):
             raise ProtocolError("share out of range")
         return x, b
 
-    def compare(self, to_p: bytes, diff_a: bytes, brows: NDArray[np.int64], m: int
-                ) -> BoolArray:
-        """Alg. 4, steps 12-14: P's label share and A's ``Ŷ'' − Y''``; ``Ŷ − Y`` exactly."""
-        ev = self._need_eval()
+    def label_mask(self, to_p: bytes, brows: NDArray[np.int64], m: int) -> bytes:
+        """Alg. 4, step 12, as a zero test: the client's ``(b', g')`` for P; P keeps
+        ``g'`` and sends A ``f' = Y' − b'`` (uniform to A, which lacks ``b'``)."""
         layer = len(self.plan.layers) - 1
-        msg = self._answer(to_p, "secsv/labels", "labels/P", layer)
-        if len(msg.blobs) != 1:
-            raise ProtocolError("malformed secsv/labels message: one blob expected")
-        lp_ = _u64(msg.blobs[0], (m,), "label share")
-        dm = wire.decode(diff_a, expect="secsv/label-diff", max_bytes=1 << 26)
-        check_context(dm.meta, ev.ctx.at(layer=layer, step="label-diff"),
-                      what="label difference")
+        return self._label_mask(to_p, "secsv/labels", "labels/P", layer, brows, (m,))
+
+    def label_mask_all(self, to_p: bytes, brows: NDArray[np.int64], m: int, n_masks: int
+                       ) -> bytes:
+        """Derived evaluation: :meth:`label_mask` for the ``n_masks × m`` table."""
+        return self._label_mask(to_p, "secsv/labels-all", "labels-all/P", 0, brows,
+                                (n_masks, m))
+
+    def _label_mask(self, to_p: bytes, kind: str, step: str, layer: int,
+                    brows: NDArray[np.int64], shape: tuple[int, ...]) -> bytes:
+        ev = self._need_eval()
+        if ev.g is not None:
+            raise ReplayRefused(f"{kind} received twice", check="step")
+        t, m = self.bfv.t, shape[-1]
+        msg = self._answer(to_p, kind, step, layer)
+        if len(msg.blobs) != 2 or _int_meta(msg.meta, "m", 1, m) != m or len(brows) != m:
+            raise ProtocolError(f"malformed {kind} message: two blobs expected")
+        b_p = _u64(msg.blobs[0], (m,), "label mask share")
+        g_p = _u64(msg.blobs[1], shape, "label share")
+        if m and max(int(b_p.max()), int(g_p.max())) >= t:
+            raise ProtocolError("share out of range")
+        ev.g = g_p
+        f_p = sh.zero_test_mask(self.y[brows], b_p, t)
+        return wire.encode("secsv/label-mask", bind({"m": m}, ev.ctx.at(
+            layer=layer, step="label-mask"), re_=ev.ev), [f_p.tobytes()])
+
+    def compare(self, diff_a: bytes, m: int) -> BoolArray:
+        """Alg. 4, steps 13-14: A's zero-test share; True where ``r·(Ŷ − Y) = 0``, i.e.
+        the prediction is right. P learns this bit and nothing else: for a wrong
+        prediction ``r·(Ŷ − Y)`` is uniform over the non-zero residues."""
+        layer = len(self.plan.layers) - 1
+        return self._correct(diff_a, "secsv/label-diff", "label-diff", layer, (m,))
+
+    def _correct(self, diff_a: bytes, kind: str, step: str, layer: int,
+                 shape: tuple[int, ...]) -> BoolArray:
+        """Open the zero test (rows: coalitions, if any). Ends the evaluation."""
+        ev = self._need_eval()
+        dm = wire.decode(diff_a, expect=kind, max_bytes=1 << 28)
+        check_context(dm.meta, ev.ctx.at(layer=layer, step=step), what="label difference")
         if request_id(dm.meta, "re") != ev.ev:
             raise ReplayRefused("label difference of another evaluation",
                                 check="request-id")
+        if ev.g is None:
+            raise ProtocolError("a label difference before the labels")
         if len(dm.blobs) != 1:
-            raise ProtocolError("malformed secsv/label-diff message: one blob expected")
-        diff_b = _u64(dm.blobs[0], (m,), "label difference")
-        return self._correct(lp_, diff_b, brows)
-
-    def _correct(self, label_p: U64, diff_a: U64, brows: NDArray[np.int64]) -> BoolArray:
-        """``Ŷ − Y = (Ŷ' − Y') + (Ŷ'' − Y'')`` exactly mod ``t`` (rows: coalitions, if
-        any); True where it is 0. Ends the evaluation."""
-        t = self.bfv.t
-        if label_p.size and max(int(label_p.max()), int(diff_a.max())) >= t:
+            raise ProtocolError(f"malformed {kind} message: one blob expected")
+        z_a = _u64(dm.blobs[0], shape, "label difference")
+        if z_a.size and int(z_a.max()) >= self.bfv.t:
             raise ProtocolError("share out of range")
-        diff = sh.add_mod(sh.sub_mod(label_p, self.y[brows], t), diff_a, t)
-        ok: BoolArray = sh.centre(diff, t) == 0
+        ok: BoolArray = sh.zero_test_open(ev.g, z_a, self.bfv.t)
         self.eval = None
         return ok
 
@@ -1249,22 +1311,11 @@ class PrincipalServer(_Server):
         return wire.encode("secsv/decrypt-all", bind({**meta, EV: ev.ev}, ctx, rid=rid),
                            blobs)
 
-    def compare_all(self, to_p: bytes, diff_a: bytes, brows: NDArray[np.int64], m: int,
-                    n_masks: int) -> BoolArray:
-        """Derived evaluation: ``Ŷ_S − Y`` exactly for every coalition (``n_masks × m``)."""
-        ev = self._need_eval()
-        msg = self._answer(to_p, "secsv/labels-all", "labels-all/P", 0)
-        dm = wire.decode(diff_a, expect="secsv/label-diff-all", max_bytes=1 << 28)
-        check_context(dm.meta, ev.ctx.at(layer=0, step="label-diff-all"),
-                      what="label difference")
-        if request_id(dm.meta, "re") != ev.ev:
-            raise ReplayRefused("label difference of another evaluation",
-                                check="request-id")
-        if len(msg.blobs) != 1 or len(dm.blobs) != 1:
-            raise ProtocolError("malformed derived labels: one blob expected")
-        lp_ = _u64(msg.blobs[0], (n_masks, m), "label share")
-        diff_b = _u64(dm.blobs[0], (n_masks, m), "label difference")
-        return self._correct(lp_, diff_b, brows)
+    def compare_all(self, diff_a: bytes, m: int, n_masks: int) -> BoolArray:
+        """Derived evaluation: whether ``Ŷ_S = Y`` for every coalition (``n_masks × m``),
+        by the zero test (:meth:`compare`)."""
+        return self._correct(diff_a, "secsv/label-diff-all", "label-diff-all", 0,
+                             (n_masks, m))
 
 
 # ====================================================================== the run
@@ -1468,10 +1519,12 @@ class _Run:
                     x_a = self.A.receive_share(to_a, layer, lp.d_out, m)
                 else:
                     with self.acc.timed("arithmetic"):
-                        diff_a = self.A.label_diff(to_a, m)
+                        mask_p = self._msg("P", "A", "label-mask",
+                                           self.P.label_mask(to_p, brows, m))
+                        diff_a = self.A.label_diff(to_a, mask_p, m)
                     diff_a = self._msg("A", "P", "label-diff", diff_a)
                     with self.acc.timed("arithmetic"):
-                        ok = self.P.compare(to_p, diff_a, brows, m)
+                        ok = self.P.compare(diff_a, m)
                     correct[brows[active]] = ok[active]
         return correct[todo] if rows is not None else correct
 
@@ -1551,8 +1604,11 @@ class _Run:
             to_p = self._msg(f"client:{d}", "P", "share", to_p)
             to_a = self._msg(f"client:{d}", "A", "share", to_a)
             with self.acc.timed("arithmetic"):
-                diff_a = self._msg("A", "P", "label-diff", self.A.label_diff_all(to_a, m))
-                correct[:, b.rows] = self.P.compare_all(to_p, diff_a, b.rows, m, n_masks)
+                mask_p = self._msg("P", "A", "label-mask",
+                                   self.P.label_mask_all(to_p, b.rows, m, n_masks))
+                diff_a = self._msg("A", "P", "label-diff",
+                                   self.A.label_diff_all(to_a, mask_p, m))
+                correct[:, b.rows] = self.P.compare_all(diff_a, m, n_masks)
         return correct
 
     def _shortcut_sum(self, t: int, keys: Sequence[str], q: Sequence[int], bi: int,
