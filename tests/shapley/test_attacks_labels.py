@@ -33,6 +33,9 @@ from fedsec.shapley import secsv as sv  # noqa: E402
 from fedsec.shapley.binding import context_of  # noqa: E402
 from fedsec.shapley.fsv import federated_shapley  # noqa: E402
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
 
 def _federation(name: str, n_test: int, rounds: int) -> tuple:
     pytest.importorskip("torch", reason="training needs fedsec[learning] (torch)")
@@ -123,7 +126,7 @@ def test_a_learns_nothing_from_the_zero_test(monkeypatch: pytest.MonkeyPatch,
     rec, _fed, sets = bank
     tap = la.Tap()
     monkeypatch.setattr(sv, "Accounting", lambda: tap)
-    sv.secsv_shapley(rec, sets)
+    sv.secsv_shapley(rec, sets, schedule="paper")
     t = BFVContext(sv.SecSVConfig().bfv).t
     y_a = np.concatenate([la.u64(wire.decode(p).blobs[1]) for s, r, k, p in tap.log
                           if r == "A" and k == "data"])
@@ -157,7 +160,7 @@ def test_hesv_decryptor_reads_only_correctness(monkeypatch: pytest.MonkeyPatch, 
     rec, fed, sets = bank if task == "bank" else agnews
     seen: list = []
     monkeypatch.setattr(hesv, "HESVClient", la.curious_hesv_client(hesv.HESVClient, seen))
-    res = hesv.hesv_shapley(rec, sets, complex_packing=packed)
+    res = hesv.hesv_shapley(rec, sets, complex_packing=packed, schedule="paper")
     ref = federated_shapley(rec, fed.x_test, fed.y_test)
     # CKKS scores: a near-tie may flip (as before; not this test's subject)
     assert res.error_to(ref) <= 5e-3
@@ -188,7 +191,7 @@ def test_secsv_sample_skip_skipped_samples_say_nothing(monkeypatch: pytest.Monke
     rec, fed, sets = bank
     tap = la.Tap()
     monkeypatch.setattr(sv, "Accounting", lambda: tap)
-    res = sv.secsv_shapley(rec, sets, sample_skip=True)
+    res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper")
     ref = federated_shapley(rec, fed.x_test, fed.y_test, sample_skip=True)
     assert res.error_to(ref) == 0.0
     t = BFVContext(sv.SecSVConfig().bfv).t
