@@ -67,10 +67,11 @@ def _attack(monkeypatch: pytest.MonkeyPatch, protocol: str, world: tuple, **kw: 
     mod = sv if protocol == "secsv" else ssv
     monkeypatch.setattr(mod, "Accounting", lambda: tap)  # keep the bytes the roles exchange
     fn = sv.secsv_shapley if protocol == "secsv" else ssv.secretsv_shapley
-    res = fn(rec, sets, **kw)  # type: ignore[operator]
+    res = fn(rec, sets, **{"schedule": "paper", **kw})  # type: ignore[operator]
     # the plaintext FSVs (exactly on the binary task; near-ties flip at the fixed point
     # on the 4-class one): the zeros P opens are the right predictions
-    ref = federated_shapley(rec, fed.x_test, fed.y_test)
+    ref = federated_shapley(rec, fed.x_test, fed.y_test, **{
+        k: v for k, v in kw.items() if k in ("estimator", "budget", "seed")})
     assert res.error_to(ref) <= (0.0 if rec.spec.layers[-1].out_features == 2 else 1e-3)
     y = np.concatenate([s[1] for s in sets]).astype(np.int64)
     t = BFVContext(sv.SecSVConfig().bfv).t
@@ -205,3 +206,14 @@ def test_secsv_sample_skip_skipped_samples_say_nothing(monkeypatch: pytest.Monke
                                      o.values[:, o.extra["active"]]) for o in opened],
                           len(y), 2, y)
     assert stats["pinned"] == stats["narrowed"] == 0
+
+
+def test_p_learns_only_correctness_under_the_decryption_rule(monkeypatch: pytest.MonkeyPatch,
+                                                             bank: tuple) -> None:
+    """The default schedule (permutation sampling, which the rule can place on 5 clients
+    in every round; owners evaluate the models they know): the same zero test."""
+    for protocol, prime in (("secsv", BFVContext(sv.SecSVConfig().bfv).t),
+                            ("secretsv", sh.LABEL_PRIME)):
+        stats, opened, y = _attack(monkeypatch, protocol, bank, schedule="strict",
+                                   estimator="ps", budget=1, seed=1)
+        _assert_only_bits(stats, opened, y, prime)
