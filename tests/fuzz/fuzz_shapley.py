@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from fuzz_mutations import Mutator, Pools
+from fuzz_mutations import Mutator, Pools, raw_ciphertext, transparent_ciphertext
 from fuzz_targets import Case, Target, _encode_loose
 
 from fedsec.crypto import sharing as sh
@@ -378,7 +378,9 @@ def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> 
                holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 12)),
                holder.serialize(agg.context.square(agg.context.encrypt(np.ones(4)),
                                                    rescale=False)),
-               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20)]
+               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20),
+               transparent_ciphertext(holder.serialize(top)),
+               transparent_ciphertext(raw_ciphertext(holder.deserialize(low)))]
     return {"h_cfg": cfg, "h_session": agg.session, "h_server_empty": empty,
             "h_server_ready": ready, "h_clients": fresh_clients, "h_data": data,
             "h_models": models, "h_steps": steps, "h_requests": requests,
@@ -435,6 +437,8 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     foreign = [bfv.serialize(ct), bfv.serialize(ct, ntt=True),
                bfv.serialize(bfv.mod_switch_down(ct)), b"", b"\x00" * (1 << 20),
                wire.decode(models[0]).blobs[0]]
+    # the same, transparent (c1 = 0: well framed, but no encryption)
+    foreign += [transparent_ciphertext(b) for b in foreign[:3] + foreign[-1:]]
     return {"s_run": run, "s_rec": rec, "s_plan": plan, "s_bounds": bounds,
             "s_data_p": data_p, "s_data_a": data_a, "s_models": models,
             "s_server_p_empty": p_empty, "s_clients_noplan": noplan, "s_eval": evals,
@@ -589,9 +593,12 @@ class Hostile:
         op = rng.randrange(6)
         if blobs and op <= 2:
             k = rng.randrange(len(blobs))
+            half = len(blobs[k]) // 16 * 8
             blobs[k] = rng.choice(self.foreign + blobs) if op < 2 else \
                 rng.choice((b"", b"\x00", blobs[k][:-8], blobs[k] + b"\x00" * 8,
-                            rng.randbytes(len(blobs[k]))))
+                            rng.randbytes(len(blobs[k])),
+                            bytes(len(blobs[k])),  # an all-zero share (in range)
+                            bytes(half) + blobs[k][half:]))  # its first half zero
         elif op == 3 and blobs:
             del blobs[rng.randrange(len(blobs))]
         elif op == 4:
