@@ -69,7 +69,7 @@ from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.accounting import Accounting
-from fedsec.shapley.binding import Context, bind, new_nonce, session_from_nonces
+from fedsec.shapley.binding import Context
 from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
 from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
 
@@ -213,17 +213,22 @@ def clone_srun(run: Any) -> Any:
     return c
 
 
+def _same_session(c: Any, s: Any) -> Any:
+    c.nonce, c.session = s.nonce, s.session  # not constructor fields (joined, not given)
+    return c
+
+
 def clone_tserver(s: Any) -> Any:
     """A SecretSV server, with its evaluation state."""
-    return dataclasses.replace(s, xbound=dict(s.xbound), models=dict(s.models),
-                               bounds=dict(s.bounds), evals_seen=set(s.evals_seen),
-                               triples_used=set(s.triples_used),
-                               eval=None if s.eval is None else dataclasses.replace(s.eval))
+    return _same_session(dataclasses.replace(
+        s, xbound=dict(s.xbound), models=dict(s.models), bounds=dict(s.bounds),
+        evals_seen=set(s.evals_seen), triples_used=set(s.triples_used),
+        eval=None if s.eval is None else dataclasses.replace(s.eval)), s)
 
 
 def clone_tclient(x: Any) -> Any:
-    return dataclasses.replace(x, answered=set(x.answered),
-                               seen={k: set(v) for k, v in x.seen.items()})
+    return _same_session(dataclasses.replace(x, answered=set(x.answered),
+                                             seen={k: set(v) for k, v in x.seen.items()}), x)
 
 
 def clone_trun(run: Any) -> Any:
@@ -494,11 +499,13 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     rec = Recorder()
     n, n_layers = record.n_clients, len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
-    session = session_from_nonces("secretsv", [new_nonce() for _ in range(n + 3)])
-    clients = [ssv._Client(i, n, record.spec, x, y, session=session)  # noqa: SLF001
+    clients = [ssv._Client(i, n, record.spec, x, y)  # noqa: SLF001
                for i, (x, y) in enumerate(sets)]
-    P = ssv._Server("P", record.spec, n_clients=n, session=session)  # noqa: SLF001
-    A = ssv._Server("A", record.spec, n_clients=n, session=session)  # noqa: SLF001
+    P = ssv._Server("P", record.spec, n_clients=n)  # noqa: SLF001
+    A = ssv._Server("A", record.spec, n_clients=n)  # noqa: SLF001
+    dealer = ssv.Dealer()
+    ssv.open_session(rec, clients, P, A, dealer)
+    session = P.session
     empty = clone_tserver(P)
     data_p, data_a = [], []
     for c in clients:
@@ -508,9 +515,8 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     P.receive_data(data_p)
     A.receive_data(data_a)
     order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    A.receive_order(wire.encode("secretsv/batches", bind(
-        {"order": [o.tolist() for o in order]}, Context(session, "secretsv", step="batches"))))
-    run = ssv._Run(record, rec, clients, P, A, ssv.Dealer(session=session), groups,  # noqa: SLF001
+    A.receive_order(P.order_message(order))
+    run = ssv._Run(record, rec, clients, P, A, dealer, groups,  # noqa: SLF001
                    strong, order, leader=0)
     n_log = len(rec.log)
     run.upload_round(0)
