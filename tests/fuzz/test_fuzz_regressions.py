@@ -487,3 +487,20 @@ def test_transparent_ciphertexts_are_refused_when_decoded(shapley_world: Any) ->
     with pytest.raises(ProtocolError, match="transparent"):
         hserver.receive_data(1, _encode_loose(data.kind, dict(data.meta), [
             transparent_ciphertext(plain), *data.blobs[1:]]))
+
+
+def test_secretsv_output_of_minus_two_to_the_63_is_out_of_bound(shapley_world: Any) -> None:
+    """``np.abs`` of the int64 minimum is itself (negative), so output shares that sum
+    to ``2^63`` slipped past the client's bound check. Both shares otherwise honest."""
+    import fuzz_shapley as fs
+
+    log = shapley_world.t_eval[fs.MASKS[0]][0]
+    (_, to, from_p), (_, _, from_a) = log.of("output", sender="P")[0], \
+        log.of("output", sender="A")[0]
+    client = fs.clone_tclient(shapley_world.t_run.clients[int(to.split(":")[1])])
+    p, a = wire.decode(from_p), wire.decode(from_a)
+    ps, as_ = (np.frombuffer(m.blobs[0], dtype="<u8").copy() for m in (p, a))
+    as_[0] = ((1 << 63) - int(ps[0])) % (1 << 64)  # the reconstructed entry is -2^63
+    forged = _encode_loose(a.kind, dict(a.meta), [as_.tobytes()])
+    with pytest.raises(ProtocolError, match="bound"):
+        client.reconstruct(from_p, forged, fs.Accounting())

@@ -613,7 +613,7 @@ class _Client:
         self.seen.setdefault(key, set()).add(layer)
         with acc.timed("decryption"):
             vals = sh.reconstruct(p_share, a_share, Q)
-        if vals.size and int(np.abs(vals).max()) > bound:
+        if vals.size and max(int(vals.max()), -int(vals.min())) > bound:  # |-2^63| wraps
             raise ProtocolError("reconstructed values exceed the announced bound")
         real = vals.astype(np.float64) / (float(wsum) * 2.0 ** scale)
         out = activate(self.spec.layers[layer].activation, real)
