@@ -504,3 +504,18 @@ def test_secretsv_output_of_minus_two_to_the_63_is_out_of_bound(shapley_world: A
     forged = _encode_loose(a.kind, dict(a.meta), [as_.tobytes()])
     with pytest.raises(ProtocolError, match="bound"):
         client.reconstruct(from_p, forged, fs.Accounting())
+
+
+def test_hesv_predictions_equal_to_the_labels_are_a_protocol_error(shapley_world: Any) -> None:
+    """``Y − Ŷ`` of two identical ciphertexts is transparent: a decrypting client that
+    sends the batch's own label ciphertext back as its predictions gets a ProtocolError
+    from the server, not SEAL's RuntimeError."""
+    import fuzz_shapley as fs
+
+    st = next(s for s in shapley_world.h_steps if s.kind == "hesv/predicted")
+    server = fs.clone_hserver(st.server)
+    meta = dict(wire.decode(st.reply).meta)
+    y = server.data[meta["owner"]][meta["batch"]].y
+    forged = _encode_loose("hesv/predicted", meta, [server.ctx.serialize(y)])
+    with pytest.raises(ProtocolError, match="transparent"):
+        server.step(st.sender, forged)

@@ -525,19 +525,23 @@ class CKKSContext:
         return ct
 
     # ------------------------------------------------------------------ evaluation
+    # Sums, differences and products refuse a transparent result with ProtocolError
+    # (refuse_transparent): only operands another role crafted can cancel.
     def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.add(a, b, out)
+        with refuse_transparent():
+            self._evaluator.add(a, b, out)
         return out
 
     def add_many(self, cts: Sequence[Ciphertext]) -> Ciphertext:
         if not cts:
             raise ValueError("nothing to add")
         out = seal.Ciphertext()
-        if len(cts) == 1:
-            self._evaluator.add_plain(cts[0], self._zero_plain(cts[0]), out)
-            return out
-        self._evaluator.add_many(list(cts), out)
+        with refuse_transparent():
+            if len(cts) == 1:
+                self._evaluator.add_plain(cts[0], self._zero_plain(cts[0]), out)
+                return out
+            self._evaluator.add_many(list(cts), out)
         return out
 
     def _zero_plain(self, ct: Ciphertext) -> Any:
@@ -545,7 +549,8 @@ class CKKSContext:
 
     def sub(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.sub(a, b, out)
+        with refuse_transparent():
+            self._evaluator.sub(a, b, out)
         return out
 
     def sub_plain(self, a: Ciphertext, pt: Any) -> Ciphertext:
@@ -568,7 +573,8 @@ class CKKSContext:
         """Ciphertext product, relinearized and (by default) rescaled."""
         a, b = self._align(a, b)
         out = seal.Ciphertext()
-        self._evaluator.multiply(a, b, out)
+        with refuse_transparent():
+            self._evaluator.multiply(a, b, out)
         self._evaluator.relinearize_inplace(out, self._need_relin())
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
@@ -587,7 +593,8 @@ class CKKSContext:
         """Slot-wise product with a plaintext vector (one rescale by default)."""
         pt = self.encode(values, scale=scale, parms_id=a.parms_id())
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
         return out
@@ -598,14 +605,16 @@ class CKKSContext:
         ``value * scale`` integers); the result's scale is ``a.scale * scale``."""
         pt = self.encode_constant(value, scale=scale, parms_id=a.parms_id())
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
         return out
 
     def multiply_plaintext(self, a: Ciphertext, pt: Any) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         return out
 
     def rescale(self, a: Ciphertext) -> Ciphertext:
