@@ -165,7 +165,9 @@ class Dealer:
 
     Each triple carries a fresh id and the context of the product it is for (session,
     round, coalition, batch, layer); a server uses a triple id once (a re-used triple
-    would let the other server difference two openings)."""
+    would let the other server difference two openings). Like every SecretSV role, the
+    dealer draws its own session nonce (:meth:`hello`) and deals only once it has joined
+    a session that hashes it in (:meth:`join`)."""
 
     def __init__(self) -> None:
         self._rng = SystemRandomSource()
