@@ -12,7 +12,7 @@ rejects); it exits 1 if there is any.
     python benchmarks/fuzz_decoders.py --executions 5000   # a quick look
 
 ``--part shapley`` fuzzes the secure Shapley roles instead (HESV, SecSV, SecretSV:
-``tests/fuzz/fuzz_shapley.py``, the 23 targets of ``SHAPLEY_TARGETS``, ``--executions`` of
+``tests/fuzz/fuzz_shapley.py``, the 31 targets of ``SHAPLEY_TARGETS``, ``--executions`` of
 them, then a sweep of every metadata key of one message per entry point with every sweep
 value); its results go under the ``"shapley"`` key of the same JSON file, leaving the key
 set-up/AUC part in place.

@@ -39,7 +39,7 @@ from fedsec.crypto import wire
 
 __all__ = ["Pools", "Mutator", "Frame", "parse_frame", "HOSTILE_JSON", "HOSTILE_KINDS",
            "SWEEP_VALUES", "SEAL_MAGIC", "zstd_open", "zstd_close",
-           "raw_ciphertext"]
+           "raw_ciphertext", "transparent_ciphertext"]
 
 SEAL_MAGIC = b"\x5e\xa1"
 _SEAL_HEADER = struct.Struct("<HBBBBHQ")  # magic, header size, major, minor, compr, rsvd, size
@@ -206,6 +206,17 @@ def zstd_close(plain: bytes) -> bytes:
     head[5] = 2
     struct.pack_into("<Q", head, 8, 16 + n)
     return bytes(head) + buf.raw[:n]
+
+
+def transparent_ciphertext(data: bytes) -> bytes:
+    """A serialized 2-polynomial SEAL ciphertext (compressed or not) with its ``c1``
+    zeroed, uncompressed: well framed, every member valid, but *transparent* -- no
+    encryption at all; SEAL refuses any result computed from it."""
+    plain = zstd_open(data) if len(data) > 5 and data[5] == 2 else data
+    assert plain is not None
+    head = 16 + 73 + 24  # header, members before the array, array header and length
+    half = (len(plain) - head) // 2
+    return plain[:len(plain) - half] + bytes(half)
 
 
 # Offsets of an uncompressed ciphertext's members (after its 16-byte header).

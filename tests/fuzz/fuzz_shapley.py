@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from fuzz_mutations import Mutator, Pools
+from fuzz_mutations import Mutator, Pools, raw_ciphertext, transparent_ciphertext
 from fuzz_targets import Case, Target, _encode_loose
 
 from fedsec.crypto import sharing as sh
@@ -69,7 +69,7 @@ from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.accounting import Accounting
-from fedsec.shapley.binding import Context, bind, new_nonce, session_from_nonces
+from fedsec.shapley.binding import Context, session_from_nonces
 from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
 from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
 
@@ -213,17 +213,22 @@ def clone_srun(run: Any) -> Any:
     return c
 
 
+def _same_session(c: Any, s: Any) -> Any:
+    c.nonce, c.session = s.nonce, s.session  # not constructor fields (joined, not given)
+    return c
+
+
 def clone_tserver(s: Any) -> Any:
     """A SecretSV server, with its evaluation state."""
-    return dataclasses.replace(s, xbound=dict(s.xbound), models=dict(s.models),
-                               bounds=dict(s.bounds), evals_seen=set(s.evals_seen),
-                               triples_used=set(s.triples_used),
-                               eval=None if s.eval is None else dataclasses.replace(s.eval))
+    return _same_session(dataclasses.replace(
+        s, xbound=dict(s.xbound), models=dict(s.models), bounds=dict(s.bounds),
+        evals_seen=set(s.evals_seen), triples_used=set(s.triples_used),
+        eval=None if s.eval is None else dataclasses.replace(s.eval)), s)
 
 
 def clone_tclient(x: Any) -> Any:
-    return dataclasses.replace(x, answered=set(x.answered),
-                               seen={k: set(v) for k, v in x.seen.items()})
+    return _same_session(dataclasses.replace(x, answered=set(x.answered),
+                                             seen={k: set(v) for k, v in x.seen.items()}), x)
 
 
 def clone_trun(run: Any) -> Any:
@@ -329,6 +334,14 @@ class ShapleyWorld:
     # the run just before P and A read a client's shares (mask MASKS[0]): run, P's, A's
     s_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
     t_at_share: list[tuple[Any, bytes, bytes]] = field(default_factory=list)
+    # set-up messages A reads, and empty servers of each side
+    s_batches: bytes = b""
+    s_server_a_empty: Any = None
+    t_server_a_empty: Any = None
+    t_order: bytes = b""
+    t_models_a: list[bytes] = field(default_factory=list)
+    t_hellos: list[bytes] = field(default_factory=list)    # every role's but P's, to P
+    t_offer: bytes = b""                                   # P's session message
     pools: Pools = field(default_factory=Pools)
     build_seconds: float = 0.0
 
@@ -379,7 +392,9 @@ def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> 
                holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 12)),
                holder.serialize(agg.context.square(agg.context.encrypt(np.ones(4)),
                                                    rescale=False)),
-               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20)]
+               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20),
+               transparent_ciphertext(holder.serialize(top)),
+               transparent_ciphertext(raw_ciphertext(holder.deserialize(low)))]
     return {"h_cfg": cfg, "h_session": agg.session, "h_server_empty": empty,
             "h_server_ready": ready, "h_clients": fresh_clients, "h_data": data,
             "h_models": models, "h_steps": steps, "h_requests": requests,
@@ -414,6 +429,8 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     data_a = [p for _, _, p in rec.of("data", receiver="A")]
     p_empty = sv.PrincipalServer(run.P.bfv, record.spec, N_CLIENTS, run.P.plan, cfg,
                                  session=run.P.session)
+    a_empty = sv.AuxiliaryServer(run.A.bfv, record.spec, N_CLIENTS, run.A.plan, cfg,
+                                 session=run.A.session)
     noplan = []
     for c in run.clients:
         x = copy.copy(c)
@@ -436,10 +453,13 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     foreign = [bfv.serialize(ct), bfv.serialize(ct, ntt=True),
                bfv.serialize(bfv.mod_switch_down(ct)), b"", b"\x00" * (1 << 20),
                wire.decode(models[0]).blobs[0]]
+    # the same, transparent (c1 = 0: well framed, but no encryption)
+    foreign += [transparent_ciphertext(b) for b in foreign[:3] + foreign[-1:]]
     return {"s_run": run, "s_rec": rec, "s_plan": plan, "s_bounds": bounds,
             "s_data_p": data_p, "s_data_a": data_a, "s_models": models,
             "s_server_p_empty": p_empty, "s_clients_noplan": noplan, "s_eval": evals,
-            "s_foreign_ct": foreign, "s_at_share": at_share}
+            "s_foreign_ct": foreign, "s_at_share": at_share, "s_server_a_empty": a_empty,
+            "s_batches": rec.of("batches")[0][2]}
 
 
 def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
@@ -492,12 +512,14 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     rec = Recorder()
     n, n_layers = record.n_clients, len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
-    session = session_from_nonces("secretsv", [new_nonce() for _ in range(n + 3)])
-    clients = [ssv._Client(i, n, record.spec, x, y, session=session)  # noqa: SLF001
+    clients = [ssv._Client(i, n, record.spec, x, y)  # noqa: SLF001
                for i, (x, y) in enumerate(sets)]
-    P = ssv._Server("P", record.spec, n_clients=n, session=session)  # noqa: SLF001
-    A = ssv._Server("A", record.spec, n_clients=n, session=session)  # noqa: SLF001
-    empty = clone_tserver(P)
+    P = ssv._Server("P", record.spec, n_clients=n)  # noqa: SLF001
+    A = ssv._Server("A", record.spec, n_clients=n)  # noqa: SLF001
+    dealer = ssv.Dealer()
+    ssv.open_session(rec, clients, P, A, dealer)
+    session = P.session
+    empty, a_empty = clone_tserver(P), clone_tserver(A)
     data_p, data_a = [], []
     for c in clients:
         bp, ba = c.share_data(rec)
@@ -506,13 +528,14 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     P.receive_data(data_p)
     A.receive_data(data_a)
     order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    A.receive_order(wire.encode("secretsv/batches", bind(
-        {"order": [o.tolist() for o in order]}, Context(session, "secretsv", step="batches"))))
-    run = ssv._Run(record, rec, clients, P, A, ssv.Dealer(session=session), groups,  # noqa: SLF001
+    order_msg = P.order_message(order)
+    A.receive_order(order_msg)
+    run = ssv._Run(record, rec, clients, P, A, dealer, groups,  # noqa: SLF001
                    strong, order, leader=0)
     n_log = len(rec.log)
     run.upload_round(0)
     models_p = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
+    models_a = [p for _, r, _k, p in rec.log[n_log:] if r == "A"]
     evals, at_share = {}, []
     for mask in MASKS:
         r2 = clone_trun(run)
@@ -529,7 +552,9 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
                                Context(session, "secretsv", 0, MASKS[0], 0, 0))
     return {"t_run": run, "t_data_p": data_p, "t_data_a": data_a, "t_models_p": models_p,
             "t_server_empty": empty, "t_eval": evals, "t_open": (p_at, a_at, tp, ta),
-            "t_at_share": at_share}
+            "t_at_share": at_share, "t_server_a_empty": a_empty, "t_order": order_msg,
+            "t_models_a": models_a,
+            "t_hellos": [p for _, _, p in rec.of("hello")], "t_offer": rec.of("session")[0][2]}
 
 
 def build_shapley_world() -> ShapleyWorld:
@@ -546,7 +571,8 @@ def build_shapley_world() -> ShapleyWorld:
     for m in (world.h_data + [b for _, b in world.h_models] + [s.reply for s in world.h_steps]
               + [r.request for r in world.h_requests] + [world.s_plan] + world.s_bounds
               + world.s_data_p[:1] + world.s_models[:2] + world.t_data_p[:1]
-              + world.t_models_p[:2]):
+              + world.t_models_p[:2] + [world.s_batches, world.t_order, world.t_offer]
+              + world.t_hellos[:1]):
         pools.add_message(m)
     logs = [log for log, _ in list(world.s_eval.values()) + list(world.t_eval.values())]
     for log in logs + [world.d_log]:
@@ -591,9 +617,12 @@ class Hostile:
         op = rng.randrange(6)
         if blobs and op <= 2:
             k = rng.randrange(len(blobs))
+            half = len(blobs[k]) // 16 * 8
             blobs[k] = rng.choice(self.foreign + blobs) if op < 2 else \
                 rng.choice((b"", b"\x00", blobs[k][:-8], blobs[k] + b"\x00" * 8,
-                            rng.randbytes(len(blobs[k]))))
+                            rng.randbytes(len(blobs[k])),
+                            bytes(len(blobs[k])),  # an all-zero share (in range)
+                            bytes(half) + blobs[k][half:]))  # its first half zero
         elif op == 3 and blobs:
             del blobs[rng.randrange(len(blobs))]
         elif op == 4:
@@ -1078,15 +1107,113 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     return [dec, flight, a_diff, p_compare]
 
 
+def _batches_oracle(get: Callable[[Any], list[np.ndarray]], n: int
+                    ) -> Callable[[Any], str | None]:
+    """A's batches (SecSV) or batch order (SecretSV): every sample exactly once."""
+    def check(server: Any) -> str | None:
+        got = get(server)
+        every = np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
+        if sorted(every.tolist()) != list(range(n)):
+            return f"accepted batches holding samples {sorted(every.tolist())[:10]}..."
+        return None
+    return check
+
+
+def _unjoined(role: Any) -> Any:
+    c = copy.copy(role)
+    c.session = ""
+    return c
+
+
+def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
+    """SecretSV's session set-up: P's ``gather`` of every role's hello, and every role's
+    ``join`` of P's session message (clients, P, A, dealer; each must hold its own
+    nonce in the session it takes)."""
+    trun = w.t_run
+    roles = [*trun.clients, trun.P, trun.A, trun.dealer]
+    offer = w.t_offer
+    nonces = list(wire.decode(offer).blobs)
+
+    def join_call(x: tuple[int, bytes]) -> Any:
+        role = _unjoined(roles[x[0]])
+        role.join(x[1])
+        return role
+
+    def join_oracle(k: int) -> Callable[[Any], str | None]:
+        def check(role: Any) -> str | None:
+            if roles[k].nonce not in nonces and role.session:
+                return "joined a session without its nonce"
+            return None
+        return check
+
+    def joined(k: int, data: bytes) -> Callable[[Any], str | None]:
+        def check(role: Any) -> str | None:
+            try:
+                got = list(wire.decode(data).blobs)
+            except ProtocolError:
+                return "joined a session from undecodable bytes"
+            if roles[k].nonce not in got:
+                return "joined a session without its nonce"
+            if role.session != session_from_nonces("secretsv", got):
+                return "joined a session that is not the hash of the nonces it was sent"
+            return join_oracle(k)(role)
+        return check
+
+    def join(m: Mutator) -> Case:
+        k = m.rng.randrange(len(roles))
+        op = m.rng.random()
+        if op < 0.7:
+            data, name = hostile.any(m, offer, w.t_hellos)
+        else:  # a well-formed list: a nonce replaced, dropped, added or duplicated
+            ns = list(nonces)
+            j = m.rng.randrange(len(ns))
+            r = m.rng.randrange(4)
+            if r == 0:
+                ns[j] = m.rng.randbytes(16)
+            elif r == 1:
+                del ns[j]
+            elif r == 2:
+                ns.append(m.rng.randbytes(16))
+            else:
+                ns.append(ns[j])
+            data, name = wire.encode("secretsv/session", {}, sorted(ns)), "nonces"
+        return Case((k, data), name, joined(k, data))
+
+    def gather_call(hellos: list[bytes]) -> Any:
+        return wire.decode(trun.P.gather(hellos), expect="secretsv/session")
+
+    def gather_oracle(out: Any) -> str | None:
+        got = list(out.blobs)
+        if trun.P.nonce not in got or len(set(got)) != len(got) \
+                or len(got) != N_CLIENTS + 3 or any(len(v) != 16 for v in got):
+            return f"a session of {len(got)} nonces gathered"
+        return None
+
+    def gather(m: Mutator) -> Case:
+        msgs = list(w.t_hellos)
+        if m.rng.random() < 0.75:
+            k = m.rng.randrange(len(msgs))
+            msgs[k], name = hostile.any(m, msgs[k], msgs[:k] + msgs[k + 1:] + [offer])
+        else:
+            msgs, name = m.message_list(msgs), "list"
+        return Case(msgs, name, gather_oracle)
+
+    return [Target("SecretSV.join", join_call, [("any", 1, join)], weight=0.7),
+            Target("SecretSVServer.gather", gather_call, [("any", 1, gather)], weight=0.5)]
+
+
 # ---------------------------------------------------------------------- targets
 SHAPLEY_TARGETS = (
     "HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step",
     "HESVClient.decrypt_layer", "HESVClient.count", "HESVClient.handle",
     "SecSVClient.receive_plan", "SecSVClient.decrypt_layer", "secsv._pick_fixed_point",
-    "SecSVServer.receive_data", "SecSVServer.receive_model", "SecSV.evaluate[in-flight]",
+    "SecSVServer.receive_data", "SecSVServer.receive_data[A]", "SecSVServer.receive_model",
+    "SecSVServer.receive_model[A]", "SecSVServer.receive_batches", "SecSV.evaluate[in-flight]",
     "SecSVClient.decrypt_all", "SecSV.evaluate[derived,in-flight]",
     "SecSVServer.label_diff_all", "SecSVServer.compare_all",
-    "SecretSVServer.receive_data", "SecretSVServer.receive_model",
+    "SecretSVServer.receive_data", "SecretSVServer.receive_data[A]",
+    "SecretSVServer.receive_model", "SecretSVServer.receive_model[A]",
+    "SecretSVServer.receive_order", "SecretSVServer.gather", "SecretSV.join",
     "SecretSVServer.open_share", "SecretSVServer.beaver", "SecretSVClient.reconstruct",
     "SecretSV.evaluate[in-flight]", "RecordingFedAvg.aggregate_train",
 )
@@ -1232,40 +1359,63 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         allowed=(ProtocolError, sh.FixedPointOverflow), weight=0.7))
 
     # -- SecSV servers ---------------------------------------------------------------------
-    def s_data_call(msgs: list[bytes]) -> Any:
-        server = clone_sserver(w.s_server_p_empty)
-        server.receive_data(msgs)
-        return server
+    def s_data_call(empty: Any) -> Callable[[list[bytes]], Any]:
+        def call(msgs: list[bytes]) -> Any:
+            server = clone_sserver(empty)
+            server.receive_data(msgs)
+            return server
+        return call
 
-    def s_data(m: Mutator) -> Case:
-        msgs = list(m.rng.choice((w.s_data_p, w.s_data_a)))
-        r = m.rng.random()
-        if r < 0.75:
-            k = m.rng.randrange(len(msgs))
-            msgs[k], name = hs.any(m, msgs[k], msgs[:k] + msgs[k + 1:])
-        else:
-            msgs, name = m.message_list(msgs), "list"
-        return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+    def s_data(valid: list[bytes], others: list[bytes]) -> Callable[[Mutator], Case]:
+        def produce(m: Mutator) -> Case:
+            msgs = list(valid)
+            r = m.rng.random()
+            if r < 0.75:
+                k = m.rng.randrange(len(msgs))
+                msgs[k], name = hs.any(m, msgs[k], msgs[:k] + msgs[k + 1:] + others)
+            else:
+                msgs, name = m.message_list(msgs), "list"
+            return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+        return produce
 
-    targets.append(Target("SecSVServer.receive_data", s_data_call, [("any", 1, s_data)],
-                          weight=1.0))
+    targets.append(Target("SecSVServer.receive_data", s_data_call(w.s_server_p_empty),
+                          [("any", 1, s_data(w.s_data_p, w.s_data_a))], weight=1.0))
+    targets.append(Target("SecSVServer.receive_data[A]", s_data_call(w.s_server_a_empty),
+                          [("any", 1, s_data(w.s_data_a, w.s_data_p))], weight=0.7))
 
     def s_owner(data: bytes) -> Any:
         return (_meta_of(data) or {}).get("owner")
 
-    def s_model_call(data: bytes) -> Any:
-        server = clone_sserver(run.P)
-        server.models = {}
-        server.receive_model(data)
-        return server
+    def s_model_call(base: Any) -> Callable[[bytes], Any]:
+        def call(data: bytes) -> Any:
+            server = clone_sserver(base)
+            server.models = {}
+            server.receive_model(data)
+            return server
+        return call
 
     def s_model(m: Mutator) -> Case:
         k = m.rng.randrange(len(w.s_models))
         data, name = hs.any(m, w.s_models[k], w.s_models[:k] + w.s_models[k + 1:])
         return Case(data, name, _model_key_oracle(set(), s_owner, data))
 
-    targets.append(Target("SecSVServer.receive_model", s_model_call, [("any", 1, s_model)],
-                          weight=0.7))
+    targets.append(Target("SecSVServer.receive_model", s_model_call(run.P),
+                          [("any", 1, s_model)], weight=0.7))
+    targets.append(Target("SecSVServer.receive_model[A]", s_model_call(run.A),
+                          [("any", 1, s_model)], weight=0.5))
+
+    def s_batches_call(data: bytes) -> Any:
+        server = clone_sserver(run.A)
+        server.batches = []
+        server.receive_batches(data)
+        return server
+
+    def s_batches(m: Mutator) -> Case:
+        data, name = hs.any(m, w.s_batches, [w.s_plan, w.t_order])
+        return Case(data, name, _batches_oracle(lambda a: a.batches, n_samples))
+
+    targets.append(Target("SecSVServer.receive_batches", s_batches_call,
+                          [("any", 1, s_batches)], weight=0.5))
 
     # -- in flight: every message of one SecSV evaluation --------------------------------
     def in_flight(evals: dict[int, tuple[Recorder, np.ndarray]], hostile: Hostile,
@@ -1310,36 +1460,62 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     # -- SecretSV servers ------------------------------------------------------------------
     trun = w.t_run
 
-    def t_data_call(msgs: list[bytes]) -> Any:
-        server = clone_tserver(w.t_server_empty)
-        server.receive_data(msgs)
+    def t_data_call(empty: Any) -> Callable[[list[bytes]], Any]:
+        def call(msgs: list[bytes]) -> Any:
+            server = clone_tserver(empty)
+            server.receive_data(msgs)
+            return server
+        return call
+
+    def t_data(valid: list[bytes], others: list[bytes]) -> Callable[[Mutator], Case]:
+        def produce(m: Mutator) -> Case:
+            msgs = list(valid)
+            if m.rng.random() < 0.75:
+                k = m.rng.randrange(len(msgs))
+                msgs[k], name = ht.any(m, msgs[k], msgs[:k] + msgs[k + 1:] + others)
+            else:
+                msgs, name = m.message_list(msgs), "list"
+            return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+        return produce
+
+    targets.append(Target("SecretSVServer.receive_data", t_data_call(w.t_server_empty),
+                          [("any", 1, t_data(w.t_data_p, w.t_data_a))], weight=1.0))
+    targets.append(Target("SecretSVServer.receive_data[A]", t_data_call(w.t_server_a_empty),
+                          [("any", 1, t_data(w.t_data_a, w.t_data_p))], weight=0.7))
+
+    def t_model_call(base: Any) -> Callable[[bytes], Any]:
+        def call(data: bytes) -> Any:
+            server = clone_tserver(base)
+            server.models, server.bounds = {}, {}
+            server.receive_model(data)
+            return server
+        return call
+
+    def t_model(valid: list[bytes]) -> Callable[[Mutator], Case]:
+        def produce(m: Mutator) -> Case:
+            k = m.rng.randrange(len(valid))
+            data, name = ht.any(m, valid[k], valid[:k] + valid[k + 1:])
+            return Case(data, name, _tmodel_oracle(set()))
+        return produce
+
+    targets.append(Target("SecretSVServer.receive_model", t_model_call(trun.P),
+                          [("any", 1, t_model(w.t_models_p))], weight=0.7))
+    targets.append(Target("SecretSVServer.receive_model[A]", t_model_call(trun.A),
+                          [("any", 1, t_model(w.t_models_a))], weight=0.5))
+
+    def t_order_call(data: bytes) -> Any:
+        server = clone_tserver(trun.A)
+        server.order = []
+        server.receive_order(data)
         return server
 
-    def t_data(m: Mutator) -> Case:
-        msgs = list(m.rng.choice((w.t_data_p, w.t_data_a)))
-        if m.rng.random() < 0.75:
-            k = m.rng.randrange(len(msgs))
-            msgs[k], name = ht.any(m, msgs[k], msgs[:k] + msgs[k + 1:])
-        else:
-            msgs, name = m.message_list(msgs), "list"
-        return Case(msgs, name, _all_clients_oracle(N_CLIENTS, n_samples))
+    def t_order(m: Mutator) -> Case:
+        data, name = ht.any(m, w.t_order, [w.s_batches, w.t_offer])
+        return Case(data, name, _batches_oracle(lambda a: a.order, n_samples))
 
-    targets.append(Target("SecretSVServer.receive_data", t_data_call, [("any", 1, t_data)],
-                          weight=1.0))
-
-    def t_model_call(data: bytes) -> Any:
-        server = clone_tserver(trun.P)
-        server.models, server.bounds = {}, {}
-        server.receive_model(data)
-        return server
-
-    def t_model(m: Mutator) -> Case:
-        k = m.rng.randrange(len(w.t_models_p))
-        data, name = ht.any(m, w.t_models_p[k], w.t_models_p[:k] + w.t_models_p[k + 1:])
-        return Case(data, name, _tmodel_oracle(set()))
-
-    targets.append(Target("SecretSVServer.receive_model", t_model_call,
-                          [("any", 1, t_model)], weight=0.7))
+    targets.append(Target("SecretSVServer.receive_order", t_order_call,
+                          [("any", 1, t_order)], weight=0.5))
+    targets += session_targets(w, ht)
 
     tp, ta = w.t_open[2], w.t_open[3]
     d_out, d_in, mm = wire.decode(tp).meta["shape"]
@@ -1527,6 +1703,13 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
         "SecretSVServer.open_share": ("SecretSVServer.open_share", meta(tp),
                                       lambda m: Case(rebuild(tp, m), "sweep")),
         "SecretSVClient.reconstruct": ("SecretSVClient.reconstruct", meta(t_p), treconstruct),
+        "SecSVServer.receive_batches": ("SecSVServer.receive_batches", meta(w.s_batches),
+                                        lambda m: Case(rebuild(w.s_batches, m), "sweep")),
+        "SecretSVServer.receive_order": ("SecretSVServer.receive_order", meta(w.t_order),
+                                         lambda m: Case(rebuild(w.t_order, m), "sweep")),
+        "SecretSVServer.gather": ("SecretSVServer.gather", meta(w.t_hellos[0]),
+                                  lambda m: Case([rebuild(w.t_hellos[0], m),
+                                                  *w.t_hellos[1:]], "sweep")),
     }
 
 

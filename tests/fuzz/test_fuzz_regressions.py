@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -417,3 +418,104 @@ def test_a_key_offer_without_relinearization_keys_is_refused(world: World) -> No
         public_bytes, hdr, holder.sign("keys/offer", hdr), *boxes])
     with pytest.raises(ProtocolError, match="other keys"):
         copy.copy(a.agg_after_request).accept(forged)
+
+
+# ------------------------------------------------------------ Shapley: transparent results
+def _blobs_zeroed(data: bytes) -> bytes:
+    msg = wire.decode(data)
+    return _encode_loose(msg.kind, dict(msg.meta), [bytes(len(b)) for b in msg.blobs])
+
+
+@pytest.mark.parametrize("k", [0, 1])  # layer 1's re-share to P, then to A
+def test_all_zero_reshare_is_a_protocol_error(shapley_world: Any, k: int) -> None:
+    """Fuzzing SecSV in flight: an all-zero (in-range) re-share was accepted, then SEAL
+    raised ``RuntimeError: result ciphertext is transparent`` in the server's plaintext
+    product. Every data plaintext of that product is zero: refused as a degenerate
+    operand (an honest uniform share is all zero with probability ``t^-m``)."""
+    import fuzz_shapley as fs
+
+    r = fs.clone_srun(shapley_world.s_run)
+    r.acc.swap = ("share", k, _blobs_zeroed)
+    with pytest.raises(ProtocolError, match="every plaintext is zero"):
+        r.evaluate(0, fs.MASKS[0], None)
+    assert r.acc.swapped is not None and not any(wire.decode(r.acc.swapped).blobs[0])
+
+
+def test_partly_zero_plaintext_products_are_exact() -> None:
+    """Zero plaintexts are skipped (their products would be transparent), so a share
+    with zero diagonals still gives the exact product; all zero is refused."""
+    from fedsec.crypto.bfv import BFVContext
+
+    bfv = BFVContext.from_seed(bytes(range(32)))
+    x, y = (bfv.to_ntt(bfv.encrypt(np.arange(a, a + 4))) for a in (1, 5))
+    zero, three = bfv.encode_ntt(np.zeros(4)), bfv.encode_ntt(np.full(4, 3))
+    got = bfv.decrypt(bfv.dot_plain([x, y], [zero, three]))[:4]
+    np.testing.assert_array_equal(got, 3 * np.arange(5, 9))
+    got = bfv.decrypt(bfv.dot_plain_rotations([x, y], [zero, three], [0]))[:4]
+    np.testing.assert_array_equal(got, 3 * np.arange(5, 9))
+    for call in (lambda: bfv.dot_plain([x, y], [zero, zero]),
+                 lambda: bfv.dot_plain_rotations([x, y], [zero, zero], [0]),
+                 lambda: bfv.multiply_plain(x, zero)):
+        with pytest.raises(ProtocolError, match="degenerate"):
+            call()
+    # operands that cancel: SEAL's transparent-result error becomes a ProtocolError
+    neg = bfv.multiply_plain(x, bfv.encode_ntt(np.full(bfv.slots, bfv.t - 1)))
+    with pytest.raises(ProtocolError, match="transparent"):
+        bfv.add(x, neg)
+
+
+def test_transparent_ciphertexts_are_refused_when_decoded(shapley_world: Any) -> None:
+    """A well-framed ciphertext with ``c1 = 0`` is no encryption: SecSV's and HESV's
+    decoders refuse it (else SEAL raises on every result computed from it)."""
+    import fuzz_shapley as fs
+    from fuzz_mutations import transparent_ciphertext
+
+    bfv = shapley_world.s_run.P.bfv
+    model = wire.decode(shapley_world.s_models[0])
+    bad = transparent_ciphertext(model.blobs[0])
+    bfv.deserialize(model.blobs[0], ntt=True)  # the genuine one loads
+    with pytest.raises(ProtocolError, match="transparent"):
+        bfv.deserialize(bad, ntt=True)
+    server = fs.clone_sserver(shapley_world.s_run.P)
+    server.models = {}
+    with pytest.raises(ProtocolError, match="transparent"):
+        server.receive_model(_encode_loose(model.kind, dict(model.meta),
+                                           [bad, *model.blobs[1:]]))
+    data = wire.decode(shapley_world.h_data[1])
+    hserver = fs.clone_hserver(shapley_world.h_server_empty)
+    plain = raw_ciphertext(hserver.ctx.deserialize(data.blobs[0]))  # not seeded
+    with pytest.raises(ProtocolError, match="transparent"):
+        hserver.receive_data(1, _encode_loose(data.kind, dict(data.meta), [
+            transparent_ciphertext(plain), *data.blobs[1:]]))
+
+
+def test_secretsv_output_of_minus_two_to_the_63_is_out_of_bound(shapley_world: Any) -> None:
+    """``np.abs`` of the int64 minimum is itself (negative), so output shares that sum
+    to ``2^63`` slipped past the client's bound check. Both shares otherwise honest."""
+    import fuzz_shapley as fs
+
+    log = shapley_world.t_eval[fs.MASKS[0]][0]
+    (_, to, from_p), (_, _, from_a) = log.of("output", sender="P")[0], \
+        log.of("output", sender="A")[0]
+    client = fs.clone_tclient(shapley_world.t_run.clients[int(to.split(":")[1])])
+    p, a = wire.decode(from_p), wire.decode(from_a)
+    ps, as_ = (np.frombuffer(m.blobs[0], dtype="<u8").copy() for m in (p, a))
+    as_[0] = ((1 << 63) - int(ps[0])) % (1 << 64)  # the reconstructed entry is -2^63
+    forged = _encode_loose(a.kind, dict(a.meta), [as_.tobytes()])
+    with pytest.raises(ProtocolError, match="bound"):
+        client.reconstruct(from_p, forged, fs.Accounting())
+
+
+def test_hesv_predictions_equal_to_the_labels_are_a_protocol_error(shapley_world: Any) -> None:
+    """``Y − Ŷ`` of two identical ciphertexts is transparent: a decrypting client that
+    sends the batch's own label ciphertext back as its predictions gets a ProtocolError
+    from the server, not SEAL's RuntimeError."""
+    import fuzz_shapley as fs
+
+    st = next(s for s in shapley_world.h_steps if s.kind == "hesv/predicted")
+    server = fs.clone_hserver(st.server)
+    meta = dict(wire.decode(st.reply).meta)
+    y = server.data[meta["owner"]][meta["batch"]].y
+    forged = _encode_loose("hesv/predicted", meta, [server.ctx.serialize(y)])
+    with pytest.raises(ProtocolError, match="transparent"):
+        server.step(st.sender, forged)

@@ -68,6 +68,85 @@ def test_shapley_mutation_schedule(shapley_world: ShapleyWorld,
                                                    "ReplayRefused")) > 0
 
 
+#: Every (role, message kind) that a HESV, SecSV or SecretSV role decodes from another
+#: role's bytes. The mutation schedule must reach each one, and every decoder it reaches
+#: must be listed here.
+ROLE_KINDS = frozenset({
+    *(("HESV server", f"hesv/{k}") for k in ("data", "model", "activated", "predicted",
+                                              "count")),
+    *(("HESV client", f"hesv/{k}") for k in ("layer", "diff")),
+    *(("SecSV client", f"secsv/{k}") for k in ("plan", "decrypt", "decrypt-all")),
+    *(("SecSV P", f"secsv/{k}") for k in ("bounds", "data", "model", "product", "reshare",
+                                          "labels", "label-diff", "labels-all",
+                                          "label-diff-all")),
+    *(("SecSV A", f"secsv/{k}") for k in ("data", "model", "batches", "eval", "reshare",
+                                          "labels", "labels-all")),
+    *(("SecretSV client", f"secretsv/{k}") for k in ("session", "output")),
+    *(("SecretSV P", f"secretsv/{k}") for k in ("hello", "session", "data", "model",
+                                                "triple", "open", "reshare", "labels",
+                                                "label-diff")),
+    *(("SecretSV A", f"secretsv/{k}") for k in ("session", "data", "model", "batches",
+                                                "eval", "triple", "open", "reshare",
+                                                "labels")),
+    ("SecretSV dealer", "secretsv/session"),
+})
+
+
+def _role_of(frame: Any) -> str | None:
+    """The Shapley role whose method (or P's fixed-point choice) is on the stack."""
+    from fedsec.shapley import hesv, secretsv, secsv
+
+    names = {hesv.HESVServer: "HESV server", hesv.HESVClient: "HESV client",
+             secsv.PrincipalServer: "SecSV P", secsv.AuxiliaryServer: "SecSV A",
+             secsv.SecSVClient: "SecSV client", secretsv._Client: "SecretSV client",  # noqa: SLF001
+             secretsv.Dealer: "SecretSV dealer"}
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if isinstance(me, secretsv._Server):  # noqa: SLF001
+            return f"SecretSV {me.name}"
+        if type(me) in names:
+            return names[type(me)]
+        if frame.f_code.co_name == "_pick_fixed_point":
+            return "SecSV P"
+        frame = frame.f_back
+    return None
+
+
+def test_schedule_reaches_every_role_and_message_kind(
+        shapley_world: ShapleyWorld, shapley_targets: dict[str, Target],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every (role, kind) of :data:`ROLE_KINDS` is decoded under the suite's mutation
+    schedule, and no role decodes a kind left off the list."""
+    import sys
+
+    from fedsec.crypto import wire
+
+    decode = wire.decode
+    reached: set[tuple[str, str]] = set()
+    unlisted: set[tuple[str, str]] = set()
+
+    def spy(data: Any, *, expect: str | None = None, **kw: Any) -> wire.Message:
+        role = _role_of(sys._getframe(1))  # noqa: SLF001
+        msg = decode(data, expect=expect, **kw)  # raises for most hostile bytes
+        if role is not None and expect is None:
+            reached.add((role, msg.kind))
+        return msg
+
+    def spy_expect(data: Any, *, expect: str | None = None, **kw: Any) -> wire.Message:
+        if expect is not None:
+            role = _role_of(sys._getframe(1))  # noqa: SLF001
+            if role is not None:
+                (reached if (role, expect) in ROLE_KINDS else unlisted).add((role, expect))
+        return spy(data, expect=expect, **kw)
+
+    monkeypatch.setattr(wire, "decode", spy_expect)
+    run(shapley_world, list(shapley_targets.values()),
+        executions={n: PER_TARGET // 2 for n in shapley_targets}, seed=9, slow_seconds=10.0)
+    assert not unlisted, f"decoders missing from ROLE_KINDS: {sorted(unlisted)}"
+    missing = ROLE_KINDS - reached
+    assert not missing, f"(role, kind) pairs the schedule never reaches: {sorted(missing)}"
+
+
 def _variants(valid: dict[str, Any], values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for key in sorted(valid):
@@ -89,7 +168,9 @@ CASES = ["HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step
          "SecSVServer.compare_all[label-diff]",
          "secsv._pick_fixed_point", "SecSVServer.receive_data", "SecSVServer.receive_model",
          "SecretSVServer.receive_data", "SecretSVServer.receive_model",
-         "SecretSVServer.open_share", "SecretSVClient.reconstruct"]
+         "SecretSVServer.open_share", "SecretSVClient.reconstruct",
+         "SecSVServer.receive_batches", "SecretSVServer.receive_order",
+         "SecretSVServer.gather"]
 
 
 def test_sweep_values_are_a_subset() -> None:

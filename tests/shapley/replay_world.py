@@ -89,23 +89,20 @@ def secsv_runs() -> list[Run]:
 
 def secretsv_run(rec: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> Any:
     """What :func:`fedsec.shapley.secretsv.secretsv_shapley` sets up, step by step."""
-    from fedsec.shapley.binding import Context, bind, new_nonce, session_from_nonces
-
     n, acc = rec.n_clients, fz.Recorder()
     groups, strong = plan_groups(n, len(rec.spec.layers))
-    session = session_from_nonces("secretsv", [new_nonce() for _ in range(n + 3)])
-    clients = [ssv._Client(i, n, rec.spec, x, y, session=session)  # noqa: SLF001
+    clients = [ssv._Client(i, n, rec.spec, x, y)  # noqa: SLF001
                for i, (x, y) in enumerate(sets)]
-    P = ssv._Server("P", rec.spec, n_clients=n, session=session)  # noqa: SLF001
-    A = ssv._Server("A", rec.spec, n_clients=n, session=session)  # noqa: SLF001
+    P = ssv._Server("P", rec.spec, n_clients=n)  # noqa: SLF001
+    A = ssv._Server("A", rec.spec, n_clients=n)  # noqa: SLF001
+    dealer = ssv.Dealer()
+    ssv.open_session(acc, clients, P, A, dealer)
     to_p, to_a = zip(*(c.share_data(acc) for c in clients), strict=True)
     P.receive_data([acc.message(f"client:{i}", "P", "data", d) for i, d in enumerate(to_p)])
     A.receive_data([acc.message(f"client:{i}", "A", "data", d) for i, d in enumerate(to_a)])
     order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    A.receive_order(acc.message("P", "A", "batches", wire.encode("secretsv/batches", bind(
-        {"order": [o.tolist() for o in order]}, Context(session, "secretsv",
-                                                         step="batches")))))
-    return ssv._Run(rec, acc, clients, P, A, ssv.Dealer(session=session), groups,  # noqa: SLF001
+    A.receive_order(acc.message("P", "A", "batches", P.order_message(order)))
+    return ssv._Run(rec, acc, clients, P, A, dealer, groups,  # noqa: SLF001
                     strong, order, leader=0)
 
 

@@ -56,15 +56,18 @@ def test_beaver_product_exact_with_wrapping_shares() -> None:
     from fedsec.shapley.binding import Context, new_request_id
     from fedsec.shapley.secretsv import _Eval
 
-    session = "ab" * 32
-    srv_p, srv_a = _Server("P", spec, session=session), _Server("A", spec, session=session)
+    srv_p, srv_a, dealer = _Server("P", spec), _Server("A", spec), Dealer()
+    offer = srv_p.gather([srv_a.hello(), dealer.hello()])
+    for role in (srv_p, srv_a, dealer):
+        role.join(offer)
+    session = srv_p.session
     ctx, ev = Context(session, "secretsv", 0, 1, 0), new_request_id()
     for srv in (srv_p, srv_a):  # both servers in the same evaluation (first layer)
         srv.eval = _Eval(ctx, ev, np.arange(7))
     w1, w2 = sh.share(sh.to_residues(w, sh.RING64), sh.RING64)
     x1, x2 = sh.share(sh.to_residues(x, sh.RING64), sh.RING64)
     b1, b2 = sh.share(sh.to_residues(b, sh.RING64), sh.RING64)
-    tp, ta = Dealer(session=session).triple(3, 5, 7, Accounting(), ctx.at(layer=0))
+    tp, ta = dealer.triple(3, 5, 7, Accounting(), ctx.at(layer=0))
     op, uvc_p = srv_p.open_share(w1, x1, tp)
     oa, uvc_a = srv_a.open_share(w2, x2, ta)
     zp = srv_p.beaver(op, oa, uvc_p, b1, True)
@@ -84,3 +87,89 @@ def test_validation(agnews_small) -> None:
         secretsv_shapley(rec, sets, sample_skip="yes", schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(sh.FixedPointOverflow):
         secretsv_shapley(rec, [(x * 1e12, y) for x, y in sets], schedule="paper")
+
+
+# ---------------------------------------------------------------- session nonces
+def _roles(n: int = 3) -> tuple[list, object, object, Dealer]:
+    from fedsec.learning.model import LayerSpec, ModelSpec
+    from fedsec.shapley.secretsv import _Client
+
+    spec = ModelSpec("l", (LayerSpec.dense(2, 2),))
+    rng = np.random.default_rng(0)
+    clients = [_Client(i, n, spec, rng.normal(size=(2, 2)), np.array([0, 1]))
+               for i in range(n)]
+    return clients, _Server("P", spec, n_clients=n), _Server("A", spec, n_clients=n), Dealer()
+
+
+def _offer(clients: list, p: _Server, a: _Server, dealer: Dealer) -> bytes:
+    return p.gather([c.hello() for c in clients] + [a.hello(), dealer.hello()])
+
+
+def test_every_role_draws_its_own_nonce_and_derives_the_session() -> None:
+    from fedsec.shapley.binding import session_from_nonces
+    from fedsec.shapley.secretsv import open_session
+
+    clients, p, a, dealer = _roles()
+    roles = [*clients, p, a, dealer]
+    nonces = [r.nonce for r in roles]
+    assert len(set(nonces)) == len(roles) and all(len(v) == 16 for v in nonces)
+    assert {r.nonce for r in _roles()[0]}.isdisjoint(nonces)  # fresh per role object
+    with pytest.raises(ProtocolError, match="no session"):  # nobody acts unjoined
+        clients[0].share_data(Accounting())
+    with pytest.raises(ProtocolError, match="no session"):
+        dealer.triple(1, 1, 1, Accounting())
+    open_session(Accounting(), clients, p, a, dealer)
+    assert {r.session for r in roles} == {session_from_nonces("secretsv", nonces)}
+    with pytest.raises(ProtocolError, match="already"):  # a session is joined once
+        a.join(_offer(*_roles()))
+
+
+def test_a_role_refuses_a_session_without_its_nonce() -> None:
+    from fedsec.crypto import wire
+    from fedsec.shapley.binding import ReplayRefused, new_nonce
+
+    clients, p, a, dealer = _roles()
+    roles = [*clients, p, a, dealer]
+    for role in roles:  # its nonce replaced by another: same size, well formed
+        others = sorted([r.nonce for r in roles if r is not role] + [new_nonce()])
+        with pytest.raises(ReplayRefused) as err:
+            role.join(wire.encode("secretsv/session", {}, others))
+        assert err.value.check == "session" and role.session == ""
+    for bad in ([r.nonce for r in roles][:-1],  # a role left out
+                [r.nonce for r in roles] + [roles[0].nonce]):  # one twice
+        with pytest.raises(ProtocolError, match="malformed session"):
+            clients[0].join(wire.encode("secretsv/session", {}, bad))
+    with pytest.raises(ProtocolError, match="every role"):  # P: one hello missing
+        p.gather([c.hello() for c in clients] + [a.hello()])
+
+
+def test_a_previous_sessions_messages_are_refused_in_a_new_one() -> None:
+    from fedsec.shapley.binding import ReplayRefused
+
+    old = _roles()
+    old_offer = _offer(*old)
+    for role in [*old[0], *old[1:]]:
+        role.join(old_offer)
+    new = _roles()
+    for role in [*new[0], *new[1:]]:  # the old announcement replayed to a new run
+        with pytest.raises(ReplayRefused):
+            role.join(old_offer)
+    new_offer = _offer(*new)
+    for role in [*new[0], *new[1:]]:
+        role.join(new_offer)
+    clients, p, a, _ = new
+    assert p.session != old[1].session
+    to_p, to_a = zip(*(c.share_data(Accounting()) for c in old[0]), strict=True)
+    with pytest.raises(ReplayRefused) as err:
+        p.receive_data(list(to_p))
+    assert err.value.check == "session"
+    model_p, _ = old[0][0].share_model(0, "c0", [np.ones((2, 2)), np.ones(2)], Accounting())
+    p.start_round(0)
+    with pytest.raises(ReplayRefused) as err:
+        p.receive_model(model_p)
+    assert err.value.check == "session"
+    # the new session's own messages are accepted
+    fresh = [c.share_data(Accounting()) for c in clients]
+    p.receive_data([f[0] for f in fresh])
+    a.receive_data([f[1] for f in fresh])
+    assert sorted(p.xbound) == [0, 1, 2]

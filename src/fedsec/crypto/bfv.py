@@ -9,6 +9,12 @@ centres the residue. No float rounding, no wrap-around that reconstruction gets 
 authors' code shares over 2^128 in ``float128``, see :mod:`fedsec.crypto.sharing`). Models
 and data are fixed-point integers; the fixed-point budget is checked by the protocol.
 
+Bytes another role chose: :meth:`BFVContext.deserialize` refuses anything but a
+2-polynomial, non-transparent ciphertext of these parameters; a plaintext product whose
+plaintexts are all zero (an all-zero data share, probability ``t^-m`` for an honest uniform
+one) raises :class:`~fedsec.errors.ProtocolError` instead of SEAL's transparent-result
+error, and so does any sum or product that cancels to a transparent ciphertext.
+
 Keys: every client derives the *same* BFV keys from the 32-byte seed that the
 authenticated key set-up (:mod:`fedsec.crypto.keysetup`) distributes to the clients only
 (HKDF label ``fedsec/bfv/keygen``): SEAL's key generator runs on a Blake2xb generator seeded
@@ -46,6 +52,7 @@ from fedsec.crypto.ckks import (
     _load,
     _save,
     _zstd,
+    refuse_transparent,
 )
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.errors import ProtocolError
@@ -348,14 +355,20 @@ class BFVContext:
             raise ValueError("dot_plain_rotations needs len(bases)·len(steps) ciphertexts")
         acc: Ciphertext = None
         tmp = seal.Ciphertext()
-        it = iter(cts)
-        for base in bases:
-            for pt in self._rotations(base, steps):
-                if acc is None:
-                    acc = self.multiply_plain(next(it), pt)
-                else:
-                    self._evaluator.multiply_plain(next(it), pt, tmp)
-                    self._evaluator.add_inplace(acc, tmp)
+        n = len(steps)
+        with refuse_transparent():
+            for a, base in enumerate(bases):
+                if base.is_zero():  # so are its rotations: those terms are 0
+                    continue
+                for b, pt in enumerate(self._rotations(base, steps)):
+                    if acc is None:
+                        acc = seal.Ciphertext()
+                        self._evaluator.multiply_plain(cts[a * n + b], pt, acc)
+                    else:
+                        self._evaluator.multiply_plain(cts[a * n + b], pt, tmp)
+                        self._evaluator.add_inplace(acc, tmp)
+        if acc is None:
+            raise ProtocolError("degenerate plaintext operand: every plaintext is zero")
         return acc
 
     def rotations_ntt(self, pt: Plaintext, steps: list[int]) -> list[Plaintext]:
@@ -437,7 +450,8 @@ class BFVContext:
         for a ciphertext that only needs decrypting; the noise budget is unchanged at
         these parameters (one 60-bit prime less, tested)."""
         out = seal.Ciphertext()
-        self._evaluator.mod_switch_to_next(ct, out)
+        with refuse_transparent():
+            self._evaluator.mod_switch_to_next(ct, out)
         return out
 
     def deserialize(self, data: bytes, *, ntt: bool = False, low: bool = False
@@ -459,6 +473,8 @@ class BFVContext:
         if (ct.size() != 2 or ct.is_ntt_form() != ntt or list(ct.parms_id()) != want
                 or not seal.is_valid_for(ct, self._ctx)):
             raise ProtocolError("invalid BFV ciphertext: wrong size, form or parameters")
+        if ct.is_transparent():  # c1 = 0: not an encryption (and SEAL refuses results)
+            raise ProtocolError("invalid BFV ciphertext: transparent")
         return ct
 
     def _prefix(self, ntt: bool, low: bool) -> tuple[bytes, int]:
@@ -483,52 +499,70 @@ class BFVContext:
         return self._prefixes[key]
 
     # ------------------------------------------------------------------ arithmetic
+    # Every evaluation below refuses a transparent result with ProtocolError
+    # (refuse_transparent): only operands another role crafted can cancel.
     def to_ntt(self, ct: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.transform_to_ntt(ct, out)
+        with refuse_transparent():
+            self._evaluator.transform_to_ntt(ct, out)
         return out
 
     def from_ntt(self, ct: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.transform_from_ntt(ct, out)
+        with refuse_transparent():
+            self._evaluator.transform_from_ntt(ct, out)
         return out
 
     def multiply_plain(self, ct: Ciphertext, pt: Plaintext) -> Ciphertext:
-        """Slot-wise product modulo ``t`` (NTT-form ciphertext and plaintext)."""
+        """Slot-wise product modulo ``t`` (NTT-form ciphertext and plaintext);
+        ``ProtocolError`` for a zero plaintext (the product would be transparent)."""
+        if pt.is_zero():
+            raise ProtocolError("degenerate plaintext operand: the plaintext is zero")
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(ct, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(ct, pt, out)
         return out
 
     def dot_plain(self, cts: list[Ciphertext], pts: list[Plaintext]) -> Ciphertext:
-        """``Σ_o ct_o ⊙ pt_o`` (NTT forms in, NTT form out)."""
+        """``Σ_o ct_o ⊙ pt_o`` (NTT forms in, NTT form out). Zero plaintexts contribute
+        nothing and are skipped (SEAL refuses their transparent products); if all are
+        zero, ``ProtocolError``."""
         if not cts or len(cts) != len(pts):
             raise ValueError("dot_plain needs as many plaintexts as ciphertexts (>= 1)")
-        acc = self.multiply_plain(cts[0], pts[0])
+        terms = [(ct, pt) for ct, pt in zip(cts, pts, strict=True) if not pt.is_zero()]
+        if not terms:
+            raise ProtocolError("degenerate plaintext operand: every plaintext is zero")
+        acc = self.multiply_plain(*terms[0])
         tmp = seal.Ciphertext()
-        for ct, pt in zip(cts[1:], pts[1:], strict=True):
-            self._evaluator.multiply_plain(ct, pt, tmp)
-            self._evaluator.add_inplace(acc, tmp)
+        with refuse_transparent():
+            for ct, pt in terms[1:]:
+                self._evaluator.multiply_plain(ct, pt, tmp)
+                self._evaluator.add_inplace(acc, tmp)
         return acc
 
     def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.add(a, b, out)
+        with refuse_transparent():
+            self._evaluator.add(a, b, out)
         return out
 
     def add_many(self, cts: list[Ciphertext]) -> Ciphertext:
         if len(cts) == 1:
             return cts[0]
         out = seal.Ciphertext()
-        self._evaluator.add_many(cts, out)
+        with refuse_transparent():
+            self._evaluator.add_many(cts, out)
         return out
 
     def add_inplace(self, a: Ciphertext, b: Ciphertext) -> None:
-        self._evaluator.add_inplace(a, b)
+        with refuse_transparent():
+            self._evaluator.add_inplace(a, b)
 
     def add_plain(self, ct: Ciphertext, values: ArrayLike) -> Ciphertext:
         """Add residues slot-wise (non-NTT ciphertext)."""
         out = seal.Ciphertext()
-        self._evaluator.add_plain(ct, self.encode(values), out)
+        with refuse_transparent():
+            self._evaluator.add_plain(ct, self.encode(values), out)
         return out
 
     def scalar_ntt(self, value: int) -> Plaintext:

@@ -20,13 +20,14 @@ Key material and what may leave a party
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import struct
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from fedsec.crypto import wire
 from fedsec.crypto.params import CKKSParams, get_preset
 from fedsec.errors import ProtocolError
 
-__all__ = ["CKKSContext", "Ciphertext", "galois_element"]
+__all__ = ["CKKSContext", "Ciphertext", "galois_element", "refuse_transparent"]
 
 Ciphertext = Any  # a ``tenseal.sealapi.Ciphertext``; SEAL's bindings are untyped
 
@@ -54,6 +55,37 @@ def _save(obj: Any) -> bytes:
             return fh.read()
     finally:
         os.unlink(path)
+
+
+#: What SEAL (built with ``SEAL_THROW_ON_TRANSPARENT_CIPHERTEXT``, as TenSEAL builds it)
+#: raises when an operation's result has ``c1 = 0``.
+_TRANSPARENT = "result ciphertext is transparent"
+
+
+@contextlib.contextmanager
+def refuse_transparent() -> Iterator[None]:
+    """Turn SEAL's refusal of a *transparent* result into :class:`ProtocolError`.
+
+    A result whose ``c1`` vanishes (a product with a zero plaintext, or operands that
+    cancel) cannot arise from honest operands but for negligible probability: fresh
+    encryptions have uniform ``c1`` and :meth:`CKKSContext.deserialize` refuses
+    transparent ones. Where the operands include bytes another role chose and no check
+    at decode time can exclude a cancellation (a crafted pair of ciphertexts), the role
+    wraps its arithmetic in this. Only that one SEAL error is translated; any other
+    error is a bug and propagates unchanged.
+
+    Raises
+    ------
+    ProtocolError
+        If SEAL refuses a transparent result inside the block.
+    """
+    try:
+        yield
+    except RuntimeError as exc:
+        if str(exc) != _TRANSPARENT:
+            raise
+        raise ProtocolError("degenerate operands: a product or sum of ciphertexts "
+                            "would be transparent") from None
 
 
 # SEAL's serialization header: magic, header size, version major and minor, compression
@@ -488,6 +520,8 @@ class CKKSContext:
             raise ProtocolError(f"ciphertext has {ct.size()} polynomials; expected 2")
         if not ct.is_ntt_form():  # SEAL loads it, then every CKKS operation refuses it
             raise ProtocolError("ciphertext is not in NTT form")
+        if ct.is_transparent():  # c1 = 0: no encryption at all, and SEAL refuses results
+            raise ProtocolError("ciphertext is transparent (not an encryption)")
         bits = self._ctx.get_context_data(ct.parms_id()).total_coeff_modulus_bit_count()
         if not 0.0 < ct.scale < 2.0 ** bits:  # SEAL loads such scales but cannot decode them
             raise ProtocolError("ciphertext scale is out of bounds")
@@ -498,19 +532,23 @@ class CKKSContext:
         return ct
 
     # ------------------------------------------------------------------ evaluation
+    # Sums, differences and products refuse a transparent result with ProtocolError
+    # (refuse_transparent): only operands another role crafted can cancel.
     def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.add(a, b, out)
+        with refuse_transparent():
+            self._evaluator.add(a, b, out)
         return out
 
     def add_many(self, cts: Sequence[Ciphertext]) -> Ciphertext:
         if not cts:
             raise ValueError("nothing to add")
         out = seal.Ciphertext()
-        if len(cts) == 1:
-            self._evaluator.add_plain(cts[0], self._zero_plain(cts[0]), out)
-            return out
-        self._evaluator.add_many(list(cts), out)
+        with refuse_transparent():
+            if len(cts) == 1:
+                self._evaluator.add_plain(cts[0], self._zero_plain(cts[0]), out)
+                return out
+            self._evaluator.add_many(list(cts), out)
         return out
 
     def _zero_plain(self, ct: Ciphertext) -> Any:
@@ -518,7 +556,8 @@ class CKKSContext:
 
     def sub(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.sub(a, b, out)
+        with refuse_transparent():
+            self._evaluator.sub(a, b, out)
         return out
 
     def sub_plain(self, a: Ciphertext, pt: Any) -> Ciphertext:
@@ -547,7 +586,8 @@ class CKKSContext:
         """Ciphertext product, relinearized and (by default) rescaled."""
         a, b = self._align(a, b)
         out = seal.Ciphertext()
-        self._evaluator.multiply(a, b, out)
+        with refuse_transparent():
+            self._evaluator.multiply(a, b, out)
         self._evaluator.relinearize_inplace(out, self._need_relin())
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
@@ -566,7 +606,8 @@ class CKKSContext:
         """Slot-wise product with a plaintext vector (one rescale by default)."""
         pt = self.encode(values, scale=scale, parms_id=a.parms_id())
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
         return out
@@ -577,14 +618,16 @@ class CKKSContext:
         ``value * scale`` integers); the result's scale is ``a.scale * scale``."""
         pt = self.encode_constant(value, scale=scale, parms_id=a.parms_id())
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         if rescale:
             self._evaluator.rescale_to_next_inplace(out)
         return out
 
     def multiply_plaintext(self, a: Ciphertext, pt: Any) -> Ciphertext:
         out = seal.Ciphertext()
-        self._evaluator.multiply_plain(a, pt, out)
+        with refuse_transparent():
+            self._evaluator.multiply_plain(a, pt, out)
         return out
 
     def rescale(self, a: Ciphertext) -> Ciphertext:

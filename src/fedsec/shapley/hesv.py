@@ -137,7 +137,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedsec.crypto import wire
-from fedsec.crypto.ckks import Ciphertext, CKKSContext
+from fedsec.crypto.ckks import Ciphertext, CKKSContext, refuse_transparent
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, PartyKeys
 from fedsec.crypto.matmul import (
@@ -1037,7 +1037,7 @@ class HESVServer:
                 ev = _Eval(t, mask, owner, k, b.m, chain, mowner)
                 self._evals[(t, mask, owner, k)] = ev
                 self._pending[(t, mask)] += 1
-                with self.acc.timed("arithmetic"):
+                with self.acc.timed("arithmetic"), refuse_transparent():
                     cts = self._first_layer(t, mask, owner, k)
                 out.append(self._layer_request(ev, cts))
         return out
@@ -1117,7 +1117,7 @@ class HESVServer:
                 b = [self.ctx.deserialize(x, at_top=True, scale=self.ctx.scale)
                      for x in msg.blobs]
             ev.layer += 1
-            with self.acc.timed("arithmetic"):
+            with self.acc.timed("arithmetic"), refuse_transparent():
                 cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b,
                                     weighted=True)
             return self._layer_request(ev, cts)

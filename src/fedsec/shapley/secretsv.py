@@ -32,9 +32,12 @@ other clients' samples). Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
 
 Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
-set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer --
-drawn by the in-process runner here; in a deployment each role sends its own and checks
-it is hashed in). Every message is bound to the session and its round, coalition, batch
+set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer).
+Each role draws its own (:mod:`secrets`) and sends it to P in a ``secretsv/hello``; P
+sends every role the list (``secretsv/session``); each role derives the session id from
+that list itself and refuses to act unless its own nonce is in it -- so no role can be
+put into a session it did not take part in, or an old one (the runner only relays).
+Every message is bound to the session and its round, coalition, batch
 group, layer and step (data, model, triple and opening shares name their recipient or
 sender); each server checks what it reads against its own state: A decodes P's batch
 order and each announced evaluation (fresh id, this round, rows of one group); a triple
@@ -110,6 +113,34 @@ _MAX = 1 << 63
 _MAX_ROWS = 1 << 24  # test samples per client a server accepts
 PROTOCOL = "secretsv"
 EV = "ev"
+_NONCE_BYTES = 16
+_MAX_ROLES = (1 << 16) + 3  # clients (a data share names one of 2^16) plus P, A, dealer
+
+
+def _hello(role: str, nonce: bytes) -> bytes:
+    """A role's fresh session nonce, for P to gather."""
+    return wire.encode("secretsv/hello", {"role": role}, [nonce])
+
+
+def _join(data: bytes, nonce: bytes, n_roles: int | None) -> str:
+    """The session id of P's ``secretsv/session`` message (every role's nonce), derived
+    here; ``ReplayRefused`` unless this role's own ``nonce`` is among them."""
+    msg = wire.decode(data, expect="secretsv/session", max_bytes=64 * _MAX_ROLES)
+    nonces = list(msg.blobs)
+    if (n_roles is not None and len(nonces) != n_roles) or not 3 <= len(nonces) <= \
+            _MAX_ROLES or any(len(v) != _NONCE_BYTES for v in nonces) \
+            or len(set(nonces)) != len(nonces):
+        raise ProtocolError("malformed session: nonces")
+    if nonce not in nonces:
+        raise ReplayRefused("a session without this role's nonce (a replayed or foreign "
+                            "session)", check="session")
+    return session_from_nonces(PROTOCOL, nonces)
+
+
+def _need_session(session: str) -> str:
+    if not session:
+        raise ProtocolError("no session joined yet")
+    return session
 
 
 def _pow2_ceil(v: int) -> int:
@@ -146,18 +177,31 @@ class Dealer:
 
     Each triple carries a fresh id and the context of the product it is for (session,
     round, coalition, batch, layer); a server uses a triple id once (a re-used triple
-    would let the other server difference two openings)."""
+    would let the other server difference two openings). Like every SecretSV role, the
+    dealer draws its own session nonce (:meth:`hello`) and deals only once it has joined
+    a session that hashes it in (:meth:`join`)."""
 
-    def __init__(self, *, session: str) -> None:
+    def __init__(self) -> None:
         self._rng = SystemRandomSource()
-        self.session = session
+        self.nonce = new_nonce()
+        self.session = ""
+
+    def hello(self) -> bytes:
+        """This dealer's fresh session nonce (``secretsv/hello``, for P)."""
+        return _hello("dealer", self.nonce)
+
+    def join(self, data: bytes) -> None:
+        """Take the session P announces, if it holds this dealer's nonce."""
+        if self.session:
+            raise ProtocolError("already in a session")
+        self.session = _join(data, self.nonce, None)
 
     def triple(self, d_out: int, d_in: int, m: int, acc: Accounting,
                ctx: Context | None = None) -> tuple[bytes, bytes]:
         """A triple for a ``d_out × d_in`` by ``d_in × m`` product in ``ctx`` (round,
         mask, batch, layer; the dealer's session is used)."""
-        ctx = (ctx or Context(self.session, PROTOCOL)).at(session=self.session,
-                                                          protocol=PROTOCOL)
+        session = _need_session(self.session)
+        ctx = (ctx or Context(session, PROTOCOL)).at(session=session, protocol=PROTOCOL)
         with acc.timed("share_generation"):
             u = sh.uniform_mod(Q, (d_out, d_in), self._rng)
             v = sh.uniform_mod(Q, (d_in, m), self._rng)
@@ -204,7 +248,6 @@ class _Server:
 
     name: str
     spec: ModelSpec
-    session: str = field(kw_only=True)
     x: U64 = field(default_factory=lambda: np.zeros((0, 0), np.uint64))
     y: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
     owner: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -217,13 +260,45 @@ class _Server:
     order: list[NDArray[np.int64]] = field(default_factory=list)  # per group (A)
     evals_seen: set[str] = field(default_factory=set)
     triples_used: set[str] = field(default_factory=set)
+    nonce: bytes = field(default_factory=new_nonce, init=False, repr=False)
+    session: str = field(default="", init=False)
 
     @property
     def other(self) -> str:
         return "A" if self.name == "P" else "P"
 
     def _ctx(self, **kw: Any) -> Context:
-        return Context(self.session, PROTOCOL, **kw)
+        return Context(_need_session(self.session), PROTOCOL, **kw)
+
+    def hello(self) -> bytes:
+        """This server's fresh session nonce (``secretsv/hello``, for P)."""
+        return _hello(self.name, self.nonce)
+
+    def gather(self, hellos: Sequence[bytes]) -> bytes:
+        """(P) Every other role's ``secretsv/hello``: the ``secretsv/session`` message
+        for every role (their nonces and this server's)."""
+        nonces = [self.nonce]
+        for data in hellos:
+            msg = wire.decode(data, expect="secretsv/hello", max_bytes=1 << 10)
+            if len(msg.blobs) != 1 or len(msg.blobs[0]) != _NONCE_BYTES:
+                raise ProtocolError("malformed hello: nonce")
+            nonces.append(msg.blobs[0])
+        if (self.n_clients is not None and len(nonces) != self.n_clients + 3) or len(
+                set(nonces)) != len(nonces) or len(nonces) > _MAX_ROLES:
+            raise ProtocolError("hellos must come from every role, once each")
+        return wire.encode("secretsv/session", {}, sorted(nonces))
+
+    def join(self, data: bytes) -> None:
+        """Take the session P announces, if it holds this server's nonce."""
+        if self.session:
+            raise ProtocolError("already in a session")
+        self.session = _join(data, self.nonce,
+                             None if self.n_clients is None else self.n_clients + 3)
+
+    def order_message(self, order: Sequence[NDArray[np.int64]]) -> bytes:
+        """(P) The shuffled sample order per batch group, for A."""
+        return wire.encode("secretsv/batches", bind({"order": [o.tolist() for o in order]},
+                                                    self._ctx(step="batches")))
 
     def _need_eval(self) -> _Eval:
         if self.eval is None:
@@ -481,15 +556,26 @@ class _Client:
     x: NDArray[np.float64]
     y: NDArray[np.int64]
     rng: SystemRandomSource = field(default_factory=SystemRandomSource)
-    session: str = field(kw_only=True)
     answered: set[tuple[str, int]] = field(default_factory=set)  # (evaluation id, layer)
     seen: dict[tuple[int, int, int], set[int]] = field(default_factory=dict)
     served_round: int = 0  # the newest round served: rounds are evaluated in order
     #: its own view under the decryption rule (fedsec.shapley.views); None: Prop. 6.8
     view: ClientView | None = None
+    nonce: bytes = field(default_factory=new_nonce, init=False, repr=False)
+    session: str = field(default="", init=False)
 
     def _ctx(self, **kw: Any) -> Context:
-        return Context(self.session, PROTOCOL, **kw)
+        return Context(_need_session(self.session), PROTOCOL, **kw)
+
+    def hello(self) -> bytes:
+        """This client's fresh session nonce (``secretsv/hello``, for P)."""
+        return _hello(f"client:{self.index}", self.nonce)
+
+    def join(self, data: bytes) -> None:
+        """Take the session P announces, if it holds this client's nonce."""
+        if self.session:
+            raise ProtocolError("already in a session")
+        self.session = _join(data, self.nonce, self.n + 3)
 
     def share_model(self, rnd: int, key: str, params: Params, acc: Accounting
                     ) -> tuple[bytes, bytes]:
@@ -601,7 +687,7 @@ class _Client:
         self.seen.setdefault(key, set()).add(layer)
         with acc.timed("decryption"):
             vals = sh.reconstruct(p_share, a_share, Q)
-        if vals.size and int(np.abs(vals).max()) > bound:
+        if vals.size and max(int(vals.max()), -int(vals.min())) > bound:  # |-2^63| wraps
             raise ProtocolError("reconstructed values exceed the announced bound")
         real = vals.astype(np.float64) / (float(wsum) * 2.0 ** scale)
         out = activate(self.spec.layers[layer].activation, real)
@@ -739,6 +825,21 @@ class _Run:
         return correct[todo] if rows is not None else correct
 
 
+def open_session(acc: Accounting, clients: Sequence[_Client], P: _Server, A: _Server,
+                 dealer: Dealer) -> None:
+    """Relay every role's nonce to P and P's session message to every role (each role
+    derives the session id and checks its own nonce is hashed into it)."""
+    hellos = [acc.message(f"client:{c.index}", "P", "hello", c.hello()) for c in clients]
+    hellos += [acc.message("A", "P", "hello", A.hello()),
+               acc.message("dealer", "P", "hello", dealer.hello())]
+    offer = P.gather(hellos)
+    P.join(offer)
+    for c in clients:
+        c.join(acc.message("P", f"client:{c.index}", "session", offer))
+    A.join(acc.message("P", "A", "session", offer))
+    dealer.join(acc.message("P", "dealer", "session", offer))
+
+
 def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                      budget: int | None = None, sample_skip: bool = False, seed: int = 0,
                      schedule: str = "strict",
@@ -793,14 +894,15 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         # No keys, so no key set-up: the session is the hash of a fresh nonce per role
-        # (clients, P, A, dealer; drawn here for the in-process roles); binding every
+        # (clients, P, A, dealer, each drawing and checking its own); binding every
         # message to it stops replays from other runs (fedsec.shapley.binding)
-        session = session_from_nonces(PROTOCOL, [new_nonce() for _ in range(n + 3)])
-        clients = [_Client(i, n, record.spec, x, y, session=session,
+        clients = [_Client(i, n, record.spec, x, y,
                            view=ClientView(space, i) if strict else None)
                    for i, (x, y) in enumerate(sets)]
-        P = _Server("P", record.spec, n_clients=n, session=session)
-        A = _Server("A", record.spec, n_clients=n, session=session)
+        P = _Server("P", record.spec, n_clients=n)
+        A = _Server("A", record.spec, n_clients=n)
+        dealer = Dealer()
+        open_session(acc, clients, P, A, dealer)
         to_p, to_a = [], []
         for c in clients:
             bp, ba = c.share_data(acc)
@@ -809,10 +911,8 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         P.receive_data(to_p)
         A.receive_data(to_a)
         order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-        A.receive_order(acc.message("P", "A", "batches", wire.encode("secretsv/batches", bind(
-            {"order": [o.tolist() for o in order]}, Context(session, PROTOCOL,
-                                                             step="batches")))))
-        run = _Run(record, acc, clients, P, A, Dealer(session=session), groups, strong, order,
+        A.receive_order(acc.message("P", "A", "batches", P.order_message(order)))
+        run = _Run(record, acc, clients, P, A, dealer, groups, strong, order,
                    leader=secrets.randbelow(n),
                    sched=Scheduler(space, n, P.owner) if strict else None)
         if run.sched is not None and estimator == "exact" and not sample_skip:
