@@ -80,14 +80,14 @@ ROLE_KINDS = frozenset({
                                           "labels", "label-diff", "labels-all",
                                           "label-diff-all")),
     *(("SecSV A", f"secsv/{k}") for k in ("data", "model", "batches", "eval", "reshare",
-                                          "labels", "labels-all")),
+                                          "labels", "labels-all", "label-mask")),
     *(("SecretSV client", f"secretsv/{k}") for k in ("session", "output")),
     *(("SecretSV P", f"secretsv/{k}") for k in ("hello", "session", "data", "model",
                                                 "triple", "open", "reshare", "labels",
                                                 "label-diff")),
     *(("SecretSV A", f"secretsv/{k}") for k in ("session", "data", "model", "batches",
                                                 "eval", "triple", "open", "reshare",
-                                                "labels")),
+                                                "labels", "label-mask")),
     ("SecretSV dealer", "secretsv/session"),
 })
 
