@@ -570,6 +570,26 @@ def _register_payload(session: str, name: str, x_pk: bytes) -> bytes:
                           + name.encode() + b"|" + x_pk).digest()
 
 
+def _register(message: bytes, session: str, roster: Roster, n_clients: int,
+              clients: dict[int, bytes]) -> int:
+    """A client's registration, verified against the roster, recorded once (the server's
+    and the decryptor's check): returns the client's index."""
+    msg = wire.decode(message, expect="pfl/register", max_bytes=1 << 12)
+    _check_bound(msg.meta, session)
+    i = _meta_int(msg.meta, "client", 0, n_clients - 1)
+    name = msg.meta.get("name")
+    if name != client_name(i) or name not in roster or len(msg.blobs) != 2:
+        raise ProtocolError("malformed client registration")
+    x_pk, sig = msg.blobs
+    check_x25519(x_pk, who=client_name(i))
+    roster.verify(client_name(i), "pfl/register", _register_payload(session, client_name(i),
+                                                                     x_pk), sig)
+    if i in clients:
+        raise ProtocolError("a second registration for a client")
+    clients[i] = x_pk
+    return i
+
+
 def _decryptor_key_payload(session: str, x_pk: bytes) -> bytes:
     return hashlib.sha256(b"fedsec/pfl/decryptor-key/v1|" + session.encode() + b"|"
                           + DECRYPTOR_NAME.encode() + b"|" + x_pk).digest()
@@ -863,20 +883,7 @@ class SecurePFLDecryptor:
 
     def register(self, message: bytes) -> int:
         """Record a client's signed X25519 result key (relayed by the server)."""
-        msg = wire.decode(message, expect="pfl/register", max_bytes=1 << 12)
-        _check_bound(msg.meta, self.session)
-        i = _meta_int(msg.meta, "client", 0, _MAX_CLIENTS - 1)
-        name = msg.meta.get("name")
-        if name != client_name(i) or name not in self.roster or len(msg.blobs) != 2:
-            raise ProtocolError("malformed client registration")
-        x_pk, sig = msg.blobs
-        check_x25519(x_pk, who=str(name))
-        self.roster.verify(str(name), "pfl/register",
-                           _register_payload(self.session, str(name), x_pk), sig)
-        if i in self.clients:
-            raise ProtocolError("a second registration for a client")
-        self.clients[i] = x_pk
-        return i
+        return _register(message, self.session, self.roster, _MAX_CLIENTS, self.clients)
 
     def mask_ciphertexts(self, request: bytes) -> bytes:
         """Step 1b: for every client's sealed, signed seed, a fresh encryption of ``-M_i``
@@ -1140,20 +1147,7 @@ class SecurePFLServer:
 
     def register(self, message: bytes) -> int:
         """Record a client's signed X25519 result key (and relay it to the decryptor)."""
-        msg = wire.decode(message, expect="pfl/register", max_bytes=1 << 12)
-        _check_bound(msg.meta, self.session)
-        i = _meta_int(msg.meta, "client", 0, self.k - 1)
-        name = msg.meta.get("name")
-        if name != client_name(i) or name not in self.roster or len(msg.blobs) != 2:
-            raise ProtocolError("malformed client registration")
-        x_pk, sig = msg.blobs
-        check_x25519(x_pk, who=client_name(i))
-        self.roster.verify(client_name(i), "pfl/register",
-                           _register_payload(self.session, client_name(i), x_pk), sig)
-        if i in self.clients:
-            raise ProtocolError("a second registration for a client")
-        self.clients[i] = x_pk
-        return i
+        return _register(message, self.session, self.roster, self.k, self.clients)
 
     # -------------------------------------------------------------- step 1
     def receive(self, sender: int, upload: bytes, *, round_index: int,
