@@ -103,3 +103,27 @@ def test_three_clients_refused(protocol: str) -> None:
     rec, sets = _world(3, [(0, 1, 2)] * 2)
     with pytest.raises(vw.UnsafeSchedule):
         PROTOCOLS[protocol](rec, sets)
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_two_layer_model_exact(protocol: str, monkeypatch) -> None:
+    """A hidden layer (x² activation): later layers go to clients that do not know the
+    model, never to the one that decrypted the layer before; exact, views clean."""
+    rng = np.random.default_rng(8)
+    spec = ModelSpec("views2", (LayerSpec.dense(3, 4, "square"), LayerSpec.dense(4, 2)))
+    parts = [(0, 1, 2, 3), (4, 5, 6, 7)]
+    rnds, glob = [], spec.init_params(rng)
+    for p in parts:
+        local = tuple(spec.init_params(rng) for _ in p)
+        rnds.append(RoundRecord(glob, p, local, np.arange(1.0, len(p) + 1.0)))
+        glob = spec.init_params(rng)
+    rec = TrainingRecord(spec, 8, tuple(rnds), glob)
+    sets = [(rng.uniform(-1, 1, size=(3, 3)), rng.integers(0, 2, 3).astype(np.int64))
+            for _ in range(8)]
+    seen = _log(monkeypatch)
+    got = PROTOCOLS[protocol](rec, sets)
+    x = np.concatenate([a for a, _ in sets])
+    y = np.concatenate([b for _, b in sets])
+    assert got.error_to(federated_shapley(rec, x, y)) <= 1e-6
+    assert _assert_views_clean(rec, seen) > 0
+    assert any(not first for _c, _v, _s, first in seen)  # later layers were decrypted too
