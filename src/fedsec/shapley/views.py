@@ -73,6 +73,14 @@ Owners = Sequence[int] | NDArray[Any]
 _TOL = 1e-9
 
 
+#: Placement steps the exhaustive search may take before a run is refused anyway.
+SEARCH_NODES = 20_000
+
+
+class _Exhausted(Exception):
+    pass
+
+
 class UnsafeSchedule(ValueError):
     """No client may decrypt an output without being able to solve for test data."""
 
@@ -276,6 +284,7 @@ class Scheduler:
         self.owner = np.asarray(owner, dtype=np.int64)
         self.views = [ClientView(space, c) for c in range(n_clients)]
         self._planned: dict[tuple[int, int, tuple[int, ...]], int] = {}
+        self._exhausted = False
 
     def owner_of(self, samples: Sequence[int]) -> int | None:
         """The one owner of ``samples``, or None when they mix owners."""
@@ -352,7 +361,54 @@ class Scheduler:
                                          blinded=False)
                     self._planned[(t, m, key)] = c
                 return
-        self._refuse(t, next(iter(todo), 0), samples)
+        placed_dfs = self._search(todo, vecs, start, owners)
+        if placed_dfs is None:
+            self._refuse(t, next(iter(todo), 0), samples, searched=True)
+        assert placed_dfs is not None
+        for m, c in placed_dfs.items():
+            self.views[c].record(vecs[m], samples, owners, first_layer=True, blinded=False)
+            self._planned[(t, m, key)] = c
+
+    def _search(self, todo: list[int], vecs: dict[int, FloatArray],
+                start: dict[int, FloatArray], owners: NDArray[Any],
+                budget: int = SEARCH_NODES) -> dict[int, int] | None:
+        """Depth-first search over every placement (after the greedy restarts failed):
+        a placement, or None when none exists -- or none was found within ``budget``
+        steps (then the refusal says so)."""
+        spans = dict(start)
+        cands = {m: [c for c in range(self.n) if not (owners == c).any()
+                     and not self.views[c].knows(vecs[m])] for m in todo}
+        placed: dict[int, int] = {}
+        steps = 0
+
+        def dfs(i: int) -> bool:
+            nonlocal steps
+            steps += 1
+            if steps > budget:
+                raise _Exhausted
+            if i == len(todo):
+                return True
+            m = todo[i]
+            v = vecs[m]
+            for c in cands[m]:
+                if self.views[c]._safe_span(spans[c], v):
+                    old = spans[c]
+                    if _rank(np.vstack([old, v])) > _rank(old):
+                        spans[c] = np.vstack([old, v])
+                    placed[m] = c
+                    if dfs(i + 1):
+                        return True
+                    spans[c] = old
+                    del placed[m]
+            return False
+
+        try:
+            found = dfs(0)
+        except _Exhausted:
+            self._exhausted = True
+            return None
+        self._exhausted = False
+        return placed if found else None
 
     def first(self, t: int, mask: int, samples: Sequence[int], turn: int = 0) -> int:
         """The client that decrypts (or, for a model the owner knows, evaluates) the first
@@ -399,15 +455,20 @@ class Scheduler:
                                   turn=turn + layer))
         return out
 
-    def _refuse(self, t: int, mask: int, samples: Sequence[int]) -> None:
+    def _refuse(self, t: int, mask: int, samples: Sequence[int], searched: bool = False
+                ) -> None:
         parts = self.space.rounds[t][0]
+        how = ""
+        if searched:
+            how = (" (an exhaustive search found no placement)" if not self._exhausted
+                   else f" (none found within {SEARCH_NODES:,} search steps)")
         raise UnsafeSchedule(
             f"no client may decrypt coalition {mask:#b} of round {t + 1} on client "
             f"{self.owner_of(samples)}'s samples without being able to solve for them: a "
             "client knows its own model and the global models, and with "
             f"{len(parts)} participants among {self.n} clients the coalitions' outputs "
             "cannot be spread so that no client can combine them into a known model's "
-            "output. Evaluate fewer coalitions (an estimator with a small budget), add "
+            f"output{how}. Evaluate fewer coalitions (an estimator with a small budget), add "
             "clients that do not train in every round, or pass schedule='paper' to accept "
             "the paper's Prop. 6.8 schedule and its leak (a PrivacyWarning says what it is).")
 
