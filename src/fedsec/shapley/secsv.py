@@ -34,7 +34,7 @@ Roles and messages (everything between roles is bytes, counted by
   :class:`~fedsec.shapley.views.Scheduler` places the decryptions (for exact SSVs all of
   them before any model is encrypted) and refuses the run
   (:class:`~fedsec.shapley.views.UnsafeSchedule`) when it finds no placement -- with
-  every client in every round of a small federation it usually finds none (the module
+  every client in every round of a small federation none exists (the module
   says why); estimators with small budgets and rounds that leave clients out schedule.
   Each client keeps its own view and refuses a request that breaks the rule
   (:class:`~fedsec.errors.PolicyViolation`), so a P that schedules wrongly is stopped by

@@ -46,7 +46,8 @@ knows; the batch owner evaluates the models it knows on its own samples (``θ^t`
 clients depends on ``k``, on how many clients stay out of a round and on the FedAvg
 weights. The scheduler searches a placement before any work (larger coalitions first, the
 client whose span grows least) and refuses, with :class:`UnsafeSchedule`, when it finds
-none -- with every client in every round it usually finds none. Batches that mix several
+none -- with every client in every round none exists for 3, 4 or 5 clients (an
+exhaustive search). Batches that mix several
 owners have no owner that knows their samples: under the rule, batches have one owner.
 """
 
