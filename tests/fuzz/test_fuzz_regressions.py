@@ -520,3 +520,44 @@ def test_hesv_predictions_equal_to_the_labels_are_a_protocol_error(shapley_world
     forged = _encode_loose("hesv/predicted", meta, [server.ctx.serialize(c) for c in labels])
     with pytest.raises(ProtocolError, match="transparent"):
         server.step(st.sender, forged)
+
+
+def _raised_reshare_bound(protocol: str) -> None:
+    """A decrypting client that announces a re-share bound no honest activation can reach
+    (found by the Shapley campaigns: it pushed P's a-priori budget past the ring and P
+    raised ``FixedPointOverflow``, a ``ValueError``): P and A refuse the re-share itself
+    with ``ProtocolError``."""
+    import fuzz_shapley as fs
+
+    from fedsec.shapley import secretsv as ssv
+    from fedsec.shapley import secsv as sv
+
+    rec, sets = fs._tiny_record()  # noqa: SLF001 - two layers, x² hidden activation
+    log = fs.Recorder()
+
+    def raise_bound(payload: bytes) -> bytes:
+        msg = wire.decode(payload)
+        return wire.encode(msg.kind, {**msg.meta, "bound": msg.meta["bound"] << 20},
+                           msg.blobs)
+
+    if protocol == "secsv":
+        run = sv._setup(rec, sets, sv.SecSVConfig().check(), log, True)  # noqa: SLF001
+        run.upload_round(0)
+        log.swap = ("share", 0, raise_bound)  # the layer-1 re-share to P
+        with pytest.raises(ProtocolError, match="re-share bound"):
+            run.evaluate(0, 3, None)
+        return
+    monkey = pytest.MonkeyPatch()
+    try:
+        monkey.setattr(ssv, "Accounting", lambda: log)
+        log.swap = ("share", 0, raise_bound)
+        with pytest.raises(ProtocolError, match="re-share bound"):
+            ssv.secretsv_shapley(rec, sets, schedule="paper")
+    finally:
+        monkey.undo()
+
+
+@pytest.mark.filterwarnings("ignore::fedsec.errors.PrivacyWarning")
+@pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
+def test_raised_reshare_bound_is_a_protocol_error(protocol: str) -> None:
+    _raised_reshare_bound(protocol)

@@ -75,6 +75,17 @@ def activate(name: str, y: FloatArray) -> FloatArray:
     raise ValueError(f"Unknown activation {name!r}; expected one of {ACTIVATIONS}.")
 
 
+def activation_bound(name: str, bound: float) -> float:
+    """The largest ``|activate(name, y)|`` over ``|y| <= bound``."""
+    if name in ("identity", "relu"):
+        return float(bound)
+    if name == "square":
+        return float(bound) ** 2
+    if name in ("sigmoid", "tanh"):
+        return 1.0
+    raise ValueError(f"Unknown activation {name!r}; expected one of {ACTIVATIONS}.")
+
+
 def _sigmoid(y: FloatArray) -> FloatArray:
     out: FloatArray = 0.5 * (1.0 + np.tanh(0.5 * y))  # stable for large |y|
     return out

@@ -95,6 +95,7 @@ from fedsec.shapley.secure_game import (
     decryptor_chain,
     integer_weights,
     plan_groups,
+    reshare_cap,
     run_rounds,
     shuffle,
 )
@@ -225,6 +226,8 @@ class _Eval:
     layer: int = 0  # the layer being computed (advances with each re-share)
     opened: bool = False  # this layer's triple consumed
     g: U64 | None = None  # (P) its share of r·(Ŷ − b) from the labels, until A answers
+    #: per layer, the (bound, weight sum, scale bits) its output request announced
+    announced: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def _rows_list(value: Any, n_samples: int) -> NDArray[np.int64]:
@@ -459,6 +462,8 @@ class _Server:
     def output(self, z: U64, meta: dict[str, Any]) -> bytes:
         """This server's share of the layer output for the reconstructing client."""
         ev = self._need_eval()
+        if all(isinstance(meta.get(k), int) for k in ("bound", "weight_sum", "scale_bits")):
+            ev.announced[ev.layer] = (meta["bound"], meta["weight_sum"], meta["scale_bits"])
         return wire.encode("secretsv/output", bind({**meta, EV: ev.ev}, ev.ctx.at(
             layer=ev.layer, step="output")), [z.tobytes()])
 
@@ -485,6 +490,11 @@ class _Server:
         nb = msg.meta.get("bound")
         if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
             raise ProtocolError("malformed re-share bound")
+        layer = self._need_eval().layer - 1  # the layer this re-share follows
+        cap = reshare_cap(self._need_eval().announced.get(layer),
+                          self.spec.layers[layer].activation, _FRAC_HIDDEN)
+        if cap is not None and nb > cap:  # a bound no honest activation reaches
+            raise ProtocolError("re-share bound beyond what the layer's output allows")
         return x, nb
 
     def label_mask(self, to_p: bytes) -> bytes:

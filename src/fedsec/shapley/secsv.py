@@ -207,6 +207,7 @@ from fedsec.shapley.secure_game import (
     decryptor_chain,
     integer_weights,
     plan_groups,
+    reshare_cap,
     run_rounds,
     shuffle,
 )
@@ -1039,6 +1040,8 @@ class _Eval:
     layer: int = 0  # the next layer whose share this server expects
     products: set[tuple[int, str]] = field(default_factory=set)  # (P) received from A
     g: U64 | None = None  # (P) its share of r·(Ŷ − b) from the labels, until A answers
+    #: (P) per layer, the (bound, weight sum, scale bits) its decryption request announced
+    announced: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def _rows_list(value: Any, n_samples: int, width: int) -> NDArray[np.int64]:
@@ -1210,6 +1213,8 @@ class PrincipalServer(_Server):
         ev = self._need_eval()
         ctx = ev.ctx.at(layer=layer, step="decrypt")
         rid = self.requests.issue(ctx)
+        if all(isinstance(meta.get(k), int) for k in ("bound", "weight_sum", "scale_bits")):
+            ev.announced[layer] = (meta["bound"], meta["weight_sum"], meta["scale_bits"])
         return wire.encode("secsv/decrypt", bind({**meta, EV: ev.ev}, ctx, rid=rid), blobs)
 
     def receive_product(self, data: bytes, layer: int, step: str) -> bytes:
@@ -1238,6 +1243,10 @@ class PrincipalServer(_Server):
         if len(msg.blobs) != 1 or _int_meta(msg.meta, "m", 1, m) != m:
             raise ProtocolError("malformed re-share")
         b = _int_meta(msg.meta, "bound", 1, self.bfv.t // 2)
+        cap = reshare_cap(self._need_eval().announced.get(layer),
+                          self.spec.layers[layer].activation, self.plan.frac_inputs[layer + 1])
+        if cap is not None and b > cap:  # a bound no honest activation reaches
+            raise ProtocolError("re-share bound beyond what the layer's output allows")
         x = _u64(msg.blobs[0], (d, m), "re-share")
         if x.size and int(x.max()) >= self.bfv.t:
             raise ProtocolError("share out of range")

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import ProtocolError
+from fedsec.learning.model import activation_bound
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import shapley_values
 from fedsec.shapley.accounting import Accounting
@@ -24,6 +25,7 @@ from fedsec.shapley.secure_common import SecureShapleyResult
 from fedsec.shapley.utility import SkipStats, ascending_table, find_skippable
 
 __all__ = ["integer_weights", "plan_groups", "decryptor_chain", "check_decryptor",
+           "reshare_cap",
            "SecureRun", "SecureRoundGame", "run_rounds", "shuffle"]
 
 BoolArray = NDArray[np.bool_]
@@ -61,6 +63,25 @@ def integer_weights(weights: NDArray[Any], bits: int = 12) -> NDArray[np.int64]:
     return out
 
 
+
+
+def reshare_cap(announced: tuple[int, int, int] | None, activation: str,
+                frac_next: int) -> int | None:
+    """The largest re-share bound an honest client can announce for a layer whose
+    decryption request announced ``(bound, weight_sum, scale_bits)``: the activation's
+    largest output over ``|y| <= bound / (weight_sum·2^scale_bits)`` in fixed point at
+    ``frac_next`` bits, rounded up to a power of two (the client's own rounding). None
+    when nothing was announced or the cap is beyond any ring the protocols use."""
+    if announced is None:
+        return None
+    bound, wsum, scale = announced
+    if wsum < 1:
+        return None
+    top = activation_bound(activation, bound / (wsum * 2.0 ** scale)) * 2.0 ** frac_next
+    if not math.isfinite(top) or top >= 2.0 ** 62:
+        return None
+    v = top * (1.0 + 1e-9) + 1.0
+    return 1 if v <= 1 else 1 << math.ceil(math.log2(v))
 
 
 # ====================================================================== Prop. 6.8
