@@ -69,16 +69,23 @@ def _assert_views_clean(rec: TrainingRecord, seen) -> int:
     return len(per)
 
 
-@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
-def test_eight_clients_exact_over_rounds(protocol: str, monkeypatch) -> None:
-    """8 clients, 4 per round, 3 rounds, exact SSVs: scheduled, exact, views clean."""
-    rec, sets = _world(8, [(0, 1, 2, 3), (4, 5, 6, 7), (0, 2, 5, 7)])
+def _exact_and_clean(protocol: str, rec: TrainingRecord, sets: list, monkeypatch
+                     ) -> list[tuple[int, np.ndarray, list[int], bool]]:
+    """Run ``protocol`` under the rule: exact FSVs, every client's view clean."""
     seen = _log(monkeypatch)
     got = PROTOCOLS[protocol](rec, sets)
     x = np.concatenate([a for a, _ in sets])
     y = np.concatenate([b for _, b in sets])
     assert got.error_to(federated_shapley(rec, x, y)) <= 1e-6
     assert _assert_views_clean(rec, seen) > 0
+    return seen
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_eight_clients_exact_over_rounds(protocol: str, monkeypatch) -> None:
+    """8 clients, 4 per round, 3 rounds, exact SSVs: scheduled, exact, views clean."""
+    rec, sets = _world(8, [(0, 1, 2, 3), (4, 5, 6, 7), (0, 2, 5, 7)])
+    _exact_and_clean(protocol, rec, sets, monkeypatch)
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
@@ -120,10 +127,5 @@ def test_two_layer_model_exact(protocol: str, monkeypatch) -> None:
     rec = TrainingRecord(spec, 8, tuple(rnds), glob)
     sets = [(rng.uniform(-1, 1, size=(3, 3)), rng.integers(0, 2, 3).astype(np.int64))
             for _ in range(8)]
-    seen = _log(monkeypatch)
-    got = PROTOCOLS[protocol](rec, sets)
-    x = np.concatenate([a for a, _ in sets])
-    y = np.concatenate([b for _, b in sets])
-    assert got.error_to(federated_shapley(rec, x, y)) <= 1e-6
-    assert _assert_views_clean(rec, seen) > 0
+    seen = _exact_and_clean(protocol, rec, sets, monkeypatch)
     assert any(not first for _c, _v, _s, first in seen)  # later layers were decrypted too
