@@ -119,6 +119,7 @@ def test_strict_schedule_refuses_or_runs(capsys) -> None:
     assert main([*SMALL, "--protocol", "secsv", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert "solve for them" in err and "--schedule paper" in err
+    assert "--estimator with a small --budget" in err and "--participation below 1" in err
     small5 = ["shapley", "--task", "bank", "--samples", "300", "--clients", "5",
               "--rounds", "2"]
     assert main([*small5, "--protocol", "secsv", "--workers", "1", "--estimator", "ps",

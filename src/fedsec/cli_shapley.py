@@ -214,10 +214,11 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
                 ray_address=args.ray_address, progress=progress, **common)
         except UnsafeSchedule as exc:  # speak of the command line's option
             raise ValueError(str(exc).replace("pass schedule='paper'", "pass --schedule paper")
-                             .replace("(an estimator with a small budget, ",
-                                      "(--estimator with a small --budget, ")
+                             .replace("(an estimator with a small budget)",
+                                      "(--estimator with a small --budget)")
                              .replace("add clients that do not train in every round",
-                                      "--participation below 1")) from None
+                                      "let clients sit out rounds (--participation below 1)"
+                                      )) from None
     for text in dict.fromkeys(str(w.message) for w in caught
                               if issubclass(w.category, PrivacyWarning)):
         print(f"fedsec: privacy warning: {text}", file=sys.stderr)
