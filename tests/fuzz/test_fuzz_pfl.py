@@ -126,3 +126,36 @@ def test_pfl_hostile_metadata(pfl_world: PFLWorld, pfl_targets: dict[str, Target
         assert bad is None, f"{case} with metadata {meta!r:.300}: {bad}"
 
     check()
+
+
+#: Every message kind a Priv-PFL role decodes from another role's bytes, and the fuzz
+#: target that feeds it hostile bytes.
+KIND_TARGETS = {
+    "pfl/register": ["SecurePFLServer.register", "SecurePFLDecryptor.register"],
+    "pfl/decryptor-key": ["SecurePFLClient.receive_decryptor_key"],
+    "pfl/masked-upload": ["SecurePFLServer.receive"],
+    "pfl/mask-request": ["SecurePFLDecryptor.mask_ciphertexts"],
+    "pfl/masks": ["SecurePFLServer.receive_masks"],
+    "pfl/gram": ["SecurePFLDecryptor.refresh"],
+    "pfl/refreshed": ["SecurePFLServer.compare"],
+    "pfl/reveal": ["SecurePFLDecryptor.reveal"],
+    "pfl/bits": ["SecurePFLServer.read_bits"],
+    "pfl/result-request": ["SecurePFLDecryptor.unmask_for_client"],
+    "pfl/result-box": ["SecurePFLServer.deliver"],
+    "pfl/result": ["SecurePFLClient.finish"],
+}
+
+
+def test_every_decoded_kind_is_a_target(pfl_targets: dict[str, Target]) -> None:
+    """Each ``wire.decode(..., expect="pfl/...")`` in the protocol has a fuzz target; a new
+    message kind without one fails here."""
+    import re
+    from pathlib import Path
+
+    import fedsec.pfl.secure as secure
+
+    source = Path(secure.__file__).read_text()
+    kinds = set(re.findall(r'expect="(pfl/[a-z-]+)"', source))
+    assert kinds == set(KIND_TARGETS)
+    for names in KIND_TARGETS.values():
+        assert all(n in pfl_targets for n in names), names
