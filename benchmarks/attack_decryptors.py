@@ -33,13 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.crypto import wire
 from fedsec.learning.fedavg import run_fedavg
 from fedsec.learning.tasks import make_task
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.binding import context_of
 from fedsec.shapley.views import UnsafeSchedule
-from fedsec.testing.decryptor_attack import Decryption, solve_samples
+from fedsec.testing.decryptor_attack import Decryption, SecSVSpy, solve_samples
 
 
 def train(name: str, n: int, clients: int, rounds: int, participation: float = 1.0,
@@ -48,80 +46,6 @@ def train(name: str, n: int, clients: int, rounds: int, participation: float = 1
     fed = task.federate(clients, seed=seed)
     record = run_fedavg(task, fed, rounds=rounds, seed=seed, participation=participation)
     return record, [(c.x_test, c.y_test) for c in fed.clients]
-
-
-class Spy:
-    """Captures every first-layer output a client decrypts (per coalition or derived)."""
-
-    def __init__(self) -> None:
-        self.runs: list[Any] = []
-        self.decs: list[Decryption] = []
-        self._orig = (sv._setup, sv.SecSVClient.decrypt_layer,  # noqa: SLF001
-                      sv.SecSVClient._derive_labels)  # noqa: SLF001
-
-    def __enter__(self) -> Spy:
-        spy = self
-        setup, layer, derive = self._orig
-
-        def setup_spy(*a: Any, **k: Any) -> Any:
-            run = setup(*a, **k)
-            spy.runs.append(run)
-            return run
-
-        def rows_of(ctx: Any) -> list[int]:
-            run = spy.runs[-1]
-            return [int(v) for v in run.batches[ctx.batch].rows]
-
-        def layer_spy(self: Any, data: bytes, acc: Any) -> Any:
-            meta = wire.decode(data).meta
-            ctx = context_of(meta)
-            if meta.get("layer") != 0:
-                return layer(self, data, acc)
-            got: dict[str, np.ndarray] = {}
-            feats = self._features
-
-            def grab(*a: Any) -> Any:
-                out = feats(*a)
-                got["v"] = out
-                return out
-
-            self._features = grab
-            try:
-                return layer(self, data, acc)
-            finally:
-                del self._features
-                if "v" in got:
-                    rows = meta.get("samples") or rows_of(ctx)
-                    y = got["v"].astype(np.float64) / (meta["weight_sum"]
-                                                      * 2.0 ** meta["scale_bits"])
-                    spy.decs.append(Decryption(self.index, ctx.round, ctx.mask,
-                                               tuple(rows), y))
-
-        def derive_spy(self: Any, values: Any, parts: list[int], weights: list[int],
-                       partner: int, d_out: int, m: int, scale: int) -> Any:
-            run = spy.runs[-1]
-            t = run.P.round
-            rows = run.A.eval.rows  # the batch in flight (A knows the composition)
-            me = self.index
-            others = [c for c in parts if c != me]
-            terms = [(0, 1)] + [(1 << parts.index(c), weights[parts.index(c)])
-                                for c in others]
-            if len(values) == len(others) + 2:
-                pm = (1 << parts.index(me)) | (1 << parts.index(partner))
-                terms.append((pm, weights[parts.index(me)] + weights[parts.index(partner)]))
-            for j, (mask, q) in enumerate(terms):
-                y = values[j].reshape(d_out, m).astype(np.float64) / (q * 2.0 ** scale)
-                spy.decs.append(Decryption(me, t, mask, tuple(int(r) for r in rows), y))
-            return derive(self, values, parts, weights, partner, d_out, m, scale)
-
-        sv._setup = setup_spy  # noqa: SLF001
-        sv.SecSVClient.decrypt_layer = layer_spy  # type: ignore[method-assign]
-        sv.SecSVClient._derive_labels = derive_spy  # type: ignore[method-assign]  # noqa: SLF001
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        (sv._setup, sv.SecSVClient.decrypt_layer,  # noqa: SLF001
-         sv.SecSVClient._derive_labels) = self._orig  # noqa: SLF001
 
 
 def models_recovered(record: Any, decs: list[Decryption], recovered: dict[tuple[int, int],
@@ -170,7 +94,7 @@ def attack(name: str, record: Any, sets: Any, **kw: Any) -> dict[str, Any]:
     x = np.concatenate([a.reshape(len(a), -1) for a, _ in sets])
     row: dict[str, Any] = {"case": name, **{k: v for k, v in kw.items()}}
     t0 = time.perf_counter()
-    with Spy() as spy, warnings.catch_warnings():
+    with SecSVSpy() as spy, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             sv.secsv_shapley(record, sets, **kw)

@@ -16,15 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.errors import PolicyViolation, PrivacyWarning
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import federated_shapley
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.binding import context_of
 from fedsec.shapley.views import UnsafeSchedule
-from fedsec.testing.decryptor_attack import Decryption, solve_samples
+from fedsec.testing.decryptor_attack import Decryption, SecSVSpy, solve_samples
 
 N = 8
 PARTS = ((0, 1, 2, 3), (4, 5, 6, 7), (0, 2, 5, 7))
@@ -43,42 +41,12 @@ def _world(rounds: int = 3) -> tuple[TrainingRecord, list[tuple[np.ndarray, np.n
     return TrainingRecord(spec, N, tuple(rnds), glob), sets
 
 
-def _capture(monkeypatch) -> list[tuple[int, int, int, list[int], np.ndarray]]:
-    """(client, round, mask, samples, real outputs d_out × m) of every decryption."""
-    seen: list[tuple[int, int, int, list[int], np.ndarray]] = []
-    orig = sv.SecSVClient.decrypt_layer
-
-    def spy(self, data, acc):
-        meta = wire.decode(data).meta
-        real = {}
-        features = self._features
-
-        def grab(ct, lp, width, m, a):
-            out = features(ct, lp, width, m, a)
-            real["v"] = out.astype(np.float64) / (meta["weight_sum"]
-                                                  * 2.0 ** meta["scale_bits"])
-            return out
-
-        self._features = grab
-        try:
-            return orig(self, data, acc)
-        finally:
-            del self._features
-            if "v" in real:
-                ctx = context_of(meta)
-                seen.append((self.index, ctx.round, ctx.mask, meta.get("samples"),
-                             real["v"]))
-
-    monkeypatch.setattr(sv.SecSVClient, "decrypt_layer", spy)
-    return seen
-
-
-def _attack(rec: TrainingRecord, seen, owner, x) -> tuple[int, int]:
-    """(samples pinned to 1e-3, samples attacked) over every client's view."""
-    decs = [Decryption(c, t, mask, tuple(rows), y) for c, t, mask, rows, y in seen]
+def _attack(rec: TrainingRecord, decs: list[Decryption], owner, x) -> tuple[int, int, int]:
+    """Over every (client, other client's sample) view: (views pinned to 1e-3, views with a
+    known-model combination, views attacked)."""
     res = solve_samples(rec, decs, owner)
     pinned = sum(np.allclose(v, x[s], atol=1e-3) for (_c, s), v in res.recovered.items())
-    return pinned, res.attacked
+    return pinned, res.combinations, res.attacked
 
 
 def _pooled(sets):
@@ -86,54 +54,32 @@ def _pooled(sets):
     return owner, np.concatenate([x for x, _ in sets])
 
 
-def test_paper_schedule_hands_out_test_data(monkeypatch) -> None:
+def test_paper_schedule_hands_out_test_data() -> None:
     """Prop. 6.8 alone: decrypting clients recover other clients' samples exactly."""
     rec, sets = _world()
-    seen = _capture(monkeypatch)
-    with pytest.warns(PrivacyWarning, match="solve for those samples"):
+    with SecSVSpy() as spy, pytest.warns(PrivacyWarning, match="solve for those samples"):
         sv.secsv_shapley(rec, sets, schedule="paper", derived_decryption=False)
-    for entry in seen:  # the paper mode sends no sample ids: P's batch rows, in order
-        assert entry[3] is None
     owner, x = _pooled(sets)
-    rows = _rows_from_requests(seen, rec, sets)
-    pinned, attacked = _attack(rec, rows, owner, x)
-    assert attacked > 0 and pinned > 0.5 * attacked
+    pinned, combos, attacked = _attack(rec, spy.decs, owner, x)
+    assert attacked > 0 and pinned == combos > 0  # every known combination pins a sample
 
 
-def _rows_from_requests(seen, rec, sets):
-    """The paper mode does not name samples; the attacker sees one batch per request and
-    the test (not the attacker) maps batches back to rows by matching the global model."""
-    owner, x = _pooled(sets)
-    out = []
-    for c, t, mask, _rows, y in seen:
-        g = rec.rounds[t].global_params
-        if mask == 0:
-            pred = g[0] @ x.T + g[1][:, None]
-            rows = [int(np.argmin(np.abs(pred - y[:, [j]]).sum(axis=0)))
-                    for j in range(y.shape[1])]
-        else:
-            rows = []
-        if rows:
-            out.append((c, t, mask, rows, y))
-    return out
-
-
-def test_default_schedule_leaves_nothing_to_solve(monkeypatch) -> None:
+def test_default_schedule_leaves_nothing_to_solve() -> None:
     """The decryption rule: same world, 3 rounds, exact SSVs; every client's whole view
     (every output it decrypted) holds no combination that is a known model; FSVs exact."""
     rec, sets = _world()
-    seen = _capture(monkeypatch)
-    got = sv.secsv_shapley(rec, sets)
+    with SecSVSpy() as spy:
+        got = sv.secsv_shapley(rec, sets)
     owner, x = _pooled(sets)
     ref = federated_shapley(rec, x, np.concatenate([y for _, y in sets]))
     assert got.error_to(ref) <= 1e-9
-    assert seen and all(e[3] is not None for e in seen)
-    pinned, attacked = _attack(rec, seen, owner, x)
-    assert attacked > 0 and pinned == 0
+    assert spy.decs
+    pinned, combos, attacked = _attack(rec, spy.decs, owner, x)
+    assert attacked > 0 and pinned == combos == 0
     # owners evaluated the models they know: the global model never left its owner
-    for c, _t, mask, rows, _y in seen:
-        if mask == 0:
-            assert set(owner[rows].tolist()) == {c}
+    for d in spy.decs:
+        if d.mask == 0:
+            assert set(owner[list(d.samples)].tolist()) == {d.client}
 
 
 def test_default_schedule_refuses_when_unsafe() -> None:

@@ -620,13 +620,6 @@ class HESVClient:
                 blobs.extend(self.ctx.encrypt_to_bytes(v) for v in vecs)
         return wire.encode("hesv/model", self._meta(round=round_index, kind=kind), blobs)
 
-    def _coalition(self, t: int, mask: int) -> FloatArray:
-        assert self.view is not None
-        rounds = self.view.space.rounds
-        if not 0 <= t < len(rounds) or not 0 <= mask < 1 << len(rounds[t][0]):
-            raise ProtocolError("malformed request: round or coalition")
-        return self.view.space.coalition(t, mask)
-
     def _refuse(self, why: str) -> PolicyViolation:
         return PolicyViolation(f"{self.name} refuses to decrypt: {why}", check="decryptor")
 
@@ -650,7 +643,7 @@ class HESVClient:
         if self.view is not None:  # the decryption rule on its own view
             if t < self._round:
                 raise ReplayRefused("request of an earlier round (a replay)", check="round")
-            v = self._coalition(t, mask)
+            v = self.view.requested(t, mask)
             local = owner == self.index and self.view.knows(v)
             if not local and (layer - 1 in seen or (self.level == "strong" and seen)):
                 raise self._refuse("it decrypted another layer of the same evaluation")

@@ -621,13 +621,6 @@ class _Client:
                 wire.encode("secretsv/data", bind(meta, self._ctx(step="data/A")),
                             [x2.tobytes(), y2.tobytes()]))
 
-    def _coalition(self, t: int, mask: int) -> NDArray[np.float64]:
-        assert self.view is not None
-        rounds = self.view.space.rounds
-        if not 0 <= t < len(rounds) or not 0 <= mask < 1 << len(rounds[t][0]):
-            raise ProtocolError("malformed output request: round or coalition")
-        return self.view.space.coalition(t, mask)
-
     def reconstruct(self, from_p: bytes, from_a: bytes, acc: Accounting
                     ) -> tuple[bytes, bytes]:
         """Reconstruct a layer's output, check, activate and re-share (or share labels).
@@ -667,16 +660,8 @@ class _Client:
         if self.view is None:
             check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
         else:
-            v = self._coalition(ctx.round, ctx.mask)
-            samples = meta.get("samples")
-            if len(owners) != 1 or not (isinstance(samples, list) and len(samples) == m
-                                        and all(isinstance(s, int) and not isinstance(s, bool)
-                                                and 0 <= s < _MAX_ROWS * 64 for s in samples)
-                                        ) or len(set(samples)) != m:
-                raise ProtocolError("malformed output request: samples")
-            local = owners == [self.index] and self.view.knows(v)
-            self.view.check(v, samples, [owners[0]] * m, first_layer=layer == 0,
-                            blinded=False)
+            local = self.view.check_request(ctx.round, ctx.mask, meta.get("samples"), owners,
+                                            m, first_layer=layer == 0)
         ev = request_id(meta, EV)
         if ctx.round < self.served_round:
             raise ReplayRefused("output of an earlier round (a replay)", check="round")

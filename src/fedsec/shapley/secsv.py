@@ -563,31 +563,12 @@ class SecSVClient:
             return sh.centre(grid_to_features(grid, lp, m), t)
 
     # ------------------------------------------------------------- Alg. 4, steps 7-11
-    def _coalition(self, t: int, mask: int) -> NDArray[np.float64]:
-        assert self.view is not None
-        if not 0 <= t < len(self.view.space.rounds) or not 0 <= mask < 1 << len(
-                self.view.space.rounds[t][0]):
-            raise ProtocolError("malformed decryption request: round or coalition")
-        return self.view.space.coalition(t, mask)
-
     def _owner_local(self, meta: dict[str, Any], t: int, mask: int) -> bool:
         """A model this client knows on its own samples only (it learns nothing)."""
         if self.view is None:
             return False
         return meta.get("batch_owners") == [self.index] and self.view.knows(
-            self._coalition(t, mask))
-
-    def _check_view(self, meta: dict[str, Any], t: int, mask: int, layer: int, m: int,
-                    owners: list[int]) -> None:
-        """The decryption rule on this client's own view (raises PolicyViolation)."""
-        assert self.view is not None
-        samples = meta.get("samples")
-        if len(owners) != 1 or not (isinstance(samples, list) and len(samples) == m and all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31
-                for v in samples)) or len(set(samples)) != m:
-            raise ProtocolError("malformed decryption request: samples")
-        self.view.check(self._coalition(t, mask), samples, [owners[0]] * m,
-                        first_layer=layer == 0, blinded=False)
+            self.view.requested(t, mask))
 
     def decrypt_layer(self, data: bytes, acc: Accounting) -> tuple[bytes, bytes]:
         """Decrypt a layer's output, check, activate and re-share (or share labels).
@@ -628,7 +609,8 @@ class SecSVClient:
         if self.view is None:
             check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
         else:
-            self._check_view(meta, ctx.round, ctx.mask, layer, m, owners)
+            self.view.check_request(ctx.round, ctx.mask, meta.get("samples"), owners, m,
+                                    first_layer=layer == 0)
         divisor_log2 = _int_meta(meta, "scale_bits", 0, 62)
         weight_sum = _int_meta(meta, "weight_sum", 1, 1 << 40)
         bound = _int_meta(meta, "bound", 1, (self.bfv.t - 1) // 2)

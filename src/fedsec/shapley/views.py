@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.errors import PolicyViolation, PrivacyWarning
+from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 
 __all__ = ["ModelSpace", "ClientView", "Scheduler", "UnsafeSchedule", "SCHEDULES",
            "check_schedule"]
@@ -189,6 +189,14 @@ class ClientView:
         self._rank_known = _rank(self._known)
         self._spans[0] = np.zeros((0, self.space.dim))
 
+    def requested(self, t: int, mask: int) -> FloatArray:
+        """The coalition vector of round ``t``, ``mask`` as another role named it
+        (:class:`~fedsec.errors.ProtocolError` when the run has no such coalition)."""
+        rounds = self.space.rounds
+        if not 0 <= t < len(rounds) or not 0 <= mask < 1 << len(rounds[t][0]):
+            raise ProtocolError("malformed request: round or coalition")
+        return self.space.coalition(t, mask)
+
     def knows(self, v: FloatArray) -> bool:
         """Whether ``v`` is a model this client knows (in the span of its known models)."""
         key = v.tobytes()
@@ -256,6 +264,22 @@ class ClientView:
         if why is not None:
             raise PolicyViolation(f"refusing to decrypt {why}", check="view")
         self.record(v, samples, owners, first_layer=first_layer, blinded=blinded)
+
+    def check_request(self, t: int, mask: int, samples: Any, owners: Any, m: int, *,
+                      first_layer: bool) -> bool:
+        """The rule on a decryption request another role sent: ``samples`` (``m``
+        distinct pooled sample ids) of the one client in ``owners``. Malformed fields
+        raise :class:`~fedsec.errors.ProtocolError`, a breach of the rule
+        :class:`~fedsec.errors.PolicyViolation`; returns whether the request is a model
+        this client knows on its own samples (it learns nothing from it)."""
+        v = self.requested(t, mask)
+        if not (isinstance(owners, list) and len(owners) == 1 and isinstance(owners[0], int)
+                and isinstance(samples, list) and len(samples) == m
+                and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40
+                        for x in samples) and len(set(samples)) == m):
+            raise ProtocolError("malformed request: samples or owners")
+        self.check(v, samples, [owners[0]] * m, first_layer=first_layer, blinded=False)
+        return owners[0] == self.client and self.knows(v)
 
     def solvable_rank(self, sample: int) -> int:
         """``dim(D ∩ K)`` for one sample: how many independent known-model outputs on it

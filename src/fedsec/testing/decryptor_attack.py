@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedsec.crypto import wire
 from fedsec.learning.record import TrainingRecord
+from fedsec.shapley import secsv as sv
+from fedsec.shapley.binding import context_of
 from fedsec.shapley.views import ModelSpace
 
-__all__ = ["Decryption", "AttackResult", "solve_samples"]
+__all__ = ["Decryption", "AttackResult", "SecSVSpy", "solve_samples"]
 
 FloatArray = NDArray[np.float64]
 
@@ -110,3 +113,83 @@ def solve_samples(record: TrainingRecord, decryptions: Iterable[Decryption],
             sing_a = np.linalg.svd(a, compute_uv=False)
             out.pinned[(c, s)] = int(np.sum(sing_a > 1e-6 * sing_a[0]))
     return out
+
+
+class SecSVSpy:
+    """While active: every first-layer output a SecSV client decrypts, per coalition or
+    derived, as :class:`Decryption` rows (``decs``) -- what a curious client holds. The
+    samples are the ones the request names, else those of P's batch in flight (the paper's
+    schedule sends no sample ids; the harness, not the client, knows them)."""
+
+    def __init__(self) -> None:
+        self.runs: list[Any] = []
+        self.decs: list[Decryption] = []
+        self._orig = (sv._setup, sv.SecSVClient.decrypt_layer,  # noqa: SLF001
+                      sv.SecSVClient._derive_labels)  # noqa: SLF001
+
+    def __enter__(self) -> SecSVSpy:
+        spy = self
+        setup, layer, derive = self._orig
+
+        def setup_spy(*a: Any, **k: Any) -> Any:
+            run = setup(*a, **k)
+            spy.runs.append(run)
+            return run
+
+        def rows_of(ctx: Any) -> list[int]:
+            run = spy.runs[-1]
+            return [int(v) for v in run.batches[ctx.batch].rows]
+
+        def layer_spy(self: Any, data: bytes, acc: Any) -> Any:
+            meta = wire.decode(data).meta
+            ctx = context_of(meta)
+            if meta.get("layer") != 0:
+                return layer(self, data, acc)
+            got: dict[str, np.ndarray] = {}
+            feats = self._features
+
+            def grab(*a: Any) -> Any:
+                out = feats(*a)
+                got["v"] = out
+                return out
+
+            self._features = grab
+            try:
+                return layer(self, data, acc)
+            finally:
+                del self._features
+                if "v" in got:
+                    rows = meta.get("samples") or rows_of(ctx)
+                    y = got["v"].astype(np.float64) / (meta["weight_sum"]
+                                                      * 2.0 ** meta["scale_bits"])
+                    spy.decs.append(Decryption(self.index, ctx.round, ctx.mask,
+                                               tuple(rows), y))
+
+        def derive_spy(self: Any, values: Any, parts: list[int], weights: list[int],
+                       partner: int, d_out: int, m: int, scale: int) -> Any:
+            run = spy.runs[-1]
+            t = run.P.round
+            rows = run.A.eval.rows  # the batch in flight (A knows the composition)
+            me = self.index
+            others = [c for c in parts if c != me]
+            terms = [(0, 1)] + [(1 << parts.index(c), weights[parts.index(c)])
+                                for c in others]
+            if len(values) == len(others) + 2:
+                pm = (1 << parts.index(me)) | (1 << parts.index(partner))
+                terms.append((pm, weights[parts.index(me)] + weights[parts.index(partner)]))
+            for j, (mask, q) in enumerate(terms):
+                y = values[j].reshape(d_out, m).astype(np.float64) / (q * 2.0 ** scale)
+                spy.decs.append(Decryption(me, t, mask, tuple(int(r) for r in rows), y))
+            return derive(self, values, parts, weights, partner, d_out, m, scale)
+
+        for owner, name, fn in ((sv, "_setup", setup_spy),
+                                (sv.SecSVClient, "decrypt_layer", layer_spy),
+                                (sv.SecSVClient, "_derive_labels", derive_spy)):
+            setattr(owner, name, fn)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for owner, name, fn in zip((sv, sv.SecSVClient, sv.SecSVClient),
+                                   ("_setup", "decrypt_layer", "_derive_labels"), self._orig,
+                                   strict=True):
+            setattr(owner, name, fn)
