@@ -29,9 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "pfl"))
 import test_secure_attacks as ta  # noqa: E402
 
-from fedsec.crypto import wire  # noqa: E402
 from fedsec.crypto.rawpoly import secret_key_coeffs  # noqa: E402
 from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession  # noqa: E402
+from fedsec.protocol import wire  # noqa: E402
 from fedsec.testing.pfl import plaintext_upload  # noqa: E402
 
 

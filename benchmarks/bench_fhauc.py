@@ -41,13 +41,13 @@ import numpy as np
 
 from fedsec.auc.common import local_federation
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.synthetic import CRITEO_LIKE
 from fedsec.errors import ProtocolError
 from fedsec.metrics import confusion_counts, trapezoid_auc, trapezoid_terms
+from fedsec.protocol import wire
 
 PAPER_PRESET = "CKKS_128_N16384_DEPTH4"
 OURS_PRESET = DEFAULT_PRESET

@@ -4,7 +4,7 @@ One command, one process, fixed seeds, the same data for every protocol:
 
 1. **Table 2** per task -- NSSV (plaintext), HESV, SecSV (SampleSkip off / on) and
    SecretSV (off / on), HESV and SecSV each with and without the linearity shortcut:
-   the time split of :meth:`fedsec.shapley.accounting.Accounting.split` (arithmetic,
+   the time split of :meth:`fedsec.protocol.accounting.Accounting.split` (arithmetic,
    encryption, decryption, share generation, other, communication derived from the real
    bytes at ``--bandwidth`` Mbit/s), its total, the process's CPU seconds
    (``time.process_time``) and wall seconds, speed-up vs HESV and slow-down vs NSSV, the

@@ -29,7 +29,7 @@ from fedsec.cli_common import progress_printer as _progress
 from fedsec.errors import PrivacyWarning
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
-from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS
+from fedsec.protocol.accounting import DEFAULT_BANDWIDTH_MBPS
 from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, ShapleyResult, federated_shapley
 from fedsec.shapley.secure_common import PROTOCOLS, SecureShapleyResult
 

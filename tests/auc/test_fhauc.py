@@ -24,12 +24,12 @@ from fedsec.auc.fhauc import (
     FHAUCParty,
     secure_auc,
 )
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.errors import ProtocolError, UndefinedMetricError
 from fedsec.metrics import trapezoid_auc
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 MAX_PARTIES = 100  # every party verifies every signed hello: set-up is O(parties^2)

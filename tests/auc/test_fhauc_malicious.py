@@ -139,7 +139,7 @@ def test_failed_verification_raises_not_returns() -> None:
 
     def oracle(step: str, value: object) -> object:
         """Answer with a party's own submission (its first ciphertext)."""
-        from fedsec.crypto import wire
+        from fedsec.protocol import wire
         if step == "submissions":
             seen["subs"] = value
         if step == "result":
@@ -160,7 +160,7 @@ def test_tampered_start_message_is_detected() -> None:
 
     def drop_nonce(step: str, value: object) -> object:
         if step == "start":
-            from fedsec.crypto import wire
+            from fedsec.protocol import wire
             msg = wire.decode(value)  # type: ignore[arg-type]
             return wire.encode(msg.kind, msg.meta, list(msg.blobs[1:]))
         return value

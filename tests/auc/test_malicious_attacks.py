@@ -234,7 +234,7 @@ def test_config_equivocation_is_caught_by_the_commits(mal: TamperHarness) -> Non
 
 
 def _start(agg: Any, commits: list[bytes]) -> bytes:
-    from fedsec.crypto import wire
+    from fedsec.protocol import wire
     meta = {"config": agg.config.digest(), "session": agg.session}
     return wire.encode("fhauc-m/start", meta, commits)
 

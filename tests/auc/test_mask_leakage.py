@@ -47,10 +47,10 @@ from fedsec.auc.masking import (
     masked_product,
     real_mask,
 )
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import run_key_setup
 from fedsec.metrics import confusion_counts, trapezoid_auc_from_counts
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 N_POINTS = 16

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext, galois_element
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec
 from fedsec.crypto.params import DEFAULT_PRESET, PRESETS, CKKSParams, get_preset
 from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
 FHAUC_TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"  # FHAUC's chain (rescaled masks)

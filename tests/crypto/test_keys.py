@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keys import PartyIdentity, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec
 from fedsec.errors import ProtocolError, TamperingDetected
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 CTX = b"fedsec/test|session-1|bob"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import (
     KeySetupAggregator,
@@ -17,6 +16,7 @@ from fedsec.crypto.keysetup import (
     run_key_setup,
 )
 from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]

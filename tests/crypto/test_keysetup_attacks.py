@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySpec
 from fedsec.crypto.keysetup_attacks import (
@@ -23,6 +22,7 @@ from fedsec.crypto.keysetup_attacks import (
     run_attack,
 )
 from fedsec.errors import ProtocolError, TamperingDetected
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]

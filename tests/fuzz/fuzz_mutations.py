@@ -5,7 +5,7 @@ hostile peer or a broken link would:
 
 * **raw bytes** - bit flips, interesting bytes, truncation, extension, deleted,
   duplicated or inserted slices;
-* **wire framing** (:mod:`fedsec.crypto.wire`) - magic, version, kind, metadata and blob
+* **wire framing** (:mod:`fedsec.protocol.wire`) - magic, version, kind, metadata and blob
   lengths, blob counts, trailing bytes; re-framed without the encoder's checks;
 * **metadata** - values replaced by hostile JSON (wrong types, huge ints, ``1e300``,
   ``NaN``/``Infinity``, unhashable lists and dicts, deep nesting, long strings, lone
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsec.crypto import wire
+from fedsec.protocol import wire
 
 __all__ = ["Pools", "Mutator", "Frame", "parse_frame", "HOSTILE_JSON", "HOSTILE_KINDS",
            "SWEEP_VALUES", "SEAL_MAGIC", "zstd_open", "zstd_close",

@@ -46,7 +46,6 @@ import numpy as np
 from fuzz_mutations import Mutator, Pools
 from fuzz_targets import Case, Target, _encode_loose
 
-from fedsec.crypto import wire
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty
 from fedsec.errors import ProtocolError, TamperingDetected
@@ -59,6 +58,7 @@ from fedsec.pfl.secure import (
     client_name,
 )
 from fedsec.pfl.selection import SelectionResult, efficient_selection
+from fedsec.protocol import wire
 from fedsec.testing.pfl import unclipped_upload
 
 __all__ = ["PFLWorld", "build_pfl_world", "make_pfl_targets", "pfl_meta_cases",

@@ -61,14 +61,14 @@ from fuzz_mutations import Mutator, Pools, raw_ciphertext, transparent_ciphertex
 from fuzz_targets import Case, Target, _encode_loose
 
 from fedsec.crypto import sharing as sh
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.errors import ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.binding import Context, session_from_nonces
 from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
 from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle

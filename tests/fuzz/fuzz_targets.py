@@ -63,7 +63,6 @@ from fedsec.auc.fhauc_malicious import (
     parse_commit,
 )
 from fedsec.auc.policy import PartyPolicy
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keys import seal_to
@@ -78,6 +77,7 @@ from fedsec.crypto.keysetup import (
     _parse_hello,
 )
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
+from fedsec.protocol import wire
 
 try:  # Flower is optional (fedsec[flower]): without it its two targets are left out
     from fedsec.runtime.flower_client import STATE_KIND, NodeStore

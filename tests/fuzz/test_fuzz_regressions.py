@@ -28,10 +28,10 @@ from fuzz_targets import (
     meta_cases,
 )
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keysetup import KeySetupAggregator, _hello_payload
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
+from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 HERE = Path(__file__).resolve().parent

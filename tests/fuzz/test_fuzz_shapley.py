@@ -119,7 +119,7 @@ def test_schedule_reaches_every_role_and_message_kind(
     schedule, and no role decodes a kind left off the list."""
     import sys
 
-    from fedsec.crypto import wire
+    from fedsec.protocol import wire
 
     decode = wire.decode
     reached: set[tuple[str, str]] = set()

@@ -10,7 +10,6 @@ import copy
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import _save
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, run_key_setup
@@ -27,6 +26,7 @@ from fedsec.pfl.secure import (
     margin_scale,
 )
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, ineq1_margin
+from fedsec.protocol import wire
 from fedsec.testing.pfl import unclipped_upload
 
 PRESET = "INSECURE_TEST_N4096_DEPTH19"

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.keys import open_sealed
 from fedsec.crypto.rawpoly import (
@@ -39,6 +38,7 @@ from fedsec.pfl.secure import (
     clip_to_norm,
 )
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, efficient_selection
+from fedsec.protocol import wire
 from fedsec.testing.pfl import (
     ciphertext_upload,
     plaintext_upload,

@@ -300,7 +300,7 @@ def test_tampered_result_is_reported_as_a_check_name(federation: Callable[..., F
                                                      tmp_path: Path) -> None:
     """A deviating aggregator sends each party an altered result: every party answers
     ``tampering:<check>`` - no decrypted value - and the run fails."""
-    from fedsec.crypto import wire
+    from fedsec.protocol import wire
 
     fed = federation(tmp_path / "fed", NAMES)
     paths = _data(fed)

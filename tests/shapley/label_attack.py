@@ -9,7 +9,7 @@ pins most labels. Since the zero test P opens ``r·(Ŷ − Y)`` with a fresh uni
 ``r`` unknown to it: 0 where the prediction is right, uniform over the non-zero residues
 otherwise.
 
-:class:`Tap` is an :class:`~fedsec.shapley.accounting.Accounting` that keeps the messages;
+:class:`Tap` is an :class:`~fedsec.protocol.accounting.Accounting` that keeps the messages;
 :func:`p_opened` replays P's arithmetic on them (both message formats: one blob per label
 message before, ``(b', g')`` after), :func:`pin_labels` intersects what the values allow.
 Used by ``test_attacks_labels.py`` and ``benchmarks/attack_labels.py``.
@@ -24,8 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedsec.crypto import sharing as sh
-from fedsec.crypto import wire
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.binding import context_of
 
 

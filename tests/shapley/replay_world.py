@@ -20,9 +20,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_shapley as fz  # noqa: E402
 
-from fedsec.crypto import wire  # noqa: E402
 from fedsec.learning.model import LayerSpec, ModelSpec  # noqa: E402
 from fedsec.learning.record import RoundRecord, TrainingRecord  # noqa: E402
+from fedsec.protocol import wire  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 from fedsec.shapley.binding import CTX, RE, RID  # noqa: E402

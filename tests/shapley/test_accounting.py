@@ -1,6 +1,6 @@
 import pytest
 
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol.accounting import Accounting
 
 
 def test_counts_real_bytes_per_role_and_message():

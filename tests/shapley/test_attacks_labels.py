@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import label_attack as la  # noqa: E402
 
 from fedsec.crypto import sharing as sh  # noqa: E402
-from fedsec.crypto import wire  # noqa: E402
 from fedsec.crypto.bfv import BFVContext  # noqa: E402
+from fedsec.protocol import wire  # noqa: E402
 from fedsec.shapley import hesv  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_shapley as fz  # noqa: E402
 from fuzz_targets import _encode_loose  # noqa: E402
 
-from fedsec.crypto import wire  # noqa: E402
 from fedsec.errors import PolicyViolation, ProtocolError  # noqa: E402
+from fedsec.protocol import wire  # noqa: E402
+from fedsec.protocol.accounting import Accounting  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
-from fedsec.shapley.accounting import Accounting  # noqa: E402
 from fedsec.shapley.binding import context_of  # noqa: E402
 
 

@@ -10,11 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.fsv import federated_shapley
 from fedsec.shapley.hesv import (
     HESVClient,

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_shapley as fz  # noqa: E402
 import replay_world as rw  # noqa: E402
 
-from fedsec.crypto import wire  # noqa: E402
 from fedsec.errors import ProtocolError  # noqa: E402
-from fedsec.shapley.accounting import Accounting  # noqa: E402
+from fedsec.protocol import wire  # noqa: E402
+from fedsec.protocol.accounting import Accounting  # noqa: E402
 from fedsec.shapley.binding import ReplayRefused, context_of  # noqa: E402
 
 # ------------------------------------------------------------------------------ cases

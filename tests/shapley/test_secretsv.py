@@ -8,8 +8,8 @@ import pytest
 from fedsec.crypto import sharing as sh
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.record import TrainingRecord
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley import federated_shapley
-from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.secretsv import Dealer, _Server, secretsv_shapley
 
 pytestmark = pytest.mark.filterwarnings(
@@ -125,7 +125,7 @@ def test_every_role_draws_its_own_nonce_and_derives_the_session() -> None:
 
 
 def test_a_role_refuses_a_session_without_its_nonce() -> None:
-    from fedsec.crypto import wire
+    from fedsec.protocol import wire
     from fedsec.shapley.binding import ReplayRefused, new_nonce
 
     clients, p, a, dealer = _roles()

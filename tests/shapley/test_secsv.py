@@ -8,12 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.crypto.sharing import FixedPointOverflow
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.record import TrainingRecord
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley import federated_shapley
-from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.secsv import SecSVConfig, secsv_shapley
 from fedsec.shapley.secure_game import (
     check_decryptor,

@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsec.crypto import wire
 from fedsec.errors import ProtocolError
 from fedsec.learning.record import TrainingRecord
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley import federated_shapley
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.accounting import Accounting
 from fedsec.shapley.binding import RID, ReplayRefused
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))

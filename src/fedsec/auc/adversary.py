@@ -42,8 +42,8 @@ import numpy as np
 
 from fedsec.auc.fhauc import FHAUCAggregator
 from fedsec.auc.fhauc_malicious import MaliciousAggregator
-from fedsec.crypto import wire
 from fedsec.errors import FedsecError, UndefinedMetricError
+from fedsec.protocol import wire
 
 __all__ = ["ATTACKS", "AUCAttack", "Observed", "TamperHarness", "Trial", "forge",
            "adaptive_blind_shift", "blind_shift", "rot_shift", "ATTACK_SCALE_BITS"]

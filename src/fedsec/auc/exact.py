@@ -73,13 +73,13 @@ from fedsec._validation import check_int, check_real
 from fedsec.auc.common import SecureAUCResult, local_federation, prepare_federation
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import RESULT_NOISE_SD, finish_masked, masked_product
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.dpnoise import gaussian_noise
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.metrics import confusion_counts
+from fedsec.protocol import wire
 
 __all__ = ["DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
            "initial_grid", "refine_grid", "refinable_bins", "BinPairsParty",

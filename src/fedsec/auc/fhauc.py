@@ -138,7 +138,6 @@ from fedsec.auc.masking import (
     masked_product,
 )
 from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS, PartyPolicy
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
@@ -150,6 +149,7 @@ from fedsec.metrics import (
     single_value_bins,
     trapezoid_terms,
 )
+from fedsec.protocol import wire
 
 __all__ = [
     "FHAUCConfig",

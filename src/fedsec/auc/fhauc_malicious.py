@@ -118,7 +118,6 @@ from fedsec.auc.policy import (
     DEFAULT_MIN_BOUND_BITS,
     PartyPolicy,
 )
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
 from fedsec.crypto.identity import Identity, Roster
@@ -131,6 +130,7 @@ from fedsec.metrics import (
     single_value_bins,
     trapezoid_terms,
 )
+from fedsec.protocol import wire
 
 __all__ = [
     "MaliciousConfig",

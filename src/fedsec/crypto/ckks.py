@@ -34,9 +34,9 @@ import numpy as np
 import tenseal.sealapi as seal
 from numpy.typing import ArrayLike, NDArray
 
-from fedsec.crypto import wire
 from fedsec.crypto.params import CKKSParams, get_preset
 from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
 
 __all__ = ["CKKSContext", "Ciphertext", "galois_element", "refuse_transparent"]
 

@@ -52,13 +52,13 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.crypto.identity import Identity, Roster, check_party_name
 from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.params import get_preset
 from fedsec.errors import ProtocolError, TamperingDetected
+from fedsec.protocol import wire
 
 __all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator",
            "PARTY_MAX_MESSAGE_BYTES", "AGGREGATOR_MAX_MESSAGE_BYTES"]

@@ -23,7 +23,6 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.crypto.identity import Identity, Roster
@@ -40,6 +39,7 @@ from fedsec.crypto.keysetup import (
     _transcript,
 )
 from fedsec.errors import FedsecError, ProtocolError
+from fedsec.protocol import wire
 
 __all__ = ["KeySetupAttack", "KeySetupOutcome", "KeySetupScene", "KEYSETUP_ATTACKS", "play",
            "run_attack"]

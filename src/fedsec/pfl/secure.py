@@ -268,7 +268,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from numpy.typing import NDArray
 
 from fedsec._validation import check_int, check_real
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import Ciphertext, CKKSContext
 from fedsec.crypto.drbg import SEED_BYTES, SeededRandomSource, SystemRandomSource
 from fedsec.crypto.identity import Identity, Roster
@@ -293,6 +292,7 @@ from fedsec.crypto.rawpoly import (
 from fedsec.crypto.sign import SUPPORTED_ALPHAS, sign_depth, step_encrypted
 from fedsec.errors import ProtocolError
 from fedsec.pfl.selection import SelectionResult, efficient_selection
+from fedsec.protocol import wire
 
 __all__ = [
     "DECRYPTOR_NAME", "SecurePFLConfig", "SecurePFLClient", "SecurePFLServer",

@@ -124,7 +124,6 @@ from fedsec.auc.policy import (
     DEFAULT_MIN_BOUND_BITS,
     PartyPolicy,
 )
-from fedsec.crypto import wire
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupParty, PartyKeys
 from fedsec.data.io import PartyData, load_party_csv
@@ -134,6 +133,7 @@ from fedsec.errors import (
     TamperingDetected,
     UndefinedMetricError,
 )
+from fedsec.protocol import wire
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
 
 __all__ = [

@@ -95,11 +95,11 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousAggregator,
     MaliciousConfig,
 )
-from fedsec.crypto import wire
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySetupAggregator
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
 from fedsec.runtime.flower_io import (
     BLOBS_KEY,
     StepResult,

@@ -159,7 +159,7 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     run's (exactly for NSSV, SecSV and SecretSV; HESV's CKKS noise may differ on
     near-tie predictions, as between two sequential runs).
     """
-    from fedsec.shapley.accounting import Accounting
+    from fedsec.protocol.accounting import Accounting
     from fedsec.shapley.secure_common import PROTOCOLS, SecureShapleyResult
     from fedsec.shapley.utility import SkipStats
 

@@ -1,6 +1,6 @@
 """Context binding for the secure Shapley roles (replay and splicing protection).
 
-Every message a Shapley role sends carries, in its wire metadata (:mod:`fedsec.crypto.wire`),
+Every message a Shapley role sends carries, in its wire metadata (:mod:`fedsec.protocol.wire`),
 the **context** it belongs to::
 
     "ctx": [session, protocol, round, mask, batch, layer, step]

@@ -136,7 +136,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.crypto import wire
 from fedsec.crypto.ckks import Ciphertext, CKKSContext, refuse_transparent
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, PartyKeys
@@ -152,7 +151,8 @@ from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LinearLayer, ModelSpec, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import popcounts, shapley_values
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.binding import RE, RID, Answered, ReplayRefused, new_request_id, request_id
 from fedsec.shapley.estimators import (
     group_testing,

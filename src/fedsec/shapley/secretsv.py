@@ -64,12 +64,12 @@ from numpy.typing import NDArray
 from threadpoolctl import threadpool_limits
 
 from fedsec.crypto import sharing as sh
-from fedsec.crypto import wire
 from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.binding import (
     RE,
     RID,

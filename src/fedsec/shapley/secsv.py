@@ -1,7 +1,7 @@
 """SecSV (seed 004, Sec. 5, Alg. 3-4, 6-7): two servers, BFV-encrypted models, shared data.
 
 Roles and messages (everything between roles is bytes, counted by
-:class:`~fedsec.shapley.accounting.Accounting`):
+:class:`~fedsec.protocol.accounting.Accounting`):
 
 * **clients** ``0..n-1`` run the authenticated key set-up (:mod:`fedsec.crypto.keysetup`,
   the principal server relays it) and derive the *same* BFV keys from its shared seed
@@ -176,13 +176,13 @@ from threadpoolctl import threadpool_limits
 
 from fedsec.crypto import reducing as rd
 from fedsec.crypto import sharing as sh
-from fedsec.crypto import wire
 from fedsec.crypto.bfv import BFV_DEFAULT, BFVContext, BFVParams
 from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol import wire
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.binding import (
     RID,
     Answered,

@@ -4,7 +4,7 @@ Test data are the clients' private assets (seed 004, Sec. 3): client ``i`` holds
 ``D_i = (X_i, y_i)``; the collective test set is their concatenation. Every secure protocol
 takes the per-client test sets, never a pooled array, and returns a
 :class:`SecureShapleyResult` — the plaintext :class:`~fedsec.shapley.fsv.ShapleyResult`
-fields plus the protocol's name and its :class:`~fedsec.shapley.accounting.Accounting`.
+fields plus the protocol's name and its :class:`~fedsec.protocol.accounting.Accounting`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.shapley.accounting import DEFAULT_BANDWIDTH_MBPS, Accounting
+from fedsec.protocol.accounting import DEFAULT_BANDWIDTH_MBPS, Accounting
 from fedsec.shapley.fsv import ShapleyResult
 
 __all__ = ["PROTOCOLS", "SecureShapleyResult", "TestSets", "check_protocol_args", "check_test_sets",

@@ -19,7 +19,7 @@ from fedsec.errors import ProtocolError
 from fedsec.learning.model import activation_bound
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import shapley_values
-from fedsec.shapley.accounting import Accounting
+from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.fsv import round_rng
 from fedsec.shapley.secure_common import SecureShapleyResult
 from fedsec.shapley.utility import SkipStats, ascending_table, find_skippable

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.crypto import wire
 from fedsec.learning.record import TrainingRecord
+from fedsec.protocol import wire
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.binding import context_of
 from fedsec.shapley.views import ModelSpace

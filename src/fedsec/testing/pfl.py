@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.crypto import wire
 from fedsec.crypto.rawpoly import plaintext_ntt
 from fedsec.pfl.secure import UPLOAD_LEVEL, SecurePFLClient, _n_chunks, _pack
+from fedsec.protocol import wire
 
 __all__ = ["unclipped_upload", "plaintext_upload", "ciphertext_upload",
            "upload_plaintexts", "relay_upload"]

@@ -1,13 +1,13 @@
-"""What a secure Shapley protocol costs: real bytes per role and message, and time by kind.
+"""What a protocol costs: real bytes per role and message, and time by kind of work.
 
-Every secure protocol (HESV, SecSV, SecretSV) records into one :class:`Accounting`:
-
-* ``acc.message(sender, receiver, kind, payload)`` for every message that crosses a role
-  boundary, with the *serialized bytes* that crossed it (never an estimate);
-* ``with acc.timed("arithmetic"):`` around work of one kind. The kinds are seed 004's
-  Table 2 columns: ``arithmetic`` (homomorphic or share arithmetic), ``encryption``,
-  ``decryption``, ``share_generation``; ``other`` for the rest (e.g. activations in the
-  clear, SampleSkip book-keeping).
+* :class:`Clock` -- a role's own seconds by kind of work: ``with self.clock("arithmetic"):``.
+  Every role owns one; nobody passes it in. The kinds are the columns of the Shapley
+  paper's (Xia et al.) Table 2: ``arithmetic`` (homomorphic or share arithmetic),
+  ``encryption``, ``decryption``, ``share_generation``; ``other`` for the rest.
+* :class:`Accounting` -- a run's bytes per (sender, receiver, kind), counted by the
+  in-process network (:class:`fedsec.protocol.network.Network`) from the *serialized
+  bytes* that crossed each role boundary (never an estimate), plus the roles' clocks
+  (:meth:`Accounting.add_clock`).
 
 Communication time is not measured (everything runs in one process); it is derived from the
 bytes at a stated simulated bandwidth, as the paper does, by :meth:`Accounting.split`.
@@ -21,12 +21,39 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TIME_KINDS", "DEFAULT_BANDWIDTH_MBPS", "Accounting"]
+__all__ = ["TIME_KINDS", "DEFAULT_BANDWIDTH_MBPS", "Clock", "Accounting"]
 
 TIME_KINDS: tuple[str, ...] = ("arithmetic", "encryption", "decryption", "share_generation",
                                "other")
 #: Simulated link speed for the communication column (megabits per second).
 DEFAULT_BANDWIDTH_MBPS = 1000.0
+
+
+class Clock:
+    """A role's seconds by kind of work (``TIME_KINDS``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(TIME_KINDS, 0.0)
+
+    @contextmanager
+    def __call__(self, kind: str) -> Iterator[None]:
+        if kind not in self.seconds:
+            raise ValueError(f"kind must be one of {TIME_KINDS}. Got {kind!r} instead.")
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[kind] += time.perf_counter() - t0
+
+    def reset(self) -> dict[str, float]:
+        """The seconds so far, and start again from zero."""
+        out = self.seconds
+        self.seconds = dict.fromkeys(TIME_KINDS, 0.0)
+        return out
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
 
 
 @dataclass
@@ -55,6 +82,12 @@ class Accounting:
             yield
         finally:
             self.seconds[kind] += time.perf_counter() - t0
+
+    def add_clock(self, clock: Clock | dict[str, float]) -> None:
+        """Add a role's seconds (a :class:`Clock` or its ``seconds``)."""
+        secs = clock.seconds if isinstance(clock, Clock) else clock
+        for kind, s in secs.items():
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + s
 
     def merge(self, other: Accounting) -> None:
         """Add another accounting (e.g. of a round computed in another process)."""
@@ -85,7 +118,7 @@ class Accounting:
         return self.total_bytes * 8 / (bandwidth_mbps * 1e6)
 
     def split(self, bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS) -> dict[str, float]:
-        """Seed 004's Table 2 time split, communication derived from the bytes."""
+        """The Table 2 time split, communication derived from the bytes."""
         out = dict(self.seconds)
         out["communication"] = self.communication_seconds(bandwidth_mbps)
         out["total"] = sum(out.values())

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsec.crypto import wire
 from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
 
 SAMPLE = wire.encode("fhauc/submit", {"party": 3, "session": "abc", "x": [1.5, None]},
                      [b"\x00\x01\x02", b"", b"blob" * 50])
@@ -23,8 +23,7 @@ json_values = st.recursive(
 
 
 @settings(max_examples=200, deadline=None)
-@given(kind=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
-                    max_size=40),
+@given(kind=st.from_regex(r"\A[a-z][a-z0-9/_.:-]{0,39}\Z"),
        meta=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
        blobs=st.lists(st.binary(max_size=300), max_size=6))
 def test_round_trip(kind, meta, blobs):
@@ -124,6 +123,31 @@ def test_non_ascii_kind_raises():
         + struct.pack(">H", 0)
     with pytest.raises(ProtocolError, match="ASCII"):
         wire.decode(data)
+
+
+@pytest.mark.parametrize("kind", [b"fhauc/submit\nresult: AUC 0.99 verified", b"A", b"x\x1b[2J",
+                                  b"1abc", b"a b", b"x" * 65])
+def test_kind_outside_the_alphabet_is_refused_before_it_is_quoted(kind):
+    """A kind with control characters (log injection), upper case, a leading digit, a
+    space or over 64 characters is refused, and the error does not quote it."""
+    data = b"FSEC" + struct.pack(">HB", 1, len(kind)) + kind + struct.pack(">I", 2) + b"{}" \
+        + struct.pack(">H", 0)
+    with pytest.raises(ProtocolError) as err:
+        wire.decode(data, expect="fhauc/submit")
+    assert kind.decode() not in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ProtocolError):
+        wire.peek_kind(data)
+    with pytest.raises(ValueError):
+        wire.encode(kind.decode(), {})
+
+
+def test_peek_kind_reads_the_header_only():
+    data = wire.encode("secsv/plan", {"a": 1}, [b"x"])
+    assert wire.peek_kind(data) == "secsv/plan"
+    assert wire.peek_kind(data[:7 + len("secsv/plan")]) == "secsv/plan"
+    with pytest.raises(ProtocolError):
+        wire.peek_kind(data[:9])
 
 
 @pytest.mark.parametrize("obj", [None, "FSEC", 12, [b"FSEC"]])

@@ -1,0 +1,53 @@
+"""What a role receives: the message kinds each role method decodes.
+
+A role method that decodes another role's bytes is marked with :func:`receives`; the table
+of every protocol (``protocol step -> role -> method -> message kind``), the fuzz targets
+(one per role and kind) and a runtime that dispatches messages to methods are all read
+from these marks (:func:`handlers`), so none of them is written per protocol.
+
+>>> class Aggregator:
+...     @receives("demo/submit")
+...     def aggregate(self, submissions): ...
+>>> handlers(Aggregator)
+{'demo/submit': 'aggregate'}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fedsec.protocol.wire import valid_kind
+
+__all__ = ["receives", "handlers", "RECEIVES"]
+
+RECEIVES = "__fedsec_receives__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def receives(*kinds: str) -> Callable[[F], F]:
+    """Mark a role method as the one that decodes messages of ``kinds``."""
+    for k in kinds:
+        if not valid_kind(k):
+            raise ValueError(f"not a message kind: {k!r}")
+
+    def mark(fn: F) -> F:
+        setattr(fn, RECEIVES, tuple(getattr(fn, RECEIVES, ())) + tuple(kinds))
+        return fn
+
+    return mark
+
+
+def handlers(cls: type) -> dict[str, str]:
+    """``{message kind: method name}`` of a role class (its own and inherited marks);
+    ``ValueError`` if two methods claim one kind."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        for name, attr in vars(klass).items():
+            fn = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
+            for kind in getattr(fn, RECEIVES, ()):
+                if kind in out and out[kind] != name and klass is cls:
+                    raise ValueError(f"{cls.__name__}: {kind!r} is received by both "
+                                     f"{out[kind]} and {name}")
+                out[kind] = name
+    return out
