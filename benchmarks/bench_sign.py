@@ -118,7 +118,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for alpha in args.alphas:
         x = inputs(alpha, params.slots, 100 + alpha)
-        ct = server.deserialize(owner.encrypt_to_bytes(x))
+        ct = server.deserialize(owner.encrypt_bytes(x))
         times, times0, cpu, cpu0 = [], [], [], []
         out = out0 = None
         for _ in range(args.repeats):  # interleaved: full chain, then dropped to the depth
@@ -165,7 +165,7 @@ def main() -> None:
     naive = None
     if args.naive and 8 in args.alphas:
         x = inputs(8, params.slots, 108)
-        ct = server.deserialize(owner.encrypt_to_bytes(x))
+        ct = server.deserialize(owner.encrypt_bytes(x))
         t = time.perf_counter()
         try:
             out = naive_composite(server, ct, 8)

@@ -9,7 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from fedsec.crypto.bfv import _SEAL_HEADER, BFVContext, _inflate
+from fedsec.crypto.bfv import BFVContext, _inflate
+from fedsec.crypto.sealio import SEAL_HEADER as _SEAL_HEADER
 from fedsec.errors import ProtocolError
 
 
@@ -30,7 +31,7 @@ def _plain(data: bytes) -> bytes:
     magic, hs, ma, mi, compr, _r, _s = _SEAL_HEADER.unpack_from(data)
     body = data[_SEAL_HEADER.size:]
     if compr == 2:
-        from fedsec.crypto.bfv import _zstd
+        from fedsec.crypto.sealio import zstd as _zstd
         size = int(_zstd().ZSTD_getFrameContentSize(body, len(body)))
         body = _inflate(body, size) or b""
     return _SEAL_HEADER.pack(magic, hs, ma, mi, 0, 0, _SEAL_HEADER.size + len(body)) + body

@@ -43,7 +43,7 @@ def vecs():
 # ---------------------------------------------------------------- round trips
 def test_symmetric_seeded_round_trip_12_digits(ckks, vecs):
     x, _ = vecs
-    blob = ckks.encrypt_to_bytes(x)
+    blob = ckks.encrypt_bytes(x)
     ct = ckks.deserialize(blob, at_top=True, scale=ckks.scale)
     out = ckks.decrypt(ct)
     assert_digits(out.real, x, 11)
@@ -52,7 +52,7 @@ def test_symmetric_seeded_round_trip_12_digits(ckks, vecs):
 
 def test_seeded_ciphertext_is_about_half_size(ckks, vecs):
     x, _ = vecs
-    seeded = ckks.encrypt_to_bytes(x)
+    seeded = ckks.encrypt_bytes(x)
     full = ckks.serialize(ckks.encrypt(x))
     assert len(seeded) < 0.55 * len(full)
 
@@ -60,7 +60,7 @@ def test_seeded_ciphertext_is_about_half_size(ckks, vecs):
 def test_public_key_encryption_round_trip(ckks, ckks_public, vecs):
     x, _ = vecs
     assert not ckks_public.has_secret_key
-    blob = ckks_public.encrypt_to_bytes(x)  # no secret key: ordinary public-key ciphertext
+    blob = ckks_public.encrypt_bytes(x)  # no secret key: ordinary public-key ciphertext
     out = ckks.decrypt(ckks.deserialize(blob))
     assert_digits(out.real, x, 10)
     with pytest.raises(ValueError, match="secret key"):
@@ -101,7 +101,7 @@ def test_multiply_square_and_plain(ckks_public, ckks, vecs):
     assert ckks_public.level_of(prod) == ckks_public.level_of(a) - 1
     assert_digits(ckks.decrypt(prod).real, x * y, 9)
     assert_digits(ckks.decrypt(ckks_public.square(a)).real, x * x, 9)
-    assert_digits(ckks.decrypt(ckks_public.multiply_plain(a, y)).real, x * y, 9)
+    assert_digits(ckks.decrypt(ckks_public.multiply_plain(a, y, rescale=True)).real, x * y, 9)
     # complex products
     z, w = x + 1j * y, y - 0.5j * x
     zz = ckks_public.multiply(ckks_public.encrypt(z), ckks_public.encrypt(w))
@@ -110,7 +110,8 @@ def test_multiply_square_and_plain(ckks_public, ckks, vecs):
 
 def test_multiply_aligns_levels(ckks_public, ckks, vecs):
     x, y = vecs
-    a = ckks_public.multiply_plain(ckks_public.encrypt(x), np.ones(SLOTS))  # one level down
+    # one level down
+    a = ckks_public.multiply_plain(ckks_public.encrypt(x), np.ones(SLOTS), rescale=True)
     b = ckks_public.encrypt(y)
     assert ckks_public.level_of(a) == ckks_public.level_of(b) - 1
     out = ckks_public.multiply(a, b)
@@ -462,12 +463,12 @@ def test_no_byte_the_aggregator_receives_contains_the_secret_key():
 # ---------------------------------------------------------------- deserialization
 def test_deserialize_checks_level_and_scale(ckks, vecs):
     x, _ = vecs
-    fresh = ckks.encrypt_to_bytes(x)
+    fresh = ckks.encrypt_bytes(x)
     ckks.deserialize(fresh, at_top=True, scale=ckks.scale)
-    lower = ckks.serialize(ckks.multiply_plain(ckks.encrypt(x), x))
+    lower = ckks.serialize(ckks.multiply_plain(ckks.encrypt(x), x, rescale=True))
     with pytest.raises(ProtocolError, match="top modulus level"):
         ckks.deserialize(lower, at_top=True)
-    other_scale = ckks.encrypt_to_bytes(x, scale=2.0 ** 40)
+    other_scale = ckks.encrypt_bytes(x, scale=2.0 ** 40)
     with pytest.raises(ProtocolError, match="scale"):
         ckks.deserialize(other_scale, scale=ckks.scale)
 
@@ -496,7 +497,7 @@ def test_deserialize_rejects_garbage(ckks, garbage):
 
 
 def test_deserialize_rejects_truncations(ckks, vecs):
-    blob = ckks.encrypt_to_bytes(vecs[0])
+    blob = ckks.encrypt_bytes(vecs[0])
     cuts = list(range(0, 80)) + list(range(80, len(blob), max(1, len(blob) // 40)))
     for n in cuts:
         with pytest.raises(ProtocolError):
@@ -506,7 +507,7 @@ def test_deserialize_rejects_truncations(ckks, vecs):
 @pytest.mark.parametrize("other", ["INSECURE_TEST_N4096_DEPTH2", "CKKS_128_N8192_DEPTH1"])
 def test_deserialize_rejects_foreign_parameters(ckks, other):
     foreign = CKKSContext.generate(other, allow_insecure=True)
-    for blob in (foreign.encrypt_to_bytes([1.0, 2.0]),
+    for blob in (foreign.encrypt_bytes([1.0, 2.0]),
                  foreign.serialize(foreign.encrypt([1.0, 2.0]))):
         with pytest.raises(ProtocolError):
             ckks.deserialize(blob)

@@ -113,7 +113,7 @@ def test_every_party_gets_the_same_secret_key_and_seed(setup):
     # functionally too: any party decrypts any other's ciphertext
     x = np.linspace(-1, 1, 16)
     for i, k in enumerate(keys):
-        ct = k.context.deserialize(keys[(i + 1) % len(keys)].context.encrypt_to_bytes(x))
+        ct = k.context.deserialize(keys[(i + 1) % len(keys)].context.encrypt_bytes(x))
         np.testing.assert_allclose(k.context.decrypt(ct).real[:16], x, atol=1e-9)
 
 
@@ -129,7 +129,7 @@ def test_aggregator_context_has_public_material_only(setup):
     assert agg.public_bytes_size == len(wire.decode(setup["offer"]).blobs[0])
     # and it can compute on what parties send
     k = setup["keys"][0]
-    ct = ctx.rotate(ctx.deserialize(k.context.encrypt_to_bytes([1.0, 2.0, 3.0])), 1)
+    ct = ctx.rotate(ctx.deserialize(k.context.encrypt_bytes([1.0, 2.0, 3.0])), 1)
     np.testing.assert_allclose(k.context.decrypt(ct).real[:2], [2.0, 3.0], atol=1e-9)
 
 

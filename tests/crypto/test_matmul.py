@@ -127,7 +127,7 @@ def test_encrypted_products_match_numpy(d_out: int, d_in: int, block: int | None
     enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
     bv = plan.encode_b(b)
     enc_b = [ctx.encrypt(v) for v in bv]
-    plain_b = [ctx.encode_at(v, enc_a[0][0]) for v in bv]
+    plain_b = [ctx.encode(v, scale=enc_a[0][0].scale, parms_id=enc_a[0][0].parms_id()) for v in bv]
     want = a @ b
     for per_block in (False, True):
         full = squaring_product(ctx, plan, enc_a, enc_b, per_block=per_block)
@@ -193,7 +193,9 @@ def test_complex_packing_halves_operands(d_out: int, d_in: int, block: int | Non
     enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
     bv = plan.encode_b(b)
     full = squaring_product(ctx, plan, enc_a, [ctx.encrypt(v) for v in bv])
-    half = squaring_product(ctx, plan, enc_a, [ctx.encode_at(v, enc_a[0][0]) for v in bv],
+    like = enc_a[0][0]
+    half = squaring_product(ctx, plan, enc_a,
+                            [ctx.encode(v, scale=like.scale, parms_id=like.parms_id()) for v in bv],
                             plain_b=True)
     for outs in (full, half):
         vals = [ctx.decrypt(o) for o in outs]
@@ -307,7 +309,7 @@ def test_folded_encrypted_products_match_numpy(d_out: int, d_in: int, rows: int,
     enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
     bv = plan.encode_b(b)
     enc_b = [ctx.encrypt(v) for v in bv]
-    plain_b = [ctx.encode_at(v, enc_a[0][0]) for v in bv]
+    plain_b = [ctx.encode(v, scale=enc_a[0][0].scale, parms_id=enc_a[0][0].parms_id()) for v in bv]
     want = a @ b
     full = folded_product(ctx, plan, enc_a, enc_b)
     half = matrix_product(ctx, plan, enc_a, plain_b, plain_b=True)

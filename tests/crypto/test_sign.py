@@ -179,7 +179,7 @@ def test_argument_validation(ctx: CKKSContext) -> None:
     ct = ctx.encrypt(np.full(4, 0.5))
     with pytest.raises(TypeError, match="CKKSContext"):
         sign.sign_encrypted(object(), ct, 8)  # type: ignore[arg-type]
-    low = ctx.mod_switch_to_level(ct, 10)
+    low = ctx.mod_switch(ct, level=10)
     with pytest.raises(ValueError, match="needs 11 levels"):
         sign.sign_encrypted(ctx, low, 8)
     off = ctx.encrypt(np.full(4, 0.5), scale=2.0 ** 45)
@@ -241,7 +241,7 @@ def test_sign_encrypted_error_random_and_edges(ctx: CKKSContext, server: CKKSCon
                                                alpha: int,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     x = _domain_sample(alpha, SLOTS, np.random.default_rng(100 + alpha))
-    ct = server.deserialize(ctx.encrypt_to_bytes(x))
+    ct = server.deserialize(ctx.encrypt_bytes(x))
     products = []
     for name in ("multiply", "square"):
         def counted(*a: object, _f: object = getattr(server, name), **k: object) -> object:
@@ -289,15 +289,15 @@ def test_exact_scale_helpers(ctx: CKKSContext) -> None:
     ct = ctx.encrypt(x)
     top = ctx.top_level
     assert ctx.level_of(ct) == top == 16
-    low = ctx.mod_switch_to_level(ct, 7)
+    low = ctx.mod_switch(ct, level=7)
     assert ctx.level_of(low) == 7 and low.scale == ct.scale
     assert np.max(np.abs(ctx.decrypt(low).real - x)) < 1e-8
     with pytest.raises(ValueError, match="cannot raise"):
-        ctx.mod_switch_to_level(low, 8)
+        ctx.mod_switch(low, level=8)
     with pytest.raises(ValueError, match="'level' parameter"):
         ctx.parms_id_at_level(top + 1)
     target = 2.0 ** 40 * 1.2345
-    y = ctx.multiply_const_to(ct, -0.75, level=3, scale=target)
+    y = ctx.multiply_const_exact(ct, -0.75, level=3, scale=target)
     assert ctx.level_of(y) == 3 and y.scale == target
     assert np.max(np.abs(ctx.decrypt(y).real + 0.75 * x)) < 1e-7
     z = ctx.with_value_factor(ct, 1.5)
@@ -308,6 +308,6 @@ def test_exact_scale_helpers(ctx: CKKSContext) -> None:
     w = ctx.add_constant(ct, 0.25)
     assert np.max(np.abs(ctx.decrypt(w).real - (x + 0.25))) < 1e-8
     with pytest.raises(ValueError, match="below the ciphertext's"):
-        ctx.multiply_const_to(low, 2.0, level=7, scale=ctx.scale)
+        ctx.multiply_const_exact(low, 2.0, level=7, scale=ctx.scale)
     with pytest.raises(ValueError, match="rounding"):
         ctx.snap_scale(ctx.encrypt(x), ctx.scale * (1 + 1e-6))

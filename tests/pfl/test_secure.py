@@ -10,10 +10,10 @@ import copy
 import numpy as np
 import pytest
 
-from fedsec.crypto.ckks import _save
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, run_key_setup
 from fedsec.crypto.rawpoly import _PT_MEMBERS, _split
+from fedsec.crypto.sealio import save as _save
 from fedsec.crypto.sign import sign_input_bound
 from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.pfl.balance import personalise

@@ -43,18 +43,18 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import ArrayLike, NDArray
 
-from fedsec.crypto.ckks import (
-    _COMPR_NONE,
-    _COMPR_ZSTD,
-    _SEAL_HEADER,
-    _SEAL_MAGIC,
-    _TMPDIR,
-    _load,
-    _save,
-    _zstd,
-    refuse_transparent,
-)
 from fedsec.crypto.drbg import SEED_BYTES
+from fedsec.crypto.sealio import (
+    COMPR_NONE,
+    COMPR_ZSTD,
+    SEAL_HEADER,
+    SEAL_MAGIC,
+    TMPDIR,
+    load,
+    refuse_transparent,
+    save,
+    zstd,
+)
 from fedsec.errors import ProtocolError
 
 __all__ = ["BFVParams", "BFVContext", "BFV_DEFAULT", "Ciphertext", "Plaintext"]
@@ -143,7 +143,7 @@ def _context(params: BFVParams) -> Any:
 def _scratch_dir() -> str:
     """A private (0700) directory for SEAL's file-only (de)serialization, reused by every
     ciphertext of this process instead of a fresh temporary file per call."""
-    path = tempfile.mkdtemp(prefix="fedsec-bfv-", dir=_TMPDIR)
+    path = tempfile.mkdtemp(prefix="fedsec-bfv-", dir=TMPDIR)
     atexit.register(shutil.rmtree, path, True)
     return path
 
@@ -167,7 +167,7 @@ _PT_PREFIX_BYTES = _PARMS_ID_BYTES + 8 + 8 + 16 + 8
 
 def _inflate(body: bytes, want: int) -> bytes | None:
     """A zstd frame that declares and inflates to exactly ``want`` bytes, else None."""
-    lib = _zstd()
+    lib = zstd()
     if want <= 0 or lib.ZSTD_getFrameContentSize(body, len(body)) != want:
         return None
     buf = ctypes.create_string_buffer(want)
@@ -184,17 +184,17 @@ def _expected_plain(data: bytes, prefix: bytes, size: int) -> bytes | None:
     offsets -- is the one this context writes; the rest is raw coefficients, which SEAL
     copies without parsing), else None. Replaces the scan for nested compressed headers
     that arbitrary SEAL objects need."""
-    if len(data) < _SEAL_HEADER.size or len(data) > size + (1 << 12):
+    if len(data) < SEAL_HEADER.size or len(data) > size + (1 << 12):
         return None
-    magic, hsize, major, minor, compr, _rsvd, total = _SEAL_HEADER.unpack_from(data)
-    if magic != _SEAL_MAGIC or hsize != _SEAL_HEADER.size or total != len(data):
+    magic, hsize, major, minor, compr, _rsvd, total = SEAL_HEADER.unpack_from(data)
+    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size or total != len(data):
         return None
-    if compr == _COMPR_ZSTD:
-        body = _inflate(data[_SEAL_HEADER.size:], size - _SEAL_HEADER.size)
+    if compr == COMPR_ZSTD:
+        body = _inflate(data[SEAL_HEADER.size:], size - SEAL_HEADER.size)
         if body is None:
             return None
-        data = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0, size) + body
-    elif compr != _COMPR_NONE:
+        data = SEAL_HEADER.pack(magic, hsize, major, minor, COMPR_NONE, 0, size) + body
+    elif compr != COMPR_NONE:
         return None
     if len(data) != size or data[:len(prefix)] != prefix:
         return None
@@ -243,7 +243,7 @@ class BFVContext:
                      seal.Encryptor(self._ctx, public_key) if public_key is not None else None)
         self._symmetric = secret_key is not None
         self._dec = seal.Decryptor(self._ctx, secret_key) if secret_key is not None else None
-        self._pk_bytes = _save(public_key) if public_key is not None else None
+        self._pk_bytes = save(public_key) if public_key is not None else None
         self._prefixes: dict[tuple[bool, bool], tuple[bytes, int]] = {}
         self._perms: dict[int, NDArray[np.int64]] = {}  # row rotation -> NTT gather
 
@@ -264,8 +264,8 @@ class BFVContext:
         gen.create_public_key(pk)
         ctx = _context(params)
         # Move the keys into the context with OS-seeded randomness (fresh encryptions).
-        sk = _load(seal.SecretKey(), ctx, _save(gen.secret_key()), "BFV secret key")
-        pk2 = _load(seal.PublicKey(), ctx, _save(pk), "BFV public key")
+        sk = load(seal.SecretKey(), ctx, save(gen.secret_key()), "BFV secret key")
+        pk2 = load(seal.PublicKey(), ctx, save(pk), "BFV public key")
         return cls(params, secret_key=sk, public_key=pk2)
 
     @property
@@ -311,17 +311,17 @@ class BFVContext:
         compression, members, nested array header) and its coefficients
         (``primes × slots``). Our own plaintext: a mismatch is a bug (RuntimeError)."""
         raw = _save_ct(pt)  # SEAL's file-only serialization (any object with save)
-        magic, hsize, major, minor, compr, _r, _total = _SEAL_HEADER.unpack_from(raw)
-        body = raw[_SEAL_HEADER.size:]
+        magic, hsize, major, minor, compr, _r, _total = SEAL_HEADER.unpack_from(raw)
+        body = raw[SEAL_HEADER.size:]
         n_coeff = len(self._primes) * self.slots
         size = _PT_PREFIX_BYTES + 8 * n_coeff
-        if compr == _COMPR_ZSTD:
+        if compr == COMPR_ZSTD:
             body = _inflate(body, size) or b""
         if not pt.is_ntt_form() or len(body) != size or list(pt.parms_id()) != \
                 self._pid_list:
             raise RuntimeError("not an NTT-form data-level plaintext of this context")
-        head = _SEAL_HEADER.pack(magic, hsize, major, minor, _COMPR_NONE, 0,
-                                 _SEAL_HEADER.size + size) + body[:_PT_PREFIX_BYTES]
+        head = SEAL_HEADER.pack(magic, hsize, major, minor, COMPR_NONE, 0,
+                                 SEAL_HEADER.size + size) + body[:_PT_PREFIX_BYTES]
         coeffs = np.frombuffer(body, dtype="<u8", count=n_coeff, offset=_PT_PREFIX_BYTES)
         return head, coeffs.astype(np.uint64).reshape(len(self._primes), self.slots)
 
@@ -486,15 +486,15 @@ class BFVContext:
             ct = seal.Ciphertext()
             ct.resize(self._ctx, self._pid_low if low else self._pid_list, 2)
             raw = _save_ct(ct)  # our own bytes (a zero ciphertext: zstd shrinks it a lot)
-            header, body = raw[:_SEAL_HEADER.size], raw[_SEAL_HEADER.size:]
-            if raw[5] == _COMPR_ZSTD:
-                size = int(_zstd().ZSTD_getFrameContentSize(body, len(body)))
+            header, body = raw[:SEAL_HEADER.size], raw[SEAL_HEADER.size:]
+            if raw[5] == COMPR_ZSTD:
+                size = int(zstd().ZSTD_getFrameContentSize(body, len(body)))
                 body = _inflate(body, size) or b""
-                header = _SEAL_HEADER.pack(*_SEAL_HEADER.unpack_from(raw)[:4], _COMPR_NONE,
-                                           0, _SEAL_HEADER.size + len(body))
+                header = SEAL_HEADER.pack(*SEAL_HEADER.unpack_from(raw)[:4], COMPR_NONE,
+                                           0, SEAL_HEADER.size + len(body))
             n_coeff = 2 * ct.coeff_modulus_size() * self.slots
             head = bytearray(header + body[:len(body) - 8 * n_coeff])
-            head[_SEAL_HEADER.size + _PARMS_ID_BYTES] = int(ntt)  # SEAL's is_ntt_form byte
+            head[SEAL_HEADER.size + _PARMS_ID_BYTES] = int(ntt)  # SEAL's is_ntt_form byte
             self._prefixes[key] = (bytes(head), len(header) + len(body))
         return self._prefixes[key]
 

@@ -370,7 +370,7 @@ def squaring_product(ctx: CKKSContext, plan: SquaringPlan, a: Sequence[Sequence[
         ``j``.
     b : list
         Encrypted vectors of :meth:`SquaringPlan.encode_b` (Full), or with ``plain_b``
-        plaintexts from ``ctx.encode_at(vector, like=a[0][0])`` (Half).
+        plaintexts encoded at the level and scale of ``a[0][0]`` (Half).
     per_block : bool, default=False
         Rotate-and-sum each column block separately (the authors' form, ``K`` times the
         rotations); the default adds all blocks first.
@@ -393,7 +393,7 @@ def squaring_product(ctx: CKKSContext, plan: SquaringPlan, a: Sequence[Sequence[
         acc = None
         for idx in groups:
             if plain_b:
-                terms = [ctx.multiply_plaintext(aj[i], b[i]) for i in idx]
+                terms = [ctx.multiply_plain(aj[i], b[i], rescale=False) for i in idx]
                 h = ctx.add_many(terms) if len(terms) > 1 else terms[0]
             else:
                 h = ctx.relinearize(_dot_lazy(ctx, [aj[i] for i in idx], [b[i] for i in idx]))
@@ -578,7 +578,7 @@ def folded_product(ctx: CKKSContext, plan: FoldedPlan, a: Sequence[Sequence[Ciph
     outs = []
     for aj in a:
         if plain_b:
-            terms = [ctx.multiply_plaintext(x, y) for x, y in zip(aj, b, strict=True)]
+            terms = [ctx.multiply_plain(x, y, rescale=False) for x, y in zip(aj, b, strict=True)]
             h = ctx.add_many(terms) if len(terms) > 1 else terms[0]
         else:
             h = ctx.relinearize(_dot_lazy(ctx, aj, b))

@@ -191,9 +191,9 @@ class _Giants:
         constant multiplication (no product)."""
         if self._t3 is None:
             y, g1 = self.g[0], self[1]
-            prod = self.ctx.multiply(g1, self.ctx.mod_switch_to_level(y, self.ctx.level_of(g1)))
-            lin = self.ctx.multiply_const_to(y, 0.5, level=self.ctx.level_of(prod),
-                                             scale=float(prod.scale))
+            prod = self.ctx.multiply(g1, self.ctx.mod_switch(y, level=self.ctx.level_of(g1)))
+            lin = self.ctx.multiply_const_exact(y, 0.5, level=self.ctx.level_of(prod),
+                                                scale=float(prod.scale))
             self._t3 = self.ctx.with_value_factor(self.ctx.sub(prod, lin), 2.0)
         return self._t3
 
@@ -207,17 +207,17 @@ def _eval(ctx: CKKSContext, giants: _Giants, c: NDArray[np.float64], level: int,
         raise ValueError("evaluate_odd_chebyshev needs an odd polynomial")
     d = len(c) - 1
     if d == 1:
-        return ctx.multiply_const_to(giants[0], float(c[1]), level=level, scale=scale)
+        return ctx.multiply_const_exact(giants[0], float(c[1]), level=level, scale=scale)
     if d == 3 and level < giants.t3_level:  # c1 T1 + c3 T3: constants only, T3 shared
-        t1 = ctx.multiply_const_to(giants[0], float(c[1]), level=level, scale=scale)
-        t3 = ctx.multiply_const_to(giants.t3(), float(c[3]), level=level, scale=scale)
+        t1 = ctx.multiply_const_exact(giants[0], float(c[1]), level=level, scale=scale)
+        t3 = ctx.multiply_const_exact(giants.t3(), float(c[3]), level=level, scale=scale)
         return ctx.add(t1, t3)
     k = odd_depth(d)
     m = 1 << (k - 1)
     q, r = chebyshev_split(c, m)
     g = giants[k - 1]
     if ctx.level_of(g) > level + 1:
-        g = ctx.mod_switch_to_level(g, level + 1)
+        g = ctx.mod_switch(g, level=level + 1)
     prime = ctx.rescale_prime(g)
     r_ct = _eval(ctx, giants, r, level + 1, scale * prime / float(g.scale))
     out = None

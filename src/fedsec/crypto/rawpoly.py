@@ -31,8 +31,9 @@ import numpy as np
 import tenseal.sealapi as seal
 from numpy.typing import NDArray
 
-from fedsec.crypto.ckks import Ciphertext, CKKSContext, _load, _plain_seal_bytes, _save
+from fedsec.crypto.ckks import Ciphertext, CKKSContext
 from fedsec.crypto.drbg import RandomSource
+from fedsec.crypto.sealio import load, plain_seal_bytes, save
 from fedsec.errors import ProtocolError
 
 __all__ = ["ciphertext_polys", "ciphertext_from_polys", "plaintext_ntt", "plaintext_from_ntt",
@@ -49,7 +50,7 @@ def _split(data: bytes, members: int, what: str) -> tuple[bytes, bytes, U64]:
     # our own objects only (never another role's bytes): SEAL's zstd may compress
     # structured polynomials (a ternary key, constants) far beyond the bound for
     # received data
-    header, body = _plain_seal_bytes(data, what, max_expansion=1 << 16)
+    header, body = plain_seal_bytes(data, what, max_expansion=1 << 16)
     if len(body) < members + _ARRAY:
         raise ProtocolError(f"invalid {what}: truncated")
     (count,) = struct.unpack_from("<Q", body, members + 16)
@@ -62,7 +63,7 @@ def _split(data: bytes, members: int, what: str) -> tuple[bytes, bytes, U64]:
 def ciphertext_polys(ct: Ciphertext) -> tuple[bytes, bytes, U64]:
     """``(seal header, members, data)`` of a ciphertext; ``data`` has shape
     ``(size, primes, n)`` (a copy)."""
-    header, prefix, arr = _split(_save(ct), _CT_MEMBERS, "ciphertext")
+    header, prefix, arr = _split(save(ct), _CT_MEMBERS, "ciphertext")
     size, n, k = struct.unpack_from("<QQQ", prefix, 33)
     return header, prefix, arr.reshape(int(size), int(k), int(n))
 
@@ -73,18 +74,18 @@ def ciphertext_from_polys(ctx: CKKSContext, header: bytes, prefix: bytes, data: 
     body = prefix + np.ascontiguousarray(data, dtype="<u8").tobytes()
     magic, hsize, major, minor, compr, rsvd, _size = struct.unpack("<HBBBBHQ", header)
     hdr = struct.pack("<HBBBBHQ", magic, hsize, major, minor, compr, rsvd, 16 + len(body))
-    return _load(seal.Ciphertext(), ctx._ctx, hdr + body, "ciphertext")
+    return load(seal.Ciphertext(), ctx._ctx, hdr + body, "ciphertext")
 
 
 def plaintext_ntt(pt: Any) -> U64:
     """The residues of a plaintext (NTT form for CKKS), shape ``(primes * n,)``."""
-    return _split(_save(pt), _PT_MEMBERS, "plaintext")[2]
+    return _split(save(pt), _PT_MEMBERS, "plaintext")[2]
 
 
 def plaintext_from_ntt(ctx: CKKSContext, residues: U64, *, level: int, scale: float) -> Any:
     """A CKKS plaintext at ``level`` with ``scale`` and the given NTT-form residues."""
     template = ctx.encode_constant(0.0, scale=scale, parms_id=ctx.parms_id_at_level(level))
-    header, prefix, arr = _split(_save(template), _PT_MEMBERS, "plaintext")
+    header, prefix, arr = _split(save(template), _PT_MEMBERS, "plaintext")
     r = np.asarray(residues, dtype=np.uint64)
     if r.shape != arr.shape:
         raise ProtocolError(f"a plaintext at level {level} has {arr.size} residues; got "
@@ -93,7 +94,7 @@ def plaintext_from_ntt(ctx: CKKSContext, residues: U64, *, level: int, scale: fl
     if np.any(r.reshape(len(primes), -1) >= np.asarray(primes, dtype=np.uint64)[:, None]):
         raise ProtocolError("plaintext residues out of range")
     body = prefix + r.astype("<u8").tobytes()
-    return _load(seal.Plaintext(), ctx._ctx, header[:8] + struct.pack("<Q", 16 + len(body))
+    return load(seal.Plaintext(), ctx._ctx, header[:8] + struct.pack("<Q", 16 + len(body))
                  + body, "plaintext")
 
 
@@ -103,8 +104,8 @@ def secret_key_coeffs(ctx: CKKSContext) -> NDArray[np.int64]:
         raise ValueError("this context holds no secret key")
     n = ctx.params.poly_modulus_degree
     q0 = ctx.level_primes(ctx.parms_id_at_level(0))[0]
-    sk_ntt = _split(_save(ctx._sk), _PT_MEMBERS, "secret key")[2][:n]  # residues mod q0
-    tmpl = ctx.mod_switch_to_level(ctx.encrypt([0.0]), 0)
+    sk_ntt = _split(save(ctx._sk), _PT_MEMBERS, "secret key")[2][:n]  # residues mod q0
+    tmpl = ctx.mod_switch(ctx.encrypt([0.0]), level=0)
     header, prefix, data = ciphertext_polys(tmpl)
     data = np.ones_like(data)  # c1 = 1 (SEAL refuses a transparent ciphertext)
     data[0, 0] = sk_ntt

@@ -251,7 +251,7 @@ def _stages_encrypted(ctx: CKKSContext, ct: Ciphertext, approx: SignApproximatio
     if keep_levels is not None:
         keep = check_int(keep_levels, "keep_levels", owner, min_value=0,
                          max_value=left - approx.depth)
-        ct = ctx.mod_switch_to_level(ct, approx.depth + keep)
+        ct = ctx.mod_switch(ct, level=approx.depth + keep)
     y = ctx.with_value_factor(ct, 1.0 / approx.upper)
     n = len(approx.stages)
     for i, c in enumerate(approx.stages):
