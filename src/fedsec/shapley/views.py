@@ -204,7 +204,17 @@ class ClientView:
             self._knows[key] = _rank(np.vstack([self._known, v])) == self._rank_known
         return self._knows[key]
 
-    def _safe_span(self, span: FloatArray, v: FloatArray) -> bool:
+    def span_of(self, sample: int) -> FloatArray:
+        """The coalition vectors this client decrypted on ``sample`` (rows)."""
+        return self._spans[self._history.get(int(sample), 0)]
+
+    def span_id(self, sample: int) -> int:
+        """Which span ``sample`` shares with others (samples with one history share one)."""
+        return self._history.get(int(sample), 0)
+
+    def safe_span(self, span: FloatArray, v: FloatArray) -> bool:
+        """Whether decrypting ``v`` on top of ``span`` keeps the rule (no known model's
+        output becomes solvable)."""
         new = np.vstack([span, v])
         r = _rank(new)
         if r == len(span) and len(span):  # v adds nothing to what it decrypted
@@ -228,7 +238,7 @@ class ClientView:
         if not first_layer or blinded:
             return None
         for sid in {self._history.get(int(s), 0) for s in samples}:
-            if not self._safe_span(self._spans[sid], v):
+            if not self.safe_span(self._spans[sid], v):
                 return ("an output that, with outputs it decrypted before, gives a known "
                         "model's output on other clients' samples (a linear combination)")
         return None
@@ -323,8 +333,7 @@ class Scheduler:
         return b is not None and self.views[b].knows(self.space.coalition(t, mask))
 
     def _growth(self, view: ClientView, v: FloatArray, samples: Sequence[int]) -> int:
-        sid = view._history.get(int(samples[0]), 0)
-        span = view._spans[sid]
+        span = view.span_of(int(samples[0]))
         return _rank(np.vstack([span, v])) - _rank(span)
 
     def _place(self, views: list[ClientView], t: int, mask: int, samples: Sequence[int],
@@ -355,10 +364,10 @@ class Scheduler:
         owners = self.owner[np.asarray(samples, dtype=np.int64)]
         start: dict[int, FloatArray] = {}
         for c, view in enumerate(self.views):  # each client's span on these samples
-            sids = {view._history.get(int(s), 0) for s in samples}
+            sids = {view.span_id(int(s)) for s in samples}
             if len(sids) != 1:  # samples with different histories: place one by one
                 return
-            start[c] = view._spans[sids.pop()]
+            start[c] = view.span_of(int(samples[0]))
         vecs = {m: self.space.coalition(t, m) for m in todo}
         for attempt in range(restarts):
             spans = dict(start)
@@ -369,7 +378,7 @@ class Scheduler:
                 for k in range(self.n):
                     c = (k + shift) % self.n
                     view, v = self.views[c], vecs[m]
-                    if (owners == c).any() or view.knows(v) or not view._safe_span(
+                    if (owners == c).any() or view.knows(v) or not view.safe_span(
                             spans[c], v):
                         continue
                     g = _rank(np.vstack([spans[c], v])) - _rank(spans[c])
@@ -416,7 +425,7 @@ class Scheduler:
             m = todo[i]
             v = vecs[m]
             for c in cands[m]:
-                if self.views[c]._safe_span(spans[c], v):
+                if self.views[c].safe_span(spans[c], v):
                     old = spans[c]
                     if _rank(np.vstack([old, v])) > _rank(old):
                         spans[c] = np.vstack([old, v])
