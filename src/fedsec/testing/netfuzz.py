@@ -47,15 +47,16 @@ class Fuzzable:
     """A protocol that can be run whole, in this process, over a given network.
 
     ``run(net)`` runs every role on small parameters and returns the result;
-    ``roles`` maps each role kind (the part of a role name before ``:``) to its class,
-    whose ``@receives`` marks say which kinds it decodes; ``allowed`` are the exceptions
+    ``roles`` maps each role kind (the part of a role name before ``:``) to its class or
+    classes (a party may play the key set-up and the protocol), whose ``@receives`` marks
+    say which kinds it decodes; ``allowed`` are the exceptions
     a refusal may raise; ``oracle(result)`` returns ``None`` for an acceptable result of a
     run with a mutated message, or a reason it is not.
     """
 
     name: str
     run: Callable[[Network], Any]
-    roles: Mapping[str, type]
+    roles: Mapping[str, type | tuple[type, ...]]
     allowed: tuple[type[BaseException], ...] = (ProtocolError, TamperingDetected)
     oracle: Callable[[Any], str | None] | None = None
     #: Kinds delivered by the network that no role method decodes (e.g. a result a runner
@@ -108,7 +109,11 @@ def record(protocol: Fuzzable) -> tuple[Network, Any]:
 
 def declared(protocol: Fuzzable) -> set[Pair]:
     """Every ``(role kind, message kind)`` the protocol's role classes declare."""
-    return {(role, kind) for role, cls in protocol.roles.items() for kind in handlers(cls)}
+    out = set()
+    for role, classes in protocol.roles.items():
+        for cls in classes if isinstance(classes, tuple) else (classes,):
+            out.update((role, kind) for kind in handlers(cls))
+    return out
 
 
 def targets(protocol: Fuzzable, net: Network) -> list[Target]:
