@@ -109,7 +109,7 @@ def record(protocol: Fuzzable) -> tuple[Network, Any]:
 
 def declared(protocol: Fuzzable) -> set[Pair]:
     """Every ``(role kind, message kind)`` the protocol's role classes declare."""
-    out = set()
+    out: set[Pair] = set()
     for role, classes in protocol.roles.items():
         for cls in classes if isinstance(classes, tuple) else (classes,):
             out.update((role, kind) for kind in handlers(cls))
