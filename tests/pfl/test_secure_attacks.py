@@ -697,3 +697,66 @@ def test_decryptor_checks_the_gram_request_against_the_signed_values(
         with pytest.raises(ProtocolError, match="signed"):
             copy.copy(session.decryptor).refresh(_edit(gram, **edit))
     session.decryptor.refresh(gram)
+
+
+# ---------------------------------------------------------------------- the network
+def test_a_relay_that_copies_an_upload_only_invalidates_that_client() -> None:
+    """An adversary on the network (an interceptor: it sees and rewrites bytes, never a
+    role's state) replaces client 2's upload by client 0's, relabelled as client 2's:
+    the signatures are client 0's, so the server refuses it; client 2 is invalid and
+    keeps its own model, the others' round goes on."""
+    s = SecurePFLSession.create(K, CFG)
+    seen: list[str] = []
+
+    def copy_upload(batch: list) -> list | None:
+        kinds = [e.kind for e in batch]
+        seen.extend(kinds)
+        if kinds != ["pfl/masked-upload"] * K:
+            return None
+        first = batch[0].payload
+        return [e.with_payload(relabel(first, sender="client:2")) if e.sender == "client:2"
+                else e for e in batch]
+
+    remove = s.network.intercept(copy_upload)
+    w = _models(23)
+    r = s.run_round(w, np.full(K, 0.5), alpha=0.5, norm_bound=B, round_index=0)
+    remove()
+    assert list(r.valid) == [True, True, False, True]
+    np.testing.assert_array_equal(r.personalised[2], clip_to_norm(w[2], B))
+    assert {"pfl/masked-upload", "pfl/mask-request", "pfl/gram", "pfl/result"} <= set(seen)
+    # what the network counted is what crossed: every client's upload and result
+    assert (r.bytes_up > 0).all() and (r.bytes_down > 0).all()
+    assert r.accounting.total_bytes == sum(r.accounting.bytes_by_message.values())
+    assert r.server_bytes_in + r.decryptor_bytes_in + int(r.bytes_down.sum()) == \
+        r.accounting.total_bytes
+
+
+def test_the_runner_touches_roles_through_their_methods_only(
+        session: SecurePFLSession) -> None:
+    """The in-process runner moves bytes and calls role methods; it reads no role
+    attribute but a role's name and clock (its state is private)."""
+    import ast
+    import inspect
+
+    from fedsec.pfl.secure import SecurePFLClient, SecurePFLDecryptor, SecurePFLServer
+    from fedsec.pfl.secure import runner as runner_module
+
+    tree = ast.parse(inspect.getsource(runner_module))
+    roles = (SecurePFLClient, SecurePFLServer, SecurePFLDecryptor)
+    allowed = {"clock", "name", "seconds"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if node.attr.startswith("_") and not node.attr.endswith("__") and not (
+                isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+            raise AssertionError(f"the runner reads a private attribute: {node.attr}")
+        for role in roles:
+            member = inspect.getattr_static(role, node.attr, None)
+            if member is None or node.attr in allowed or node.attr.endswith("__"):
+                continue
+            assert callable(member) or isinstance(member, property), node.attr
+    # every attribute of a role is private but its clock
+    for role in (session.clients[0], session.server, session.decryptor):
+        public = [n for n in vars(role) if not n.startswith("_")]
+        assert public == ["clock"], (type(role).__name__, public)

@@ -281,14 +281,13 @@ class SecurePFLDecryptor:
         present = set(self._present)
         raw = msg.meta.get("pairs")
         if not isinstance(raw, list) or not raw or len(raw) > k * (k - 1):
-            raise ProtocolError("malformed reveal request")
+            raise fields.malformed("pairs")
         pairs: list[tuple[int, int]] = []
         for p in raw:
-            if not (isinstance(p, list) and len(p) == 2 and all(
-                    isinstance(v, int) and not isinstance(v, bool) and v in present
-                    for v in p) and p[0] != p[1]):
-                raise ProtocolError("malformed reveal request")
-            i, j = int(p[0]), int(p[1])
+            i, j = fields.integers({"pairs": p}, "pairs", 0, _MAX_CLIENTS - 1, length=2,
+                                   distinct=True)
+            if i not in present or j not in present:
+                raise fields.malformed("pairs")
             if not (self._valid[i] and self._valid[j]):
                 raise ProtocolError("a reveal request names an invalid client")
             if (i, j) in self._revealed or (i, j) in pairs:
