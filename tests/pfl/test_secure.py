@@ -27,6 +27,7 @@ from fedsec.pfl.secure import (
 )
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, ineq1_margin
 from fedsec.protocol import wire
+from fedsec.protocol.network import Network
 from fedsec.testing.pfl import UnclippedClient, relabel, unclipped_upload
 
 PRESET = "INSECURE_TEST_N4096_DEPTH19"
@@ -35,7 +36,7 @@ CFG = SecurePFLConfig(preset=PRESET, allow_insecure=True, sign_alpha=8)
 
 @pytest.fixture(scope="module")
 def session() -> SecurePFLSession:
-    return SecurePFLSession.create(8, CFG, record=True)
+    return SecurePFLSession.create(8, CFG, network=Network(record=True))
 
 
 _ROUND = iter(range(1000))

@@ -133,7 +133,8 @@ class SecurePFLSession:
     network: Network
 
     @classmethod
-    def create(cls, n_clients: int, config: SecurePFLConfig, *, record: bool = False,
+    def create(cls, n_clients: int, config: SecurePFLConfig, *,
+               network: Network | None = None,
                clients: Mapping[int, type[SecurePFLClient]] | None = None
                ) -> SecurePFLSession:
         """Identities, roster, the signed key set-up (decryptor = key holder), roles and
@@ -143,8 +144,10 @@ class SecurePFLSession:
         ----------
         n_clients : int
         config : SecurePFLConfig
-        record : bool, default=False
-            Keep every message in ``network.transcript`` (tests).
+        network : Network, optional
+            What carries the messages, from the key set-up on (default: a new
+            :class:`~fedsec.protocol.network.Network`); pass one with ``record=True`` or
+            interceptors to keep or rewrite the bytes (tests, benchmarks).
         clients : mapping of int to SecurePFLClient subclass, optional
             The role class client ``i`` runs (default :class:`SecurePFLClient`): a
             simulation of malicious clients names its attackers here.
@@ -159,7 +162,10 @@ class SecurePFLSession:
                     and issubclass(c, SecurePFLClient)) for i, c in kinds.items()):
             raise ValueError("The 'clients' parameter of SecurePFLSession.create must map "
                              "client indices to SecurePFLClient subclasses.")
-        net = Network(record=record)
+        if network is not None and not isinstance(network, Network):
+            raise TypeError(f"The 'network' parameter of SecurePFLSession.create must be a "
+                            f"Network. Got {type(network).__name__} instead.")
+        net = Network() if network is None else network
         ids = [Identity(client_name(i)) for i in range(k)] + [Identity(DECRYPTOR_NAME)]
         roster = Roster.of(ids)
         spec = config.key_spec()
