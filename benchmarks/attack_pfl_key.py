@@ -53,16 +53,16 @@ def run(session: SecurePFLSession, variant: str, t: int, c: int = 1 << 20) -> di
     sel = type("S", (), {"accepted": tuple(accepted)})
     reqs = srv.aggregate(sel, 0.5)  # type: ignore[arg-type]
     results = {a: srv.deliver(a, dec.unmask_for_client(reqs[a])) for a in attackers}
-    row: dict[str, Any] = {"variant": variant, "ring": session.server.enc.n,
-                           "attacker_valid": bool(srv.valid[1])}
+    row: dict[str, Any] = {"variant": variant, "ring": session.server._enc.n,
+                           "attacker_valid": bool(srv.validity()[1])}
     if wire.decode(results[1]).meta.get("own") is True:
         row.update(decrypted=False, key_coefficients_right=None)
     else:
         expect = ta._to_level0(session, chosen[0])  # noqa: SLF001
         opened = ta._opened_result(session, 1, t, results[1])  # noqa: SLF001
-        noise = ta._coeffs(dec.ctx, opened, 0) - ta._coeffs(dec.ctx, expect, 0)  # noqa: SLF001
+        noise = ta._coeffs(dec._ctx, opened, 0) - ta._coeffs(dec._ctx, expect, 0)  # noqa: SLF001
         frac = ta._rounding_attack(session, opened, expect, c)  # noqa: SLF001
-        sk = secret_key_coeffs(dec.ctx)
+        sk = secret_key_coeffs(dec._ctx)  # noqa: SLF001
         row.update(decrypted=True, key_coefficients_right=round(frac, 4),
                    key_zero_share=round(float(np.mean(sk == 0)), 4),
                    noise_max_abs=int(np.abs(noise).max()), c=c)

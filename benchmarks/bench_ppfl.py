@@ -67,16 +67,16 @@ def _models(k: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
 def _sign_seconds(session: SecurePFLSession, repeats: int) -> float:
     """Median time of one homomorphic comparison over all slots (per-pair cost)."""
     srv = session.server
-    ctx = session.decryptor.ctx
-    from fedsec.pfl.secure import _fresh_level
+    ctx = session.decryptor._ctx  # noqa: SLF001
+    from fedsec.pfl.secure.common import _fresh_level
     level = _fresh_level(session.config.sign_alpha) - 1
     ct = ctx.encrypt_plaintext(ctx.encode(np.linspace(-0.9, 0.9, ctx.slots),
                                           parms_id=ctx.parms_id_at_level(level)))
-    ct = srv.ctx.deserialize(ctx.serialize(ct))
+    ct = srv._ctx.deserialize(ctx.serialize(ct))  # noqa: SLF001
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        step_encrypted(srv.ctx, ct, session.config.sign_alpha, keep_levels=1)
+        step_encrypted(srv._ctx, ct, session.config.sign_alpha, keep_levels=1)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -116,7 +116,7 @@ def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats:
                       and (j in r.selection.accepted[i]) != (j in ref.accepted[i])}
             # error of the margins x = m / M as they reach the comparison (all roles are
             # in this process: decrypt the server's unmasked margins with the key)
-            xs = np.concatenate([session.decryptor.ctx.decrypt(c).real
+            xs = np.concatenate([session.decryptor._ctx.decrypt(c).real
                                  for c in session.server._margins])
             x_ref = np.array([ineq1_margin(wc[i], wc[j], sig[i]) for i in range(k)
                               for j in range(k) if i != j]) / r.margin_scale
@@ -136,7 +136,7 @@ def run(ks: list[int], models: dict[str, int], config: SecurePFLConfig, repeats:
                    "accepted_pairs": sum(len(x) for x in r.selection.accepted),
                    "eq2_max_abs_error": float(np.abs(r.personalised - exp).max()),
                    "norm_bound": b, "margin_max_abs_error": margin_err,
-                   "norm_check_max_error": float(session.decryptor.norm_errors.max()),
+                   "norm_check_max_error": float(session.decryptor.norm_errors().max()),
                    "per_pair_comparison_seconds_computed": sign_s * r.pairs_checked}
             out["rows"].append(row)
         del session

@@ -40,7 +40,7 @@ from typing import Any
 from fedsec.learning.tasks import make_task
 from fedsec.pfl.balance import BalanceConfig
 from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession
-from fedsec.pfl.secure_sim import SecurePFLRun, run_secure_pfl
+from fedsec.pfl.secure_sim import SecurePFLRun, attacker_roles, run_secure_pfl
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ATTACKS = ("none", "gaussian", "sign-flip", "alie", "balance-edge", "ipm", "label-flip",
@@ -160,7 +160,9 @@ def main() -> None:
     cfg = SecurePFLConfig(preset=preset, sign_alpha=args.sign_alpha, allow_insecure=insecure)
     log(f"key set-up: {args.clients} clients, {preset}")
     t0 = time.perf_counter()
-    session = SecurePFLSession.create(args.clients, cfg)
+    session = SecurePFLSession.create(args.clients, cfg, clients=attacker_roles(
+        args.clients, args.malicious, args.seed,
+        unclipped_attackers=bool(args.unclipped_attackers)))
     setup_s = time.perf_counter() - t0
     log(f"key set-up done: {setup_s:.1f}s")
     rows = []

@@ -287,13 +287,16 @@ def _run_secure(args: argparse.Namespace, task: Any, fed: Any, cfg: Any,
     import time
 
     from fedsec.pfl.secure import SecurePFLSession
-    from fedsec.pfl.secure_sim import SecurePFLRun, run_secure_pfl
+    from fedsec.pfl.secure_sim import SecurePFLRun, attacker_roles, run_secure_pfl
 
     scfg = _make_secure_config(args)
     say(f"key set-up for {args.clients} clients ({scfg.preset}, sign alpha "
         f"{scfg.sign_alpha})")
     t0 = time.perf_counter()
-    session = SecurePFLSession.create(args.clients, scfg)
+    session = SecurePFLSession.create(
+        args.clients, scfg, clients=attacker_roles(
+            args.clients, args.malicious, args.seed,
+            unclipped_attackers=bool(args.unclipped_attackers)))
     setup_s = time.perf_counter() - t0
     say(f"key set-up done in {setup_s:.1f}s")
     results: list[SecurePFLRun] = []

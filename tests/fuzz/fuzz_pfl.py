@@ -56,9 +56,11 @@ from fedsec.pfl.secure import (
     SecurePFLDecryptor,
     SecurePFLServer,
     client_name,
+    client_role,
 )
 from fedsec.pfl.selection import SelectionResult, efficient_selection
 from fedsec.protocol import wire
+from fedsec.protocol.binding import Context, context_of
 from fedsec.testing.pfl import unclipped_upload
 
 __all__ = ["PFLWorld", "build_pfl_world", "make_pfl_targets", "pfl_meta_cases",
@@ -85,11 +87,11 @@ PFL_TARGETS = (
 # ---------------------------------------------------------------------- cloning roles
 def clone_server(s: SecurePFLServer) -> SecurePFLServer:
     c = copy.copy(s)
-    c.clients = dict(s.clients)
+    c._clients = dict(s._clients)  # noqa: SLF001
     c._uploads = {k: copy.copy(v) for k, v in s._uploads.items()}  # noqa: SLF001
     c._masks = dict(s._masks)  # noqa: SLF001
     c._cmp = list(s._cmp)  # noqa: SLF001
-    c.valid = s.valid.copy()
+    c._valid = s._valid.copy()  # noqa: SLF001
     if hasattr(s, "_result_seeds"):
         c._result_seeds = {k: list(v) for k, v in s._result_seeds.items()}  # noqa: SLF001
     return c
@@ -97,7 +99,7 @@ def clone_server(s: SecurePFLServer) -> SecurePFLServer:
 
 def clone_decryptor(d: SecurePFLDecryptor) -> SecurePFLDecryptor:
     c = copy.copy(d)
-    c.clients = dict(d.clients)
+    c._clients = dict(d._clients)  # noqa: SLF001
     c._revealed = set(d._revealed)  # noqa: SLF001
     c._results = set(d._results)  # noqa: SLF001
     c._batches = set(d._batches)  # noqa: SLF001
@@ -254,7 +256,7 @@ def _round(t: int, clients: list[SecurePFLClient], server: SecurePFLServer,
     return Round(t, ups, before_last, mreq, after_mreq, dec_before_masks, masks, dec_before,
                  gram, after_gram, refreshed, dec_after,
                  after_compare, reveals, sel, dec_results, reqs, after_agg, boxes, results,
-                 before_finish, personalised, [bool(v) for v in server.valid])
+                 before_finish, personalised, [bool(v) for v in server.validity()])
 
 
 def _federation(ids: list[Identity], roster: Roster, cfg: SecurePFLConfig, rounds: int
@@ -333,10 +335,24 @@ def _blob_edit(m: Mutator, data: bytes, others: Sequence[bytes]) -> bytes:
     return _encode_loose(msg.kind, dict(msg.meta), blobs)
 
 
+_CTX_FIELDS = ("session", "protocol", "round", "step", "sender", "recipient", "index")
+
+
 def _relabel(m: Mutator, data: bytes, **fixed: Any) -> bytes:
-    """A valid message of another round/client/session re-labelled to look like ours."""
+    """A valid message of another round/client/session re-labelled to look like ours:
+    binding-context fields (``session``, ``round``, ``sender``, ``recipient``,
+    ``index``...) go into its ``ctx``, other keywords into its metadata."""
     msg = wire.decode(data)
-    return _encode_loose(msg.kind, {**msg.meta, **fixed}, list(msg.blobs))
+    meta = dict(msg.meta)
+    ctx = {k: fixed.pop(k) for k in list(fixed) if k in _CTX_FIELDS}
+    if ctx:
+        meta["ctx"] = context_of(meta).at(**ctx).to_meta()
+    meta.update(fixed)
+    return _encode_loose(msg.kind, meta, list(msg.blobs))
+
+
+def _ctx(data: bytes) -> Context:
+    return context_of(wire.decode(data).meta)
 
 
 def _standard(honest: Callable[[Mutator], bytes], others: Callable[[], Sequence[bytes]],
@@ -464,7 +480,7 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         srv = clone_server(A.fresh_server)
         srv.register(A.registers[0])  # a registered victim: a second one is a hijack
         i = srv.register(reg)
-        return i, srv.clients[i]
+        return i, srv._clients[i]  # noqa: SLF001
 
     reg_std = _standard(lambda m: m.rng.choice(A.registers), lambda: Bf.registers,
                         lambda m, d: _relabel(m, d, session=A.session))
@@ -472,13 +488,14 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
     def dec_register(reg: Any) -> Any:
         dec = clone_decryptor(A.fresh_decryptor)
         i = dec.register(reg)
-        return i, dec.clients[i]
+        return i, dec._clients[i]  # noqa: SLF001
 
     def register_oracle(out: Any) -> str | None:
         i, key = out
         return None if key == honest_keys[i] else f"client {i} registered another key"
 
-    swapped = ("swapped", 2, lambda m: _relabel(m, A.registers[1], client=0))
+    swapped = ("swapped", 2, lambda m: _relabel(m, A.registers[1], client=0,
+                                                sender=client_role(0)))
     targets.append(Target("SecurePFLServer.register", srv_register, _with_oracle(
         [*reg_std, swapped], register_oracle), weight=0.5))
     targets.append(Target("SecurePFLDecryptor.register", dec_register, _with_oracle(
@@ -526,7 +543,8 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         ("meta", 3, up_case(lambda m: _meta_edit(m, r1.uploads[last]), "meta")),
         ("blob", 2, up_case(lambda m: _blob_edit(m, r1.uploads[last], up_others), "blob")),
         ("replayed upload", 3, up_case(lambda m: _relabel(
-            m, m.rng.choice(up_others), client=last, round=r1.t, session=A.session),
+            m, m.rng.choice(up_others), sender=client_role(last), round=r1.t,
+            session=A.session),
             "replayed upload")),
         ("foreign", 1, up_case(lambda m: m.rng.choice(m.pools.messages), "foreign")),
     ], weight=1.5))
@@ -579,7 +597,7 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
     def compare_call(refreshed: Any) -> Any:
         srv = clone_server(r1.srv_after_gram)
         srv.compare(refreshed)
-        return srv.valid
+        return srv.validity()
 
     targets.append(Target("SecurePFLServer.compare", compare_call, _standard(
         lambda m: r1.refreshed, lambda: [r0.refreshed, rb.refreshed],
@@ -590,10 +608,10 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
 
     def reveal_call(req: Any) -> Any:
         dec = clone_decryptor(r1.dec_after_refresh)
-        before = dec.revealed_bits
+        before = dec.revealed_bits()
         reply = dec.reveal(req)
         asked = [tuple(p) for p in wire.decode(req).meta["pairs"]]
-        return asked, wire.decode(reply).meta["bits"], dec.revealed_bits - before
+        return asked, wire.decode(reply).meta["bits"], dec.revealed_bits() - before
 
     def reveal_oracle(out: Any) -> str | None:
         asked, bits, n = out
@@ -656,12 +674,12 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
     def unmask_call(req: Any) -> Any:
         dec = clone_decryptor(r1.dec_before_results)
         box = dec.unmask_for_client(req)
-        i = wire.decode(req).meta["client"]
+        (i,) = _ctx(req).index
         return i, wire.decode(box).meta
 
     def unmask_oracle(out: Any) -> str | None:
         i, meta = out
-        if meta.get("client") != i:
+        if context_of(meta).index != (i,):
             return "a box for another client than the request's"
         if (meta.get("own") is True) == valid1[i]:
             return "a decryption for an invalid client, or none for a valid one"
@@ -672,13 +690,13 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
                         lambda m, d: _relabel(m, d, session=A.session, round=r1.t))
     targets.append(Target("SecurePFLDecryptor.unmask_for_client", unmask_call, _with_oracle(
         [*res_std, ("other client", 2, lambda m: _relabel(
-            m, r1.result_requests[m.rng.randrange(K)], client=m.rng.randrange(K)))],
+            m, r1.result_requests[m.rng.randrange(K)], index=[m.rng.randrange(K)]))],
         unmask_oracle)))
 
     def deliver_call(x: tuple[int, Any]) -> Any:
         i, box = x
         out = clone_server(r1.srv_after_aggregate).deliver(i, box)
-        if wire.decode(out).meta.get("client") != i:
+        if _ctx(out).recipient != client_role(i):
             raise AssertionError("a result for another client")
         return out
 
@@ -695,7 +713,7 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         ("blob", 2, deliver_prod(lambda m, d: _blob_edit(m, d, box_others))),
         ("replay", 3, deliver_prod(lambda m, d: _relabel(
             m, m.rng.choice(box_others), session=A.session, round=r1.t,
-            client=wire.decode(d).meta["client"]))),
+            index=_ctx(d).index))),
         ("foreign", 1, deliver_prod(lambda m, d: m.rng.choice(m.pools.messages))),
     ]))
 
@@ -724,7 +742,7 @@ def make_pfl_targets(w: PFLWorld) -> list[Target]:  # noqa: C901, PLR0915 - one 
         ("blob", 2, finish_prod(lambda m, d: _blob_edit(m, d, res_others), "blob")),
         ("replay", 3, finish_prod(lambda m, d: _relabel(
             m, m.rng.choice(res_others), session=A.session, round=r1.t,
-            client=wire.decode(d).meta["client"]), "replay")),
+            recipient=_ctx(d).recipient), "replay")),
         ("own", 2, finish_prod(lambda m, d: _relabel(m, d, own=True), "own")),
         ("foreign", 1, finish_prod(lambda m, d: m.rng.choice(m.pools.messages), "foreign")),
     ], weight=1.5))

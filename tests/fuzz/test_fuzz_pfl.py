@@ -147,15 +147,23 @@ KIND_TARGETS = {
 
 
 def test_every_decoded_kind_is_a_target(pfl_targets: dict[str, Target]) -> None:
-    """Each ``wire.decode(..., expect="pfl/...")`` in the protocol has a fuzz target; a new
+    """Each ``wire.decode(..., expect="pfl/...")`` in the protocol has a fuzz target, and
+    each is a role method marked ``@receives`` with that kind (and target name); a new
     message kind without one fails here."""
     import re
     from pathlib import Path
 
     import fedsec.pfl.secure as secure
+    from fedsec.protocol.roles import handlers
 
-    source = Path(secure.__file__).read_text()
+    source = "".join(p.read_text() for p in Path(secure.__file__).parent.glob("*.py"))
     kinds = set(re.findall(r'expect="(pfl/[a-z-]+)"', source))
     assert kinds == set(KIND_TARGETS)
+    marked: dict[str, list[str]] = {}
+    for role in (secure.SecurePFLClient, secure.SecurePFLServer, secure.SecurePFLDecryptor):
+        for kind, method in handlers(role).items():
+            marked.setdefault(kind, []).append(f"{role.__name__}.{method}")
+    assert {k: sorted(v) for k, v in marked.items()} == {
+        k: sorted(v) for k, v in KIND_TARGETS.items()}
     for names in KIND_TARGETS.values():
         assert all(n in pfl_targets for n in names), names

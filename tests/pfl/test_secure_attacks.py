@@ -30,18 +30,16 @@ from fedsec.pfl.secure import (
     UPLOAD_LEVEL,
     SecurePFLConfig,
     SecurePFLSession,
-    _box_context,
-    _pairs,
-    _register_payload,
-    _result_mask,
     client_name,
     clip_to_norm,
 )
+from fedsec.pfl.secure.common import _box_context, _pairs, _register_payload, _result_mask
 from fedsec.pfl.selection import PlaintextOracle, brute_force_selection, efficient_selection
 from fedsec.protocol import wire
 from fedsec.testing.pfl import (
     ciphertext_upload,
     plaintext_upload,
+    relabel,
     relay_upload,
     unclipped_upload,
     upload_plaintexts,
@@ -124,7 +122,7 @@ def test_huge_sigma_claim_is_refused_and_what_it_would_do(session: SecurePFLSess
         _receive(session, i, u, t, sigma=1e6 if i == 3 else 0.5)
     _unmask(session)
     session.server.compare(session.decryptor.refresh(session.server.gram_request()))
-    x = session.decryptor.ctx.decrypt(session.server._margins[0]).real  # noqa: SLF001
+    x = session.decryptor._ctx.decrypt(session.server._margins[0]).real  # noqa: SLF001
     a = _pairs(K).index((0, 3))
     assert abs(x[a]) < 2.0 ** -30 < 2.0 ** -CFG.sign_alpha
     honest = (0.25 * np.sum(w[0] ** 2) - np.sum((w[0] - w[3]) ** 2)) / (4 * B * B)
@@ -147,7 +145,7 @@ def test_huge_published_norm_makes_the_client_invalid(session: SecurePFLSession)
     ups[2] = unclipped_upload(session.clients[2], w[2], norm_bound=B, sigma=0.5,
                               round_index=t, claimed_norm=1e200)
     _to_compare(session, ups, t)
-    assert list(session.server.valid) == [True, True, False, True]
+    assert list(session.server.validity()) == [True, True, False, True]
     # the published values are signed: the server cannot be handed another norm
     t2 = next(_ROUND)
     up = session.clients[2].upload(w[2], norm_bound=B, sigma=0.5, round_index=t2)
@@ -176,8 +174,8 @@ def _opened_result(s: SecurePFLSession, i: int, t: int, res: bytes) -> np.ndarra
     poly = np.frombuffer(open_sealed(x, msg.blobs[0], context=_box_context(
         b"result", s.server.session, t, i, 0)), dtype="<u8").astype(np.uint64)
     seed = open_sealed(x, msg.blobs[1], context=_box_context(b"mask", s.server.session, t, i, 0))
-    q0 = s.server.enc.q0
-    mask = _result_mask(seed, q0, s.server.enc.n)
+    q0 = s.server._enc.q0
+    mask = _result_mask(seed, q0, s.server._enc.n)
     return np.where(poly >= mask, poly - mask, poly + (np.uint64(q0) - mask))
 
 
@@ -186,7 +184,7 @@ def _rounding_attack(s: SecurePFLSession, opened: np.ndarray, chosen: np.ndarray
     """The reviewer's attack: were the result ``c1 s + e'`` with ``c1 = c``, rounding
     ``(result - known) / c`` gives ``s``. Returns the fraction of key coefficients it
     gets right (1.0 against the old protocol; 1/3 is what guessing 0 everywhere gives)."""
-    ctx = s.decryptor.ctx
+    ctx = s.decryptor._ctx
     r = _coeffs(ctx, opened, 0) - _coeffs(ctx, chosen, 0)
     guess = np.array([round(v / c) for v in r])
     sk = secret_key_coeffs(ctx)
@@ -197,22 +195,22 @@ def _chosen_plaintext(s: SecurePFLSession, c: int) -> list[np.ndarray]:
     """Residues (upload level, NTT form) of the polynomial with every coefficient ``c``
     in NTT form: the constant polynomial ``c`` -- the reviewer's ``c1``, now as the
     client's plaintext (all it controls)."""
-    ctx = s.clients[0].ctx
+    ctx = s.clients[0]._ctx
     primes = ctx.level_primes(ctx.parms_id_at_level(UPLOAD_LEVEL))
-    n = s.server.enc.n
+    n = s.server._enc.n
     return [np.concatenate([np.full(n, c % q, dtype=np.uint64) for q in primes])]
 
 
 def _to_level0(s: SecurePFLSession, plain: np.ndarray) -> np.ndarray:
     """The residues mod q0 a level-1 plaintext has after Eq. 2's rescale by q1 (for
     alpha = 1 on itself): what an exact result would carry."""
-    ctx = s.server.ctx
-    pt = plaintext_from_ntt(ctx, plain, level=UPLOAD_LEVEL, scale=s.server.enc.upload_scale)
+    ctx = s.server._ctx
+    pt = plaintext_from_ntt(ctx, plain, level=UPLOAD_LEVEL, scale=s.server._enc.upload_scale)
     ct = ctx.encrypt_plaintext(pt)
     q = ctx.rescale_prime(ct)
     lvl0 = ctx.rescale(ctx.multiply_plaintext(ct, ctx.encode_constant(
         1.0, scale=float(q), parms_id=ct.parms_id())))
-    return np.asarray(plaintext_ntt(s.decryptor.ctx.decrypt_plaintext(lvl0)), dtype=np.uint64)
+    return np.asarray(plaintext_ntt(s.decryptor._ctx.decrypt_plaintext(lvl0)), dtype=np.uint64)
 
 
 @pytest.mark.parametrize("variant", ["norm-0", "plausible-norm", "sybils"])
@@ -238,9 +236,9 @@ def test_a_client_cannot_recover_the_secret_key(session: SecurePFLSession,
     _to_compare(session, ups, t)
     srv, dec = session.server, session.decryptor
     if variant == "plausible-norm":  # the norm check catches the lie: nothing decrypted
-        assert not srv.valid[1] and srv.valid[[0, 2, 3]].all()
+        assert not srv.validity()[1] and srv.validity()[[0, 2, 3]].all()
     else:
-        assert srv.valid.all()
+        assert srv.validity().all()
     accepted = [frozenset() for _ in range(K)]
     if variant == "sybils":  # they accept each other (distance 0)
         accepted[1], accepted[2] = frozenset({2}), frozenset({1})
@@ -251,11 +249,11 @@ def test_a_client_cannot_recover_the_secret_key(session: SecurePFLSession,
         assert wire.decode(results[1]).meta.get("own") is True  # a notice, no decryption
         return
     expect = _to_level0(session, chosen[0])
-    q0 = srv.enc.q0
+    q0 = srv._enc.q0
     for a in attackers:
         opened = _opened_result(session, a, t, results[a])
         # what it opens is its own plaintext plus small noise (no c s term)
-        noise = _coeffs(dec.ctx, opened, 0) - _coeffs(dec.ctx, expect, 0)
+        noise = _coeffs(dec._ctx, opened, 0) - _coeffs(dec._ctx, expect, 0)
         assert np.abs(noise).max() < 2 ** 12 < q0
         assert _rounding_attack(session, opened, expect, c) < 0.45
 
@@ -278,18 +276,18 @@ def test_copy_of_another_clients_upload_is_useless_or_refused(
                                   claimed_norm=v.meta["norm"], norm_bound=B, sigma=0.5,
                                   round_index=t, keep=w[1])
     with pytest.raises(ProtocolError, match="signature"):
-        _receive(session, 1, _edit(ups[0], client=1), t)  # (b)
+        _receive(session, 1, relabel(ups[0], sender="client:1"), t)  # (b)
     ups[1] = copy_with_mine
     _to_compare(session, ups, t)
-    assert not session.server.valid[1] and session.server.valid[[0, 2, 3]].all()
-    assert session.decryptor.norm_errors[1] > 1.0  # far from anything a model decrypts to
+    assert not session.server.validity()[1] and session.server.validity()[[0, 2, 3]].all()
+    assert session.decryptor.norm_errors()[1] > 1.0  # far from anything a model decrypts to
     out = _finish_all(session, tuple(frozenset() for _ in range(K)))
     np.testing.assert_array_equal(out[1], w[1])  # its own, kept locally, never decrypted
     np.testing.assert_allclose(out[0], w[0], atol=1e-4)
     t2 = next(_ROUND)  # (c)
-    for who, up in ((1, ups[1]), (1, _edit(ups[0], client=1)), (0, ups[0])):
+    for who, up in ((1, ups[1]), (1, relabel(ups[0], sender="client:1")), (0, ups[0])):
         with pytest.raises(ProtocolError, match="signature"):
-            _receive(session, who, _edit(up, round=t2), t2)
+            _receive(session, who, relabel(up, round=t2), t2)
 
 
 def test_forged_or_replayed_seed_box_is_refused_by_the_decryptor(
@@ -311,7 +309,7 @@ def test_forged_or_replayed_seed_box_is_refused_by_the_decryptor(
     assert wire.decode(reply).meta["clients"] == [0, 3]
     srv.receive_masks(reply)
     srv.compare(dec.refresh(srv.gram_request()))
-    assert list(srv.valid) == [True, False, False, True]
+    assert list(srv.validity()) == [True, False, False, True]
     with pytest.raises(ProtocolError, match="replay"):  # and never twice for a round
         dec.mask_ciphertexts(wire.encode(req.kind, req.meta, list(req.blobs)))
 
@@ -362,7 +360,7 @@ def test_hostile_uploads(session: SecurePFLSession, how: str) -> None:
         ups[0] = unclipped_upload(client, w[0] * 1e6, norm_bound=B, sigma=0.5, round_index=t,
                                   claimed_norm=B)
         _to_compare(session, ups, t)
-        assert not session.server.valid[0] and session.server.valid[1:].all()
+        assert not session.server.validity()[0] and session.server.validity()[1:].all()
         return
     if how == "old-format":
         bad = ciphertext_upload(client, w[0] / 2, norm_bound=B, sigma=0.5, round_index=t)
@@ -392,24 +390,25 @@ def test_registration_hijack_is_refused(session: SecurePFLSession) -> None:
     0's); so is a replay of client 0's own registration (a second one for the name) and a
     name off the roster."""
     srv, dec = session.server, session.decryptor
-    victim = srv.clients[0]
+    victim = srv._clients[0]  # noqa: SLF001
     attacker = session.clients[1]
     reg = wire.decode(attacker.register())
     x_pk = reg.blobs[0]
-    sig = attacker.identity.sign("pfl/register", _register_payload(
+    sig = attacker._identity.sign("pfl/register", _register_payload(  # noqa: SLF001
         session.server.session, client_name(0), x_pk))
-    hijack = wire.encode("pfl/register", {"session": session.server.session, "client": 0,
-                                          "name": client_name(0)}, [x_pk, sig])
+    # in client 0's place (the context names client 0; only the signature is client 1's)
+    hijack = relabel(wire.encode("pfl/register", {**reg.meta, "client": 0,
+                                                  "name": client_name(0)}, [x_pk, sig]),
+                     sender="client:0")
     for role in (srv, dec):
         with pytest.raises(ProtocolError, match="does not verify"):
             role.register(hijack)
         with pytest.raises(ProtocolError, match="second registration"):
             role.register(session.clients[0].register())
-    stranger = wire.encode("pfl/register", {"session": session.server.session, "client": 0,
-                                            "name": "mallory"}, [x_pk, sig])
+    stranger = relabel(hijack, name="mallory")
     with pytest.raises(ProtocolError):
         srv.register(stranger)
-    assert srv.clients[0] == victim == dec.clients[0]
+    assert srv._clients[0] == victim == dec._clients[0]  # noqa: SLF001
 
 
 # ---------------------------------------------------------------------- one client aborts
@@ -432,7 +431,7 @@ def _drive(s: SecurePFLSession, w: np.ndarray, ups: dict[int, bytes], t: int
     reqs = srv.aggregate(sel, 0.5)
     out = [s.clients[i].finish(srv.deliver(i, dec.unmask_for_client(r))) if i in ups
            else w[i] for i, r in enumerate(reqs)]
-    return srv.valid.copy(), out
+    return srv.validity().copy(), out
 
 
 @pytest.mark.parametrize("how", ["other-d", "other-sigma", "other-bound", "malformed",
@@ -524,7 +523,7 @@ def test_reveal_of_a_non_comparison_ciphertext_gives_bits_only(
     decryptor refuses anything not at the comparison's final level (0); a level-0
     ciphertext of other content (a Gram product) still yields one rounded bit per pair."""
     _ready(session, 9)
-    ctx = session.server.ctx
+    ctx = session.server._ctx
     c = session.server._uploads[0].cts[0]  # noqa: SLF001 - Enc(p_0), level 1
     with pytest.raises(ProtocolError, match="level"):
         _reveal(session, [[0, 2]], lambda _b: [ctx.serialize(c)])
@@ -540,7 +539,7 @@ def test_reveal_of_another_round_is_refused(session: SecurePFLSession) -> None:
     with pytest.raises(ProtocolError, match="round"):
         session.decryptor.reveal(old)
     with pytest.raises(ProtocolError, match="round"):
-        session.decryptor.reveal(_edit(old, round=t + 1000))
+        session.decryptor.reveal(relabel(old, round=t + 1000))
 
 
 # ---------------------------------------------------------------------- results
@@ -552,16 +551,16 @@ def test_result_of_an_earlier_round_or_another_client_is_refused(
     res0 = session.server.deliver(0, session.decryptor.unmask_for_client(reqs[0]))
     res1 = session.server.deliver(1, session.decryptor.unmask_for_client(reqs[1]))
     with pytest.raises(ProtocolError):  # someone else's result, relabelled
-        session.clients[0].finish(_edit(res1, client=0))
+        session.clients[0].finish(relabel(res1, recipient="client:0"))
     session.clients[0].finish(res0)
     # next round: client 0 uploads again; the server replays round t's result
     t2 = _ready(session, 13)
     with pytest.raises(ProtocolError, match="round"):
         session.clients[0].finish(res0)
     with pytest.raises(ProtocolError):  # relabelled: the sealed boxes are bound to round t
-        session.clients[0].finish(_edit(res0, round=t2))
+        session.clients[0].finish(relabel(res0, round=t2))
     with pytest.raises(ProtocolError):  # "own" on a valid client's round needs no blobs
-        session.clients[0].finish(_edit(res0, round=t2, own=1))
+        session.clients[0].finish(relabel(res0, round=t2, own=1))
     assert t2 > t
 
 
@@ -593,7 +592,7 @@ def test_client_and_server_together_cannot_recover_the_secret_key(
     w = _models(16)
     t = next(_ROUND)
     _to_compare(session, _uploads(session, w, t), t, sigma=0.5, norm_bound=B)
-    srv, dec, ctx = session.server, session.decryptor, session.server.ctx
+    srv, dec, ctx = session.server, session.decryptor, session.server._ctx
     sel = type("S", (), {"accepted": tuple(frozenset() for _ in range(K))})
     req0 = srv.aggregate(sel, 0.5)[0]  # type: ignore[arg-type]
     ct0 = ctx.deserialize(wire.decode(req0).blobs[0])
@@ -603,10 +602,10 @@ def test_client_and_server_together_cannot_recover_the_secret_key(
     opened = open_sealed(session.clients[0]._x, box,  # noqa: SLF001
                          context=_box_context(b"result", dec.session, t, 0, 0))
     p_real = np.frombuffer(opened, dtype="<u8").astype(np.uint64)
-    p_exact = plaintext_ntt(dec.ctx.decrypt_plaintext(dec.ctx.deserialize(
+    p_exact = plaintext_ntt(dec._ctx.decrypt_plaintext(dec._ctx.deserialize(
         wire.decode(req0).blobs[0])))
     _, _, data = ciphertext_polys(ct0)
-    q0 = session.server.enc.q0
+    q0 = session.server._enc.q0
     c0, c1 = data[0, 0], data[1, 0]
     inv = np.array([pow(int(x), -1, q0) for x in c1], dtype=object)
 
@@ -642,7 +641,7 @@ def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
     w = _models(21)
     t = next(_ROUND)
     ups = _uploads(session, w, t)
-    srv, dec, ctx = session.server, session.decryptor, session.server.ctx
+    srv, dec, ctx = session.server, session.decryptor, session.server._ctx
     for i, u in enumerate(ups):
         _receive(session, i, u, t)
     masks = dec.mask_ciphertexts(srv.mask_request())
@@ -653,7 +652,7 @@ def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
     x1 = srv._uploads[1].xs[0]  # noqa: SLF001 - the server's view
     p1 = upload_plaintexts(session.clients[1], w[1], B)[0]  # the client's own
     primes = ctx.level_primes(ctx.parms_id_at_level(UPLOAD_LEVEL))
-    n = srv.enc.n
+    n = srv._enc.n
     m1 = [(x1[a * n:(a + 1) * n].astype(object) - p1[a * n:(a + 1) * n].astype(object)) % q
           for a, q in enumerate(primes)]
     b = [(data[0, a].astype(object) + m1[a]) % q for a, q in enumerate(primes)]  # -c1 s + e
@@ -674,7 +673,7 @@ def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
         stolen[0::2], stolen[1::2] = z.real, z.imag
         return stolen[:D] * B
 
-    sk = plaintext_ntt(dec.ctx.decrypt_plaintext(ctx.add_plaintext(neg, plaintext_from_ntt(
+    sk = plaintext_ntt(dec._ctx.decrypt_plaintext(ctx.add_plaintext(neg, plaintext_from_ntt(
         ctx, x1, level=UPLOAD_LEVEL, scale=neg.scale))))  # p_1 + e, the decryptor's view
     e = [(sk[a * n:(a + 1) * n].astype(object) - p1[a * n:(a + 1) * n].astype(object)) % q
          for a, q in enumerate(primes)]
@@ -698,3 +697,66 @@ def test_decryptor_checks_the_gram_request_against_the_signed_values(
         with pytest.raises(ProtocolError, match="signed"):
             copy.copy(session.decryptor).refresh(_edit(gram, **edit))
     session.decryptor.refresh(gram)
+
+
+# ---------------------------------------------------------------------- the network
+def test_a_relay_that_copies_an_upload_only_invalidates_that_client() -> None:
+    """An adversary on the network (an interceptor: it sees and rewrites bytes, never a
+    role's state) replaces client 2's upload by client 0's, relabelled as client 2's:
+    the signatures are client 0's, so the server refuses it; client 2 is invalid and
+    keeps its own model, the others' round goes on."""
+    s = SecurePFLSession.create(K, CFG)
+    seen: list[str] = []
+
+    def copy_upload(batch: list) -> list | None:
+        kinds = [e.kind for e in batch]
+        seen.extend(kinds)
+        if kinds != ["pfl/masked-upload"] * K:
+            return None
+        first = batch[0].payload
+        return [e.with_payload(relabel(first, sender="client:2")) if e.sender == "client:2"
+                else e for e in batch]
+
+    remove = s.network.intercept(copy_upload)
+    w = _models(23)
+    r = s.run_round(w, np.full(K, 0.5), alpha=0.5, norm_bound=B, round_index=0)
+    remove()
+    assert list(r.valid) == [True, True, False, True]
+    np.testing.assert_array_equal(r.personalised[2], clip_to_norm(w[2], B))
+    assert {"pfl/masked-upload", "pfl/mask-request", "pfl/gram", "pfl/result"} <= set(seen)
+    # what the network counted is what crossed: every client's upload and result
+    assert (r.bytes_up > 0).all() and (r.bytes_down > 0).all()
+    assert r.accounting.total_bytes == sum(r.accounting.bytes_by_message.values())
+    assert r.server_bytes_in + r.decryptor_bytes_in + int(r.bytes_down.sum()) == \
+        r.accounting.total_bytes
+
+
+def test_the_runner_touches_roles_through_their_methods_only(
+        session: SecurePFLSession) -> None:
+    """The in-process runner moves bytes and calls role methods; it reads no role
+    attribute but a role's name and clock (its state is private)."""
+    import ast
+    import inspect
+
+    from fedsec.pfl.secure import SecurePFLClient, SecurePFLDecryptor, SecurePFLServer
+    from fedsec.pfl.secure import runner as runner_module
+
+    tree = ast.parse(inspect.getsource(runner_module))
+    roles = (SecurePFLClient, SecurePFLServer, SecurePFLDecryptor)
+    allowed = {"clock", "name", "seconds"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if node.attr.startswith("_") and not node.attr.endswith("__") and not (
+                isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+            raise AssertionError(f"the runner reads a private attribute: {node.attr}")
+        for role in roles:
+            member = inspect.getattr_static(role, node.attr, None)
+            if member is None or node.attr in allowed or node.attr.endswith("__"):
+                continue
+            assert callable(member) or isinstance(member, property), node.attr
+    # every attribute of a role is private but its clock
+    for role in (session.clients[0], session.server, session.decryptor):
+        public = [n for n in vars(role) if not n.startswith("_")]
+        assert public == ["clock"], (type(role).__name__, public)

@@ -17,8 +17,13 @@ pytest.importorskip("torch")
 
 from fedsec.learning.tasks import make_task  # noqa: E402
 from fedsec.pfl.balance import BalanceConfig  # noqa: E402
-from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession  # noqa: E402
-from fedsec.pfl.secure_sim import SecurePFLRun, agreement, run_secure_pfl  # noqa: E402
+from fedsec.pfl.secure import SecurePFLClient, SecurePFLConfig, SecurePFLSession  # noqa: E402
+from fedsec.pfl.secure_sim import (  # noqa: E402
+    SecurePFLRun,
+    agreement,
+    attacker_roles,
+    run_secure_pfl,
+)
 from fedsec.pfl.selection import (  # noqa: E402
     PlaintextOracle,
     SelectionResult,
@@ -99,7 +104,13 @@ def test_attacks_reach_the_boundary(small, session) -> None:
 
 
 def test_unclipped_attackers_are_invalid(small, session) -> None:
-    r = _run(small, session, "gaussian", unclipped_attackers=True)
+    # the malicious clients' roles upload unclipped (the simulation's attacker)
+    attackers = SecurePFLSession.create(K, CFG, clients=attacker_roles(
+        K, 0.34, 4, unclipped_attackers=True))
+    assert sum(type(c) is not SecurePFLClient for c in attackers.clients) == 2
+    r = _run(small, attackers, "gaussian", unclipped_attackers=True)
+    with pytest.raises(ValueError, match="client roles"):  # honest roles cannot attack
+        _run(small, session, "gaussian", unclipped_attackers=True)
     bad = list(r.run.malicious)
     assert bad
     for d in r.details:

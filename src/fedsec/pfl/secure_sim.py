@@ -17,7 +17,8 @@ order (as in seed 002). What a curious party learns beyond the plaintext protoco
 norm of every client's local model in every round. With ``unclipped_attackers`` the
 malicious clients send unclipped models; those above ``B_t`` must come out *invalid*
 (accepted by nobody, accepting nobody, keeping their own model) -- the run records whether
-they do.
+they do. Such a client is :class:`UnclippedClient`, the session's role for the malicious
+indices (it publishes ``min(||w||, B)`` as its norm).
 
 Agreement (``compare=True``). Every round, on the *same* clipped uploads and thresholds, the
 exact plaintext selection (:class:`fedsec.pfl.selection.PlaintextOracle`, Algorithm 1, which
@@ -42,6 +43,7 @@ attacks); the protocol's keys and masks come from the session.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -72,9 +74,10 @@ from fedsec.pfl.simulate import (
 
 if TYPE_CHECKING:
     from fedsec.pfl.secure import SecurePFLConfig, SecurePFLSession, SecureRound
+    from fedsec.pfl.secure.client import SecurePFLClient
 
 __all__ = ["RoundAgreement", "SecurePFLRun", "SecureRoundRecord", "agreement",
-           "decision_band", "run_secure_pfl"]
+           "decision_band", "run_secure_pfl", "unclipped_client", "attacker_roles"]
 
 Progress = Callable[[str], None]
 #: Differing pairs listed per round in :class:`RoundAgreement` (the counts cover all).
@@ -314,6 +317,45 @@ def agreement(uploads: NDArray[np.float64], sigmas: NDArray[np.float64],
                           float(np.max(np.abs(personalised - plain))))
 
 
+def unclipped_client() -> type[SecurePFLClient]:
+    """The simulation's malicious client of ``unclipped_attackers``: a
+    :class:`~fedsec.pfl.secure.SecurePFLClient` that uploads its model unclipped and
+    publishes the plausible norm ``min(||w||, B)`` (it must come out invalid when its
+    model is longer than ``B``)."""
+    return _unclipped_class()
+
+
+def attacker_roles(n_clients: int, malicious: float, seed: int, *,
+                   unclipped_attackers: bool) -> dict[int, type[SecurePFLClient]]:
+    """The client roles of a session for :func:`run_secure_pfl` with these arguments:
+    :func:`unclipped_client` at the malicious indices when ``unclipped_attackers``
+    (``SecurePFLSession.create(..., clients=attacker_roles(...))``)."""
+    from fedsec.pfl.simulate import malicious_clients
+
+    if not unclipped_attackers:
+        return {}
+    cls = _unclipped_class()
+    return {i: cls for i in malicious_clients(n_clients, malicious, seed)}
+
+
+@functools.cache
+def _unclipped_class() -> type[SecurePFLClient]:
+    # defined on first use: fedsec.pfl.secure (CKKS) is imported only by encrypted runs
+    from fedsec.pfl.secure import SecurePFLClient
+
+    class UnclippedClient(SecurePFLClient):
+        """Uploads its model unclipped, claiming the norm ``min(||w||, B)``."""
+
+        def upload(self, model: NDArray[Any], *, norm_bound: float, sigma: float,
+                   round_index: int) -> bytes:
+            w = np.asarray(model, dtype=np.float64)
+            b = float(norm_bound)
+            return self._masked_upload(w, min(float(np.linalg.norm(w)), b), b,
+                                       float(sigma), int(round_index))
+
+    return UnclippedClient
+
+
 def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
                    attack: str | Attack | None = None, malicious: float = 0.2,
                    balance: BalanceConfig | None = None,
@@ -349,8 +391,9 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
         plaintext BALANCE run with the same clipping and seeds for the final accuracies.
     seed : int, default=0
     session : SecurePFLSession, optional
-        A session made with the same number of clients and ``config`` (reuses its keys);
-        default: a new one.
+        A session made with the same number of clients and ``config`` (reuses its keys),
+        whose client roles are :func:`attacker_roles` of this run's arguments; default: a
+        new one.
     first_round : int, default=0
         The session's round number for this run's first round: round numbers must increase
         within a session, so a reused session needs the number of rounds it already ran
@@ -386,11 +429,19 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
     secure_meta["band_log2"] = math.log2(decision_band(cfg))
     out = SecurePFLRun(run, secure_meta, clipping)
     t0 = time.perf_counter()
+    roles = attacker_roles(n, malicious, seed, unclipped_attackers=bool(unclipped_attackers))
     if session is None:
-        session = SecurePFLSession.create(n, cfg)
+        session = SecurePFLSession.create(n, cfg, clients=roles)
         out.key_setup_seconds = time.perf_counter() - t0
         if progress is not None:
             progress(f"key set-up for {n} clients: {out.key_setup_seconds:.1f}s")
+    elif session.n_clients != n or any(
+            (type(c) is _unclipped_class()) != (i in roles)
+            for i, c in enumerate(session.clients)):
+        raise ValueError("The 'session' parameter of run_secure_pfl must have this run's "
+                         "client roles: SecurePFLSession.create(n_clients, config, "
+                         "clients=attacker_roles(n_clients, malicious, seed, "
+                         "unclipped_attackers=...)).")
     clip_mask = clipping.clips(n, bad)
     models = sim.initial_models()
     start = time.perf_counter()
@@ -399,7 +450,7 @@ def run_secure_pfl(task: Task, federation: Federation, *, rounds: int = 10,
         norms = np.linalg.norm(half, axis=1)
         bound = clipping.round_bound(norms)
         sr: SecureRound = session.run_round(half, sigmas, alpha=bal.alpha, norm_bound=bound,
-                                            round_index=first + t, clip=clip_mask)
+                                            round_index=first + t)
         if not out.key_setup_bytes:
             out.key_setup_bytes = {k: int(v) for k, v in sr.key_setup_bytes.items()}
         valid_rule = np.array([clip_mask[i] or bool(norms[i] <= bound) for i in range(n)])
