@@ -70,7 +70,7 @@ def _sign_seconds(session: SecurePFLSession, repeats: int) -> float:
     ctx = session.decryptor._ctx  # noqa: SLF001
     from fedsec.pfl.secure.common import _fresh_level
     level = _fresh_level(session.config.sign_alpha) - 1
-    ct = ctx.encrypt_plaintext(ctx.encode(np.linspace(-0.9, 0.9, ctx.slots),
+    ct = ctx.encrypt(ctx.encode(np.linspace(-0.9, 0.9, ctx.slots),
                                           parms_id=ctx.parms_id_at_level(level)))
     ct = srv._ctx.deserialize(ctx.serialize(ct))  # noqa: SLF001
     times = []

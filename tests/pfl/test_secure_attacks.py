@@ -155,7 +155,7 @@ def test_huge_published_norm_makes_the_client_invalid(session: SecurePFLSession)
 
 def _coeffs(ctx: CKKSContext, residues: np.ndarray, level: int) -> np.ndarray:
     """Coefficient form (centred mod the level's first prime) of NTT residues."""
-    tmpl = ctx.mod_switch_to_level(ctx.encrypt([0.0]), level)
+    tmpl = ctx.mod_switch(ctx.encrypt([0.0]), level=level)
     header, prefix, data = ciphertext_polys(tmpl)
     data = np.ones_like(data)
     data[0] = np.asarray(residues, dtype=np.uint64).reshape(data.shape[1], data.shape[2])
@@ -206,10 +206,10 @@ def _to_level0(s: SecurePFLSession, plain: np.ndarray) -> np.ndarray:
     alpha = 1 on itself): what an exact result would carry."""
     ctx = s.server._ctx
     pt = plaintext_from_ntt(ctx, plain, level=UPLOAD_LEVEL, scale=s.server._enc.upload_scale)
-    ct = ctx.encrypt_plaintext(pt)
+    ct = ctx.encrypt(pt)
     q = ctx.rescale_prime(ct)
-    lvl0 = ctx.rescale(ctx.multiply_plaintext(ct, ctx.encode_constant(
-        1.0, scale=float(q), parms_id=ct.parms_id())))
+    lvl0 = ctx.rescale(ctx.multiply_plain(ct, ctx.encode_constant(
+        1.0, scale=float(q), parms_id=ct.parms_id()), rescale=False))
     return np.asarray(plaintext_ntt(s.decryptor._ctx.decrypt_plaintext(lvl0)), dtype=np.uint64)
 
 
@@ -527,7 +527,8 @@ def test_reveal_of_a_non_comparison_ciphertext_gives_bits_only(
     c = session.server._uploads[0].cts[0]  # noqa: SLF001 - Enc(p_0), level 1
     with pytest.raises(ProtocolError, match="level"):
         _reveal(session, [[0, 2]], lambda _b: [ctx.serialize(c)])
-    gram = ctx.serialize(ctx.rescale(ctx.relinearize(ctx.multiply_lazy(c, ctx.conjugate(c)))))
+    lazy = ctx.multiply(c, ctx.conjugate(c), relinearize=False, rescale=False)
+    gram = ctx.serialize(ctx.rescale(ctx.relinearize(lazy)))
     reply = wire.decode(_reveal(session, [[0, 2]], lambda _b: [gram]))
     assert reply.meta["bits"] in ([0], [1]) and not reply.blobs
 
@@ -614,12 +615,12 @@ def test_client_and_server_together_cannot_recover_the_secret_key(
         # the server brings client 2's upload to level 0 (as Eq. 2 does) and decrypts it
         up2 = srv._uploads[2].cts[0]  # noqa: SLF001
         q = ctx.rescale_prime(up2)
-        lvl0 = ctx.rescale(ctx.multiply_plaintext(up2, ctx.encode_constant(
-            1.0, scale=float(q), parms_id=up2.parms_id())))
+        lvl0 = ctx.rescale(ctx.multiply_plain(up2, ctx.encode_constant(
+            1.0, scale=float(q), parms_id=up2.parms_id()), rescale=False))
         _, _, d2 = ciphertext_polys(lvl0)
         m = (d2[0, 0].astype(object) + _mulmod(d2[1, 0], s_ntt, q0).astype(object)) % q0
         pt = plaintext_from_ntt(ctx, np.asarray(m, dtype=np.uint64), level=0, scale=lvl0.scale)
-        z = ctx.decode_plaintext(pt)[: (D + 1) // 2]
+        z = ctx.decode(pt)[: (D + 1) // 2]
         stolen = np.empty(2 * z.size)
         stolen[0::2], stolen[1::2] = z.real, z.imag
         return stolen[:D] * B
@@ -668,12 +669,12 @@ def test_client_and_server_pooling_the_mask_view_get_an_rlwe_sample_only(
                                    * s_ntt) % q, dtype=np.uint64))
         pt = plaintext_from_ntt(ctx, np.concatenate(out), level=UPLOAD_LEVEL,
                                 scale=up2.scale)
-        z = ctx.decode_plaintext(pt)[: (D + 1) // 2]
+        z = ctx.decode(pt)[: (D + 1) // 2]
         stolen = np.empty(2 * z.size)
         stolen[0::2], stolen[1::2] = z.real, z.imag
         return stolen[:D] * B
 
-    sk = plaintext_ntt(dec._ctx.decrypt_plaintext(ctx.add_plaintext(neg, plaintext_from_ntt(
+    sk = plaintext_ntt(dec._ctx.decrypt_plaintext(ctx.add_plain(neg, plaintext_from_ntt(
         ctx, x1, level=UPLOAD_LEVEL, scale=neg.scale))))  # p_1 + e, the decryptor's view
     e = [(sk[a * n:(a + 1) * n].astype(object) - p1[a * n:(a + 1) * n].astype(object)) % q
          for a, q in enumerate(primes)]

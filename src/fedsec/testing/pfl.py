@@ -101,7 +101,7 @@ def ciphertext_upload(client: SecurePFLClient, model: NDArray[Any], *, norm_boun
     ctx = client._ctx
     pid = ctx.parms_id_at_level(UPLOAD_LEVEL)
     w = np.asarray(model, dtype=np.float64)
-    blobs = [ctx.serialize(ctx.encrypt_plaintext(ctx.encode(
+    blobs = [ctx.serialize(ctx.encrypt(ctx.encode(
         z, scale=client._enc.upload_scale, parms_id=pid)))
         for z in _pack(w / float(norm_bound), client._enc.slots)]
     meta = client._bind.bind({"d": int(w.size), "norm": float(np.linalg.norm(w)),

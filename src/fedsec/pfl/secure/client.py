@@ -224,6 +224,6 @@ class SecurePFLClient:
                 diff = np.where(p >= mask, p - mask, p + (np.uint64(q0) - mask))
                 pt = plaintext_from_ntt(self._ctx, diff, level=0,
                                         scale=self._enc.upload_scale)
-                out.append(self._ctx.decode_plaintext(pt)[:self._enc.slots])
+                out.append(self._ctx.decode(pt)[:self._enc.slots])
         self._pending = None
         return _unpack(out, d) * b

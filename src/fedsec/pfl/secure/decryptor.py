@@ -195,7 +195,7 @@ class SecurePFLDecryptor:
                     with self.clock("encryption"):
                         pt = plaintext_from_ntt(self._ctx, neg, level=UPLOAD_LEVEL,
                                                 scale=self._enc.upload_scale)
-                        out.append(self._ctx.encrypt_plaintext_to_bytes(pt))
+                        out.append(self._ctx.encrypt_bytes(pt))
             except ProtocolError:
                 refused.append(i)
                 continue
@@ -253,7 +253,7 @@ class SecurePFLDecryptor:
         pid = self._ctx.parms_id_at_level(_fresh_level(self._config.sign_alpha,
                                                       self._config.comparison))
         with self.clock("encryption"):
-            blobs = [self._ctx.encrypt_to_bytes_at(x[a:a + self._enc.slots], pid)
+            blobs = [self._ctx.encrypt_bytes(x[a:a + self._enc.slots], parms_id=pid)
                      for a in range(0, len(x), self._enc.slots)]
         self._round, self._last_round, self._k, self._chunks = t, t, k, chunks
         self._present = present
@@ -355,7 +355,7 @@ class SecurePFLDecryptor:
             # RLWE sample (c1, c1 s + e'), not the linear equation c1 s = p - c0 that an
             # exact decryption would give them (Li-Micciancio key recovery)
             with self.clock("decryption"):
-                zero = self._ctx.encrypt_plaintext(self._ctx.encode_constant(
+                zero = self._ctx.encrypt(self._ctx.encode_constant(
                     0.0, scale=float(ct.scale), parms_id=ct.parms_id()))
                 pt = self._ctx.decrypt_plaintext(self._ctx.add(ct, zero))
             boxes.append(seal_to(self._clients[i], _u64_blob(plaintext_ntt(pt)),

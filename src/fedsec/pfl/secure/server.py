@@ -250,7 +250,7 @@ class SecurePFLServer:
                 if neg.parms_id() != pid:
                     raise ProtocolError(f"a mask must be at level {UPLOAD_LEVEL}")
                 x = plaintext_from_ntt(self._ctx, up.xs[c], level=UPLOAD_LEVEL, scale=scale)
-                cts.append(self._ctx.add_plaintext(neg, x))
+                cts.append(self._ctx.add_plain(neg, x))
             up.cts = cts
         self._pending_masks = None
         self._present = tuple(int(i) for i in ok)
@@ -273,7 +273,7 @@ class SecurePFLServer:
         for i, j in _gram_entries(k):
             acc = None
             for a, bb in zip(ups[i].cts, conj[j], strict=True):
-                p = ctx.multiply_lazy(a, bb)
+                p = ctx.multiply(a, bb, relinearize=False, rescale=False)
                 acc = p if acc is None else ctx.add(acc, p)
             assert acc is not None
             prods.append(ctx.rescale(ctx.relinearize(acc)))
@@ -340,8 +340,8 @@ class SecurePFLServer:
                 keep = keep * 2.0 ** (self._rand.uniform(keep.size)
                                       * self._config.blind_bits)
             q = self._ctx.rescale_prime(x)
-            x = self._ctx.rescale(self._ctx.multiply_plaintext(
-                x, self._ctx.encode(keep, scale=float(q), parms_id=x.parms_id())))
+            keep_pt = self._ctx.encode(keep, scale=float(q), parms_id=x.parms_id())
+            x = self._ctx.rescale(self._ctx.multiply_plain(x, keep_pt, rescale=False))
             CKKSContext.snap_scale(x, self._ctx.scale, rtol=1e-6)
             if blinded:
                 self._cmp.append(x)
@@ -369,7 +369,7 @@ class SecurePFLServer:
             ct = self._cmp[c]
             q = self._ctx.rescale_prime(ct)
             pt = self._ctx.encode(sel, scale=float(q), parms_id=ct.parms_id())
-            z = self._ctx.rescale(self._ctx.multiply_plaintext(ct, pt))
+            z = self._ctx.rescale(self._ctx.multiply_plain(ct, pt, rescale=False))
             blobs.append(self._ctx.serialize(z))
         self._batch += 1
         meta = self._bind.bind({"pairs": [[int(i), int(j)] for i, j in pairs]},
@@ -428,15 +428,16 @@ class SecurePFLServer:
                 q = self._ctx.rescale_prime(ct_i)
                 if s_i:
                     acc = self._ctx.add_many([self._uploads[j].cts[c] for j in s_i])
-                    t1 = self._ctx.multiply_plaintext(ct_i, self._ctx.encode_constant(
-                        a, scale=float(q), parms_id=ct_i.parms_id()))
-                    t2 = self._ctx.multiply_plaintext(acc, self._ctx.encode_constant(
-                        (1.0 - a) / len(s_i), scale=float(q), parms_id=acc.parms_id()))
+                    t1 = self._ctx.multiply_plain(ct_i, self._ctx.encode_constant(
+                        a, scale=float(q), parms_id=ct_i.parms_id()), rescale=False)
+                    t2 = self._ctx.multiply_plain(acc, self._ctx.encode_constant(
+                        (1.0 - a) / len(s_i), scale=float(q), parms_id=acc.parms_id()),
+                        rescale=False)
                     res = self._ctx.rescale(self._ctx.add(t1, t2))
                 else:
-                    res = self._ctx.rescale(self._ctx.multiply_plaintext(
-                        ct_i, self._ctx.encode_constant(1.0, scale=float(q),
-                                                       parms_id=ct_i.parms_id())))
+                    one = self._ctx.encode_constant(1.0, scale=float(q),
+                                                    parms_id=ct_i.parms_id())
+                    res = self._ctx.rescale(self._ctx.multiply_plain(ct_i, one, rescale=False))
                 CKKSContext.snap_scale(res, self._enc.upload_scale)
                 seed = self._rand.random_bytes(SEED_BYTES)
                 mask = _result_mask(seed, self._enc.q0, self._enc.n)
