@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from fedsec.crypto import sharing as sh
 from fedsec.crypto.bfv import BFVContext
 from fedsec.errors import ProtocolError
-from fedsec.learning.model import ModelSpec
+from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.protocol import fields, wire
 from fedsec.protocol.binding import (
     BROADCAST,
@@ -123,6 +123,7 @@ class PrincipalServer(ServerBase):
         self._asked: tuple[int, int, NDArray[np.int64] | None] = (0, 0, None)
         self._repacked = 0
         self._from_table: BoolArray | None = None
+        self._table: NDArray[np.bool_] = np.zeros((0, 0), dtype=bool)
 
     @property
     def n_samples(self) -> int:
@@ -464,7 +465,7 @@ class PrincipalServer(ServerBase):
             re_=ev.ev), [f_p.tobytes()])
 
     @receives("secsv/label-diff")
-    def compare(self, diff_a: bytes) -> None:
+    def compare(self, diff_a: bytes) -> BoolArray:
         """Alg. 4, steps 13-14: A's zero-test share; True where ``r·(Ŷ − Y) = 0``, i.e.
         the prediction is right. P learns this bit and nothing else: for a wrong
         prediction ``r·(Ŷ − Y)`` is uniform over the non-zero residues."""
@@ -472,18 +473,20 @@ class PrincipalServer(ServerBase):
         job: Job = ev.job
         ok = self._correct(diff_a, "secsv/label-diff", (len(ev.rows),))
         self._found[job.rows[job.active]] = ok[job.active]
+        return ok
 
     @receives("secsv/label-diff-all")
-    def compare_all(self, diff_a: bytes) -> None:
+    def compare_all(self, diff_a: bytes) -> BoolArray:
         """Derived evaluation: whether ``Ŷ_S = Y`` for every coalition (``2^k × m``), by
         the zero test (:meth:`compare`)."""
         ev = self._need_eval()
         n_masks = 1 << len(self._rounds[ev.round].participants)
         rows = ev.rows
-        self._table[:, rows] = self._correct(diff_a, "secsv/label-diff-all",
-                                             (n_masks, len(rows)))
+        ok = self._correct(diff_a, "secsv/label-diff-all", (n_masks, len(rows)))
+        self._table[:, rows] = ok
         if not self._work:
             self._derived_correct[ev.round] = self._table
+        return ok
 
     def _correct(self, diff_a: bytes, kind: str, shape: tuple[int, ...]) -> BoolArray:
         """Open the zero test (rows: coalitions, if any). Ends the evaluation."""
@@ -586,7 +589,7 @@ class PrincipalServer(ServerBase):
 
 
 # ====================================================================== P's choices
-def fold_of(ly: Any, width: int, slots: int) -> int:
+def fold_of(ly: LayerSpec, width: int, slots: int) -> int:
     return max(1, min(geometry(ly)[1], slots // (ly.out_features * width)))
 
 

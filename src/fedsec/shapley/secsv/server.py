@@ -295,11 +295,6 @@ def _subset_order(mask: int) -> tuple[int, int]:
     return bin(mask).count("1"), mask
 
 
-def _subset_order(mask: int) -> tuple[int, int]:
-    """Position of a subset in :func:`fedsec.shapley.utility.ascending_table`'s order."""
-    return bin(mask).count("1"), mask
-
-
 def rows_list(value: Any, n_samples: int, width: int) -> NDArray[np.int64]:
     if not isinstance(value, list) or not 1 <= len(value) <= width or not all(
             isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_samples
