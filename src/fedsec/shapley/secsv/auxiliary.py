@@ -151,9 +151,7 @@ class AuxiliaryServer(ServerBase):
         if not got.sender.startswith("client:"):
             raise ReplayRefused(f"{kind} from another sender", check="sender")
         self._b.check(msg.meta, step=kind.split("/", 1)[1], sender=got.sender,
-                      round=ev.round, index=ev.index(got.index[2] if len(got.index) == 3
-                                                     and got.index[:2] == (ev.mask, ev.batch)
-                                                     else ev.layer), what=kind)
+                      round=ev.round, index=ev.index(ev.layer), what=kind)
         if request_id(msg.meta, EV) != ev.ev:
             raise ReplayRefused(f"{kind} of another evaluation", check="request-id")
         if got.index[2] != ev.layer:
