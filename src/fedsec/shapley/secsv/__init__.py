@@ -169,18 +169,17 @@ server or an attacker forging metadata would need.
 
 from __future__ import annotations
 
-from fedsec.protocol.accounting import Accounting
-from fedsec.protocol.network import Network
 from fedsec.shapley.secsv.auxiliary import AuxiliaryServer
 from fedsec.shapley.secsv.client import SecSVClient
-from fedsec.shapley.secsv.common import ALL, LayerPlan, Plan, SecSVConfig, grid_to_features, im2col
-from fedsec.shapley.secsv.principal import PrincipalServer, pick_fixed_point
-from fedsec.shapley.secsv.runner import _setup, round_infos, secsv_shapley
-from fedsec.shapley.secsv.server import RoundInfo, ServerBase
+from fedsec.shapley.secsv.common import ALL as ALL
+from fedsec.shapley.secsv.common import SecSVConfig
+from fedsec.shapley.secsv.common import grid_to_features as grid_to_features
+from fedsec.shapley.secsv.common import im2col as im2col
+from fedsec.shapley.secsv.principal import PrincipalServer
+from fedsec.shapley.secsv.principal import pick_fixed_point as pick_fixed_point
+from fedsec.shapley.secsv.runner import _setup as _setup
+from fedsec.shapley.secsv.runner import round_infos as round_infos
+from fedsec.shapley.secsv.runner import secsv_shapley
 
 __all__ = ["SecSVConfig", "secsv_shapley", "SecSVClient", "PrincipalServer",
            "AuxiliaryServer"]
-
-# not public, re-exported for tests, benchmarks and the testing package
-_ = (Accounting, Network, ALL, LayerPlan, Plan, grid_to_features, im2col, pick_fixed_point,
-     _setup, round_infos, RoundInfo, ServerBase)

@@ -191,7 +191,8 @@ def row_period(lp: LayerPlan, width: int, slots: int) -> int:
 def model_rows(w: NDArray[Any], lp: LayerPlan, width: int, slots: int) -> NDArray[Any]:
     """The model's folded diagonal rows (``n_ct × slots``) in the layer's layout: the
     rotation layout where it applies (the servers then make ``L`` data plaintexts from
-    one encoding, see :meth:`_Server.product`), else the classic diagonals."""
+    one encoding, see :meth:`~fedsec.shapley.secsv.server.ServerBase.product`), else the
+    classic diagonals."""
     if row_period(lp, width, slots):
         return rd.model_rows_rotated(w, lp.cols(width), slots, lp.fold)
     return fold_diagonals(rd.model_diagonals(w, lp.cols(width)), lp.fold, slots)
