@@ -65,6 +65,10 @@ class AuxiliaryServer(ServerBase):
     @receives("secsv/batches")
     def receive_batches(self, data: bytes) -> None:
         """P's batch composition: sample ids per batch, every sample exactly once."""
+        with self.clock("other"):
+            self._receive_batches(data)
+
+    def _receive_batches(self, data: bytes) -> None:
         msg = wire.decode(data, expect="secsv/batches", max_bytes=1 << 28)
         self._b.check(msg.meta, step="batches", sender="P", what="batch list")
         lists = msg.meta.get("batches")

@@ -157,6 +157,10 @@ class ServerBase:
     @receives("secsv/data")
     def receive_data(self, blobs: Sequence[bytes]) -> None:
         """Alg. 3, step 3: every client's share of its test data and labels."""
+        with self.clock("other"):
+            self._receive_data(blobs)
+
+    def _receive_data(self, blobs: Sequence[bytes]) -> None:
         xs, ys, owners = [], [], []
         for data in blobs:
             msg = wire.decode(data, expect="secsv/data", max_bytes=8 * MAX_SAMPLES * 4096)
@@ -183,6 +187,10 @@ class ServerBase:
     def receive_model(self, data: bytes) -> tuple[int, str]:
         """Alg. 3, step 3: an encrypted model of the current round (from its owner; the
         global model from the leader)."""
+        with self.clock("other"):
+            return self._receive_model(data)
+
+    def _receive_model(self, data: bytes) -> tuple[int, str]:
         msg = wire.decode(data, expect="secsv/model", max_bytes=1 << 31)
         owner = fields.integer(msg.meta, "owner", 0, self._n - 1)
         self._b.check(msg.meta, step="model", sender=f"client:{owner}", round=self._round,
