@@ -36,6 +36,7 @@ from fedsec.learning.tasks import make_task  # noqa: E402
 from fedsec.shapley import hesv  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
+from fedsec.shapley.secsv import runner as sv_runner  # noqa: E402
 
 # (task, test samples, rounds): the reviewer's sizes, then bench_secsv.py's BANK shape
 CASES = [("bank", 200, 3), ("agnews", 200, 3), ("bank", 1980, 2)]
@@ -66,9 +67,11 @@ def _hesv(rec: Any, sets: list[Any]) -> tuple[list[la.Opened], float, int]:
 
 def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, float]:
     tap = la.Tap()
-    mod: Any = sv if protocol == "secsv" else ssv
-    saved = mod.Accounting
-    mod.Accounting = lambda: tap  # keep every message the roles exchange
+    # keep every message the roles exchange: SecSV's network, SecretSV's accounting
+    mod: Any = sv_runner if protocol == "secsv" else ssv
+    name = "Network" if protocol == "secsv" else "Accounting"
+    saved = getattr(mod, name)
+    setattr(mod, name, (lambda: la.tap_network(tap)) if protocol == "secsv" else (lambda: tap))
     try:
         t0 = time.perf_counter()
         if protocol == "secsv":
@@ -77,7 +80,7 @@ def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, f
             ssv.secretsv_shapley(rec, sets, **kw, **paper(ssv.secretsv_shapley))
         return tap, time.perf_counter() - t0
     finally:
-        mod.Accounting = saved
+        setattr(mod, name, saved)
 
 
 def main() -> None:

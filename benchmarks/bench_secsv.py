@@ -186,29 +186,26 @@ class RoleTimer:
     * a stack of roles; every wrapped call pushes its role, and the CPU time
       (``time.process_time``, all threads; BLAS is limited to one) between two
       consecutive push/pop events is charged to the role on top of the stack -- so
-      nested calls are charged to the innermost role (A's product inside
-      ``_Run._shortcut_sum`` is A's, the rest of ``_shortcut_sum`` is P's);
-    * **P**: every public method of :class:`PrincipalServer` (and the ``_Server``
-      methods it inherits), the ``_Run`` driver methods that act for P (``_shortcut_sum``,
-      ``_mask``, ``_bound``, ``_keys_weights``), and any call of a method of *P's*
-      :class:`BFVContext` made while no role is on the stack -- i.e. P's combining,
-      modulus switch, masking and serialisation written inline in ``_Run.evaluate``;
-    * **A**: every public method of :class:`AuxiliaryServer` (and inherited ``_Server``
-      methods), and A's own ``BFVContext`` calls outside them (none today);
+      nested calls are charged to the innermost role;
+    * **P**: every public method of :class:`PrincipalServer` (and the ``ServerBase``
+      methods it inherits: P combines A's products, masks, plans and opens the zero
+      test inside them), and any call of a method of *P's* :class:`BFVContext` made
+      while no role is on the stack (none since the roles do their own work);
+    * **A**: every public method of :class:`AuxiliaryServer` (and inherited
+      ``ServerBase`` methods), and A's own ``BFVContext`` calls outside them (none);
     * **clients**: every public method of :class:`SecSVClient`;
-    * **unattributed**: everything else -- the ``_Run.evaluate`` loop itself, message
-      accounting (``Accounting.message``) outside the P helpers above (inside
-      ``_shortcut_sum`` it is P's), wire encoding done by the driver, decryptor
-      chains, the estimator / round loop, set-up glue (P's fixed-point choice inside
-      ``_setup`` is a module function and stays unattributed), the key set-up's CKKS part
-      and the clients' BFV key derivation (``_key_setup``: ``run_key_setup`` and
+    * **unattributed**: everything else -- the runner's loop over the network, the
+      network's message accounting, the estimator / round loop, the key set-up's CKKS
+      part and the clients' BFV key derivation (``_key_setup``: ``run_key_setup`` and
       ``BFVContext.from_seed``), and the wrappers' own overhead outside the stack.
     """
 
     def __init__(self) -> None:
         import fedsec.shapley.secsv as mod
+        from fedsec.shapley.secsv import runner
 
         self.mod = mod
+        self.runner = runner
         self.cpu: dict[str, float] = {"P": 0.0, "A": 0.0, "clients": 0.0,
                                       "unattributed": 0.0}
         self.stack: list[str] = []
@@ -249,32 +246,31 @@ class RoleTimer:
         mod = self.mod
         for cls, role in ((mod.PrincipalServer, "P"), (mod.AuxiliaryServer, "A"),
                           (mod.SecSVClient, "clients")):
-            names = {k for c in cls.__mro__ if c.__module__ == mod.__name__
-                     for k in c.__dict__ if not k.startswith("_") and callable(c.__dict__[k])}
+            names = {k for c in cls.__mro__ if c.__module__.startswith(mod.__name__)
+                     for k in c.__dict__ if not k.startswith("_") and callable(c.__dict__[k])
+                     and not isinstance(c.__dict__[k], property)}
             for k in sorted(names):
                 if k not in cls.__dict__:  # inherited: give this class its own wrapper
                     setattr(cls, k, getattr(cls, k))
                     self._saved.append((cls, k, None))
                 self._wrap(cls, k, role)
-        for k in ("_shortcut_sum", "_mask", "_bound", "_keys_weights"):
-            self._wrap(mod._Run, k, "P")
         for k, v in list(BFVContext.__dict__.items()):
             if not k.startswith("_") and callable(v) and not isinstance(
                     v, classmethod | staticmethod | property):
                 self._wrap(BFVContext, k, None)
-        setup = mod._setup
+        setup = self.runner._setup
         timer = self
 
         def setup_wrapper(*a: Any, **kw: Any) -> Any:
             run = setup(*a, **kw)
-            timer.owner[id(run.P.bfv)] = "P"
-            timer.owner[id(run.A.bfv)] = "A"
+            timer.owner[id(run.P._bfv)] = "P"  # noqa: SLF001 - whose keys are whose
+            timer.owner[id(run.A._bfv)] = "A"  # noqa: SLF001
             for c in run.clients:
-                timer.owner[id(c.bfv)] = "clients"
+                timer.owner[id(c._bfv)] = "clients"  # noqa: SLF001
             return run
 
-        self._saved.append((mod, "_setup", setup))
-        mod._setup = setup_wrapper
+        self._saved.append((self.runner, "_setup", setup))
+        self.runner._setup = setup_wrapper
         self.mark = time.process_time()
         return self
 

@@ -106,7 +106,7 @@ def test_secsv_derived_and_per_coalition_decryption(capsys) -> None:
     def requests(doc: dict) -> int:
         return sum(m["count"] for m in doc["messages"]
                    if m["sender"] == "P" and m["receiver"].startswith("client:")
-                   and m["kind"] == "decrypt")
+                   and m["kind"] in ("secsv/decrypt", "secsv/decrypt-all"))
 
     np.testing.assert_array_equal(docs[0]["fsv"], docs[1]["fsv"])
     assert docs[0]["error"] <= 1e-3

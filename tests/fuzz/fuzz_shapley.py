@@ -66,7 +66,8 @@ from fedsec.errors import ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.accounting import Accounting, Clock
+from fedsec.protocol.network import Envelope, Network
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.binding import Context, session_from_nonces
@@ -120,6 +121,44 @@ class Recorder(Accounting):
            ) -> list[tuple[str, str, bytes]]:
         return [(s, r, p) for s, r, k, p in self.log if k == kind
                 and (sender is None or s == sender) and (receiver is None or r == receiver)]
+
+    def __call__(self, envs: list[Envelope]) -> list[Envelope]:
+        """As a network interceptor (SecSV): every envelope through :meth:`message`, under
+        the short kind the logs use (``decrypt``, ``share``, ``label-diff``...)."""
+        return [e.with_payload(self.message(e.sender, e.recipient, short_kind(e.kind),
+                                            e.payload)) for e in envs]
+
+
+#: SecSV's message kinds under the names the recorder's logs use
+_SHORT = {"secsv/decrypt-all": "decrypt", "secsv/reshare": "share", "secsv/labels": "share",
+          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff"}
+
+
+def short_kind(kind: str) -> str:
+    return _SHORT.get(kind, kind.split("/", 1)[-1])
+
+
+def recorder_net(rec: Recorder) -> Network:
+    """A network that passes every message through ``rec`` (SecSV's runs)."""
+    net = Network()
+    net.intercept(rec)
+    return net
+
+
+def use_recorder(run: Any, rec: Recorder) -> Recorder:
+    """Let ``rec`` see (and swap) every message of ``run``: on its network (SecSV) or as
+    its accounting (runs that still take one)."""
+    if isinstance(getattr(run, "net", None), Network):
+        run.net = recorder_net(rec)
+        run._fz_recorder = rec  # noqa: SLF001
+    else:
+        run.acc = rec
+    return rec
+
+
+def recorder_of(run: Any) -> Recorder:
+    rec = getattr(run, "_fz_recorder", None)
+    return rec if rec is not None else run.acc
 
 
 def _tiny_record() -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]:
@@ -181,23 +220,34 @@ def clone_hclient(s: HESVClient) -> HESVClient:
     return c
 
 
-def clone_sserver(s: Any) -> Any:
+def clone_sserver(s: Any) -> Any:  # noqa: SLF001 - a role's private state, copied
     """A SecSV server (P or A), with its evaluation state (ids issued and seen)."""
     c = copy.copy(s)
-    for name in ("xbound", "models", "_plain_cache", "_agg_cache", "_scaled", "_scalars"):
-        setattr(c, name, dict(getattr(s, name)))
-    if s.eval is not None:
-        c.eval = dataclasses.replace(s.eval, products=set(s.eval.products))
-    if hasattr(s, "requests"):
-        c.requests = s.requests.copy()
-    if hasattr(s, "_evals_seen"):
-        c._evals_seen = set(s._evals_seen)  # noqa: SLF001
+    for name in ("_xbound", "_models", "_plain_cache", "_agg_cache", "_scaled", "_scalars",
+                 "_lin_cache", "_derived_correct"):
+        if hasattr(s, name):
+            setattr(c, name, dict(getattr(s, name)))
+    c.clock = Clock()
+    ev = s._eval  # noqa: SLF001
+    if ev is not None:
+        c._eval = dataclasses.replace(  # noqa: SLF001
+            ev, products=set(ev.products), announced=dict(ev.announced),
+            job=None if ev.job is None else dataclasses.replace(ev.job))
+    if hasattr(s, "_requests"):
+        c._requests = s._requests.copy()  # noqa: SLF001
+    for name in ("_evals_seen", "_lin_sent"):
+        if hasattr(s, name):
+            setattr(c, name, set(getattr(s, name)))
+    if hasattr(s, "_work"):
+        c._work = list(s._work)  # noqa: SLF001
+        c._found, c._table = s._found.copy(), s._table.copy()  # noqa: SLF001
     return c
 
 
 def clone_sclient(x: Any) -> Any:
     """A SecSV client with its memory (requests answered, layers decrypted)."""
     c = copy.copy(x)
+    c.clock = Clock()
     c._answered = x._answered.copy()  # noqa: SLF001
     c._seen = {k: set(v) for k, v in x._seen.items()}  # noqa: SLF001
     return c
@@ -206,9 +256,7 @@ def clone_sclient(x: Any) -> Any:
 def clone_srun(run: Any) -> Any:
     c = copy.copy(run)
     c.P, c.A = clone_sserver(run.P), clone_sserver(run.A)
-    c.lin_cache = dict(run.lin_cache)
-    c.derived_correct = dict(run.derived_correct)
-    c.acc = Recorder(keep=False)
+    use_recorder(c, Recorder(keep=False))
     c.clients = [clone_sclient(x) for x in run.clients]
     return c
 
@@ -422,19 +470,24 @@ def _share_snapshots(run: Any, clone: Callable[[Any], Any],
 def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     rec = Recorder()
     cfg = sv.SecSVConfig().check()
-    run = sv._setup(record, sets, cfg, rec, True)  # noqa: SLF001
+    run = sv._setup(record, sets, cfg, recorder_net(rec), True)  # noqa: SLF001
     plan = rec.of("plan")[0][2]
     bounds = [p for _, _, p in rec.of("bounds")]
     data_p = [p for _, _, p in rec.of("data", receiver="P")]
     data_a = [p for _, _, p in rec.of("data", receiver="A")]
-    p_empty = sv.PrincipalServer(run.P.bfv, record.spec, N_CLIENTS, run.P.plan, cfg,
-                                 session=run.P.session)
-    a_empty = sv.AuxiliaryServer(run.A.bfv, record.spec, N_CLIENTS, run.A.plan, cfg,
-                                 session=run.A.session)
+    session = run.P._b.session  # noqa: SLF001
+    rounds = sv.round_infos(record, cfg)
+    p_empty = sv.PrincipalServer(run.P._bfv, record.spec, N_CLIENTS, cfg, rounds,  # noqa: SLF001
+                                 session=session, groups=[[c] for c in range(N_CLIENTS)],
+                                 strong=True, sizes=[len(y) for _, y in sets])
+    p_empty._plan = run.P.plan  # noqa: SLF001 - as after its own make_plan
+    a_empty = sv.AuxiliaryServer(run.A._bfv, record.spec, N_CLIENTS, cfg, rounds,  # noqa: SLF001
+                                 session=session)
+    a_empty.receive_plan(plan)
     noplan = []
     for c in run.clients:
         x = copy.copy(c)
-        x.plan = None
+        x._plan = None  # noqa: SLF001
         noplan.append(x)
     n_log = len(rec.log)
     run.upload_round(0)
@@ -442,13 +495,13 @@ def _secsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) ->
     evals, at_share = {}, []
     for mask in MASKS:
         r2 = clone_srun(run)
-        r2.acc = Recorder()
+        log = use_recorder(r2, Recorder())
         if mask == MASKS[0]:
-            r2.acc.hook = _share_snapshots(r2, clone_srun, at_share)
+            log.hook = _share_snapshots(r2, clone_srun, at_share)
         out = r2.evaluate(0, mask, None)
-        evals[mask] = (r2.acc, out)
-    bfv = run.P.bfv
-    client_bfv = run.clients[0].bfv
+        evals[mask] = (log, out)
+    bfv = run.P._bfv  # noqa: SLF001
+    client_bfv = run.clients[0]._bfv  # noqa: SLF001
     ct = client_bfv.encrypt(np.ones(bfv.slots, dtype=np.uint64))
     foreign = [bfv.serialize(ct), bfv.serialize(ct, ntt=True),
                bfv.serialize(bfv.mod_switch_down(ct)), b"", b"\x00" * (1 << 20),
@@ -468,10 +521,11 @@ def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     ``decrypt-all`` request with its client just before and after answering it."""
     record = tiny_derived_record(sets)
     cfg = sv.SecSVConfig().check()
-    run = sv._setup(record, sets, cfg, Recorder(keep=False), True, True)  # noqa: SLF001
+    run = sv._setup(record, sets, cfg, recorder_net(Recorder(keep=False)), True,  # noqa: SLF001
+                    True)
     run.upload_round(0)
     r2 = clone_srun(run)
-    r2.acc = log = Recorder()
+    log = use_recorder(r2, Recorder())
     befores: list[tuple[int, bytes, Any]] = []
 
     def hook(sender: str, receiver: str, kind: str, payload: bytes) -> None:
@@ -489,18 +543,18 @@ def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     log.hook = hooks
     r2.evaluate(0, 0, None)
     log.hook = None
-    table = np.asarray(r2.derived_correct[0])
+    table = np.asarray(r2.P._derived_correct[0])  # noqa: SLF001
     requests = [DRequest(me, req, before, clone_sclient(r2.clients[me]))
                 for me, req, before in befores]
     at_share = []
     for snap, to_p, to_a in snaps:
-        assert snap.P.eval is not None
-        rows = snap.batches[snap.P.eval.ctx.batch].rows
-        mask_p = clone_sserver(snap.P).label_mask_all(to_p, rows, len(rows), len(table))
-        diff_a = clone_sserver(snap.A).label_diff_all(to_a, mask_p, len(rows))
+        assert snap.P._eval is not None  # noqa: SLF001
+        rows = snap.P._eval.rows  # noqa: SLF001
+        mask_p = clone_sserver(snap.P).label_mask_all(to_p)
+        diff_a = clone_sserver(snap.A).label_diff_all(to_a, mask_p)
         at_share.append(DShare(snap, to_p, to_a, diff_a, rows, len(table),
                                table[:, rows], mask_p))
-    ref = sv._setup(record, sets, cfg, Accounting(), True, False)  # noqa: SLF001
+    ref = sv._setup(record, sets, cfg, None, True, False)  # noqa: SLF001
     ref.upload_round(0)
     reference = np.stack([ref.evaluate(0, mask, None) for mask in range(len(table))])
     return {"d_record": record, "d_run": run, "d_log": log, "d_table": table,
@@ -792,11 +846,17 @@ def _decryptor_oracle(me: int, request_meta: dict[str, Any] | None, n_layers: in
     return check
 
 
+def _state(role: Any, name: str) -> Any:
+    """A role's state for an oracle (private where the role keeps it private)."""
+    return getattr(role, f"_{name}") if hasattr(role, f"_{name}") else getattr(role, name)
+
+
 def _all_clients_oracle(n: int, rows: int) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        if sorted(server.xbound) != list(range(n)) or len(server.y) != rows:
-            return (f"accepted data shares of clients {sorted(server.xbound)} "
-                    f"({len(server.y)} rows; {rows} expected)")
+        xbound, y = _state(server, "xbound"), _state(server, "y")
+        if sorted(xbound) != list(range(n)) or len(y) != rows:
+            return (f"accepted data shares of clients {sorted(xbound)} "
+                    f"({len(y)} rows; {rows} expected)")
         return None
     return check
 
@@ -806,7 +866,7 @@ def _model_key_oracle(stored_before: set[Any], owner_of: Callable[[bytes], Any],
     owner = owner_of(data)
 
     def check(server: Any) -> str | None:
-        new = set(server.models) - stored_before
+        new = set(_state(server, "models")) - stored_before
         for rnd, key in new:
             if key != "global" and key != f"c{owner}":
                 return f"a model of owner {owner!r} stored under {key!r}"
@@ -836,7 +896,8 @@ def _derived_oracle(before: Any, request: bytes) -> Callable[[Any], str | None]:
     meta = _meta_of(request) or {}
     me = before.index
     ctx = meta.get("ctx")
-    rnd, batch = (ctx[2], ctx[4]) if isinstance(ctx, list) and len(ctx) == 7 else (None, None)
+    rnd, batch = (ctx[2], ctx[6][1]) if isinstance(ctx, list) and len(ctx) == 7 \
+        and isinstance(ctx[6], list) and len(ctx[6]) == 3 else (None, None)
     seen = before._seen.get((rnd, sv.ALL, batch), set()) if (  # noqa: SLF001
         isinstance(rnd, int) and isinstance(batch, int)) else set()
     answered = isinstance(meta.get("rid"), str) and meta["rid"] in before._answered  # noqa: SLF001
@@ -1038,7 +1099,7 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
         return Case((client, data), name, _derived_oracle(client, data))
 
     dec = Target("SecSVClient.decrypt_all",
-                 lambda x: clone_sclient(x[0]).decrypt_all(x[1], Accounting()),
+                 lambda x: clone_sclient(x[0]).decrypt_all(x[1]),
                  [("any", 1, decrypt)], allowed=(ProtocolError, sh.FixedPointOverflow),
                  weight=1.5)
 
@@ -1049,9 +1110,9 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
         mask, kind, k, how, sub, replay = x
         r = clone_srun(run)
         swap, same = _in_flight_swap(how, sub, replay, hostile, w.pools)
-        r.acc.swap = (kind, k, swap)
+        recorder_of(r).swap = (kind, k, swap)
         out = r.evaluate(0, mask, None)
-        return out, r.derived_correct.get(0), same
+        return out, r.P._derived_correct.get(0), same  # noqa: SLF001
 
     def produce(m: Mutator) -> Case:
         mask = m.rng.randrange(len(table))
@@ -1073,7 +1134,7 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     shares = w.d_at_share
 
     def diff_call(x: tuple[DShare, bytes]) -> Any:
-        return clone_sserver(x[0].run.A).label_diff_all(x[1], x[0].mask_p, len(x[0].rows))
+        return clone_sserver(x[0].run.A).label_diff_all(x[1], x[0].mask_p)
 
     def diff(m: Mutator) -> Case:
         sh_ = m.rng.choice(shares)
@@ -1087,8 +1148,8 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     def compare_call(x: tuple[DShare, bytes, bytes]) -> Any:
         sh_, to_p, diff_a = x
         srv = clone_sserver(sh_.run.P)
-        srv.label_mask_all(to_p, sh_.rows, len(sh_.rows), sh_.n_masks)
-        return srv.compare_all(diff_a, len(sh_.rows), sh_.n_masks)
+        srv.label_mask_all(to_p)
+        return srv.compare_all(diff_a)
 
     def compare(m: Mutator) -> Case:
         sh_ = m.rng.choice(shares)
@@ -1206,7 +1267,8 @@ def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
 SHAPLEY_TARGETS = (
     "HESVServer.receive_data", "HESVServer.receive_model", "HESVServer.step",
     "HESVClient.decrypt_layer", "HESVClient.count", "HESVClient.handle",
-    "SecSVClient.receive_plan", "SecSVClient.decrypt_layer", "secsv._pick_fixed_point",
+    "SecSVClient.receive_plan", "SecSVServer.receive_plan[A]", "SecSVClient.decrypt_layer",
+    "secsv._pick_fixed_point",
     "SecSVServer.receive_data", "SecSVServer.receive_data[A]", "SecSVServer.receive_model",
     "SecSVServer.receive_model[A]", "SecSVServer.receive_batches", "SecSV.evaluate[in-flight]",
     "SecSVClient.decrypt_all", "SecSV.evaluate[derived,in-flight]",
@@ -1328,6 +1390,17 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             hs.any(m, w.s_plan, [w.s_bounds[0]]))),
     ], weight=0.7))
 
+    def a_plan_call(data: bytes) -> Any:
+        server = clone_sserver(w.s_server_a_empty)
+        server._plan = None  # noqa: SLF001
+        server.receive_plan(data)
+        return server
+
+    targets.append(Target("SecSVServer.receive_plan[A]", a_plan_call, [
+        ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
+            hs.any(m, w.s_plan, [w.s_bounds[0], w.s_batches]))),
+    ], weight=0.5))
+
     s_reqs = [(int(r.split(":")[1]), p) for log, _ in w.s_eval.values()
               for _, r, p in log.of("decrypt")]
 
@@ -1339,8 +1412,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
         return Case((me, data), name, _decryptor_oracle(me, _meta_of(data), n_layers))
 
     targets.append(Target("SecSVClient.decrypt_layer",
-                          lambda x: clone_sclient(run.clients[x[0]]).decrypt_layer(
-                              x[1], Accounting()),
+                          lambda x: clone_sclient(run.clients[x[0]]).decrypt_layer(x[1]),
                           [("any", 1, s_decrypt)],
                           allowed=(ProtocolError, sh.FixedPointOverflow), weight=1.5))
 
@@ -1354,8 +1426,10 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             msgs, name = m.message_list(msgs), "list"
         return Case(msgs, name)
 
-    targets.append(Target("secsv._pick_fixed_point", lambda msgs: sv._pick_fixed_point(  # noqa: SLF001
-        msgs, w.record, run.cfg, run.P.bfv.t, session=run.P.session), [("any", 1, s_fixed)],
+    s_cfg = sv.SecSVConfig().check()
+    targets.append(Target("secsv._pick_fixed_point", lambda msgs: sv.pick_fixed_point(
+        msgs, sv.round_infos(w.record, s_cfg), s_cfg, run.P._bfv.t,  # noqa: SLF001
+        binding=run.P._b), [("any", 1, s_fixed)],  # noqa: SLF001
         allowed=(ProtocolError, sh.FixedPointOverflow), weight=0.7))
 
     # -- SecSV servers ---------------------------------------------------------------------
@@ -1389,7 +1463,10 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     def s_model_call(base: Any) -> Callable[[bytes], Any]:
         def call(data: bytes) -> Any:
             server = clone_sserver(base)
-            server.models = {}
+            if hasattr(server, "_models"):
+                server._models = {}  # noqa: SLF001
+            else:
+                server.models = {}
             server.receive_model(data)
             return server
         return call
@@ -1406,13 +1483,13 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
 
     def s_batches_call(data: bytes) -> Any:
         server = clone_sserver(run.A)
-        server.batches = []
+        server._batches = []  # noqa: SLF001
         server.receive_batches(data)
         return server
 
     def s_batches(m: Mutator) -> Case:
         data, name = hs.any(m, w.s_batches, [w.s_plan, w.t_order])
-        return Case(data, name, _batches_oracle(lambda a: a.batches, n_samples))
+        return Case(data, name, _batches_oracle(lambda a: a._batches, n_samples))  # noqa: SLF001
 
     targets.append(Target("SecSVServer.receive_batches", s_batches_call,
                           [("any", 1, s_batches)], weight=0.5))
@@ -1429,7 +1506,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             r = clone(base)
             swap, same = _in_flight_swap(how, sub, replay, hostile, w.pools,
                                          raw=kind in raw_kinds)
-            r.acc.swap = (kind, k, swap)
+            recorder_of(r).swap = (kind, k, swap)
             return r.evaluate(0, mask, None), same
 
         def produce(m: Mutator) -> Case:

@@ -435,10 +435,11 @@ def test_all_zero_reshare_is_a_protocol_error(shapley_world: Any, k: int) -> Non
     import fuzz_shapley as fs
 
     r = fs.clone_srun(shapley_world.s_run)
-    r.acc.swap = ("share", k, _blobs_zeroed)
+    rec = fs.recorder_of(r)
+    rec.swap = ("share", k, _blobs_zeroed)
     with pytest.raises(ProtocolError, match="every plaintext is zero"):
         r.evaluate(0, fs.MASKS[0], None)
-    assert r.acc.swapped is not None and not any(wire.decode(r.acc.swapped).blobs[0])
+    assert rec.swapped is not None and not any(wire.decode(rec.swapped).blobs[0])
 
 
 def test_partly_zero_plaintext_products_are_exact() -> None:
@@ -470,14 +471,14 @@ def test_transparent_ciphertexts_are_refused_when_decoded(shapley_world: Any) ->
     import fuzz_shapley as fs
     from fuzz_mutations import transparent_ciphertext
 
-    bfv = shapley_world.s_run.P.bfv
+    bfv = shapley_world.s_run.P._bfv  # noqa: SLF001
     model = wire.decode(shapley_world.s_models[0])
     bad = transparent_ciphertext(model.blobs[0])
     bfv.deserialize(model.blobs[0], ntt=True)  # the genuine one loads
     with pytest.raises(ProtocolError, match="transparent"):
         bfv.deserialize(bad, ntt=True)
     server = fs.clone_sserver(shapley_world.s_run.P)
-    server.models = {}
+    server._models = {}  # noqa: SLF001
     with pytest.raises(ProtocolError, match="transparent"):
         server.receive_model(_encode_loose(model.kind, dict(model.meta),
                                            [bad, *model.blobs[1:]]))
@@ -541,7 +542,8 @@ def _raised_reshare_bound(protocol: str) -> None:
                            msg.blobs)
 
     if protocol == "secsv":
-        run = sv._setup(rec, sets, sv.SecSVConfig().check(), log, True)  # noqa: SLF001
+        run = sv._setup(rec, sets, sv.SecSVConfig().check(), fs.recorder_net(log),  # noqa: SLF001
+                        True)
         run.upload_round(0)
         log.swap = ("share", 0, raise_bound)  # the layer-1 re-share to P
         with pytest.raises(ProtocolError, match="re-share bound"):

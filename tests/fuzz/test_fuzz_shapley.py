@@ -79,7 +79,8 @@ ROLE_KINDS = frozenset({
     *(("SecSV P", f"secsv/{k}") for k in ("bounds", "data", "model", "product", "reshare",
                                           "labels", "label-diff", "labels-all",
                                           "label-diff-all")),
-    *(("SecSV A", f"secsv/{k}") for k in ("data", "model", "batches", "eval", "reshare",
+    *(("SecSV A", f"secsv/{k}") for k in ("plan", "data", "model", "batches", "eval",
+                                          "reshare",
                                           "labels", "labels-all", "label-mask")),
     *(("SecretSV client", f"secretsv/{k}") for k in ("session", "output")),
     *(("SecretSV P", f"secretsv/{k}") for k in ("hello", "session", "data", "model",
@@ -106,7 +107,7 @@ def _role_of(frame: Any) -> str | None:
             return f"SecretSV {me.name}"
         if type(me) in names:
             return names[type(me)]
-        if frame.f_code.co_name == "_pick_fixed_point":
+        if frame.f_code.co_name in ("_pick_fixed_point", "pick_fixed_point"):
             return "SecSV P"
         frame = frame.f_back
     return None

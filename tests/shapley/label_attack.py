@@ -9,7 +9,8 @@ pins most labels. Since the zero test P opens ``r·(Ŷ − Y)`` with a fresh uni
 ``r`` unknown to it: 0 where the prediction is right, uniform over the non-zero residues
 otherwise.
 
-:class:`Tap` is an :class:`~fedsec.protocol.accounting.Accounting` that keeps the messages;
+:class:`Tap` is an :class:`~fedsec.protocol.accounting.Accounting` that keeps the messages
+(SecSV's: as an interceptor on its network, :func:`tap_network`);
 :func:`p_opened` replays P's arithmetic on them (both message formats: one blob per label
 message before, ``(b', g')`` after), :func:`pin_labels` intersects what the values allow.
 Used by ``test_attacks_labels.py`` and ``benchmarks/attack_labels.py``.
@@ -26,7 +27,11 @@ from numpy.typing import NDArray
 from fedsec.crypto import sharing as sh
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting
-from fedsec.shapley.binding import context_of
+from fedsec.protocol.network import Envelope, Network
+
+#: SecSV's message kinds under the names of the other protocols' accounting
+_SHORT = {"secsv/decrypt-all": "decrypt", "secsv/reshare": "share", "secsv/labels": "share",
+          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff"}
 
 
 class Tap(Accounting):
@@ -39,6 +44,30 @@ class Tap(Accounting):
     def message(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
         self.log.append((sender, receiver, kind, bytes(payload)))
         return super().message(sender, receiver, kind, payload)
+
+    def __call__(self, envs: list[Envelope]) -> None:
+        """As a network interceptor: log every message (unchanged)."""
+        for e in envs:
+            self.message(e.sender, e.recipient, _SHORT.get(e.kind, e.kind.split("/", 1)[-1]),
+                         e.payload)
+
+
+def tap_network(tap: Tap) -> Network:
+    """A network whose every message ``tap`` keeps (SecSV's runner: patch its
+    ``Network``)."""
+    net = Network()
+    net.intercept(tap)
+    return net
+
+
+def _where(meta: dict[str, Any]) -> tuple[int, int, int]:
+    """``(round, coalition, batch)`` of a message's context: SecSV's
+    ``[session, protocol, round, step, sender, recipient, [mask, batch, layer]]`` or
+    SecretSV's ``[session, protocol, round, mask, batch, layer, step]``."""
+    ctx = meta["ctx"]
+    if isinstance(ctx[6], list):
+        return ctx[2], ctx[6][0], ctx[6][1]
+    return ctx[2], ctx[3], ctx[4]
 
 
 @dataclass
@@ -86,8 +115,8 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
         elif rcv == "P" and kind == "label-diff":
             assert pending is not None
             diff = wire.decode(payload)
-            ctx = context_of(pending.meta)
-            rows = groups[ctx.batch]
+            rnd, mask, batch = _where(pending.meta)
+            rows = groups[batch]
             m = len(rows)
             y = np.concatenate(y_p)[rows]
             if len(pending.blobs) == 1:  # before: P's label share and A's Ŷ'' − Y''
@@ -99,7 +128,7 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
                 assert q is not None
                 mine = u64(pending.blobs[1]).reshape(-1, m)
             v = sh.add_mod(mine, u64(diff.blobs[0]).reshape(-1, m), q)
-            out.append(Opened(rows, sh.centre(v, q), ctx.round, ctx.mask,
+            out.append(Opened(rows, sh.centre(v, q), rnd, mask,
                               {"active": active if active is not None and len(active) == m
                                else np.ones(m, dtype=bool)}))
             pending = active = None

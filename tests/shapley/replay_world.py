@@ -61,13 +61,13 @@ class Run:
 def _evaluate(base: Any, clone: Callable[[Any], Any], t: int, mask: int
               ) -> tuple[fz.Recorder, np.ndarray]:
     r = clone(base)
-    r.acc = fz.Recorder()
+    log = fz.use_recorder(r, fz.Recorder())
     out = r.evaluate(t, mask, None)
-    return r.acc, out
+    return log, out
 
 
 def _rounds(run: Any, clone: Callable[[Any], Any]) -> Run:
-    setup = run.acc
+    setup = fz.recorder_of(run)
     run.upload_round(0)
     r0 = clone(run)
     run.end_round(0)
@@ -82,7 +82,10 @@ def secsv_runs() -> list[Run]:
     rec, sets = record()
     runs = []
     for _ in range(2):
-        run = sv._setup(rec, sets, sv.SecSVConfig().check(), fz.Recorder(), True)  # noqa: SLF001
+        log = fz.Recorder()
+        run = sv._setup(rec, sets, sv.SecSVConfig().check(), fz.recorder_net(log),  # noqa: SLF001
+                        True)
+        run._fz_recorder = log  # noqa: SLF001 - the set-up's messages (fz.recorder_of)
         runs.append(_rounds(run, fz.clone_srun))
     return runs
 

@@ -27,11 +27,12 @@ import label_attack as la  # noqa: E402
 from fedsec.crypto import sharing as sh  # noqa: E402
 from fedsec.crypto.bfv import BFVContext  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
+from fedsec.protocol.binding import context_of  # noqa: E402
 from fedsec.shapley import hesv  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
-from fedsec.shapley.binding import context_of  # noqa: E402
 from fedsec.shapley.fsv import federated_shapley  # noqa: E402
+from fedsec.shapley.secsv import runner as sv_runner  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
@@ -64,8 +65,10 @@ def _attack(monkeypatch: pytest.MonkeyPatch, protocol: str, world: tuple, **kw: 
             ) -> tuple[dict, list[la.Opened], np.ndarray]:
     rec, fed, sets = world
     tap = la.Tap()
-    mod = sv if protocol == "secsv" else ssv
-    monkeypatch.setattr(mod, "Accounting", lambda: tap)  # keep the bytes the roles exchange
+    if protocol == "secsv":  # keep the bytes the roles exchange
+        monkeypatch.setattr(sv_runner, "Network", lambda: la.tap_network(tap))
+    else:
+        monkeypatch.setattr(ssv, "Accounting", lambda: tap)
     fn = sv.secsv_shapley if protocol == "secsv" else ssv.secretsv_shapley
     res = fn(rec, sets, **{"schedule": "paper", **kw})  # type: ignore[operator]
     # the plaintext FSVs (exactly on the binary task; near-ties flip at the fixed point
@@ -126,7 +129,7 @@ def test_a_learns_nothing_from_the_zero_test(monkeypatch: pytest.MonkeyPatch,
     share to P); ``g''`` is a uniform share; ``r`` is independent of everything."""
     rec, _fed, sets = bank
     tap = la.Tap()
-    monkeypatch.setattr(sv, "Accounting", lambda: tap)
+    monkeypatch.setattr(sv_runner, "Network", lambda: la.tap_network(tap))
     sv.secsv_shapley(rec, sets, schedule="paper")
     t = BFVContext(sv.SecSVConfig().bfv).t
     y_a = np.concatenate([la.u64(wire.decode(p).blobs[1]) for s, r, k, p in tap.log
@@ -139,7 +142,7 @@ def test_a_learns_nothing_from_the_zero_test(monkeypatch: pytest.MonkeyPatch,
     assert shares and len(shares) == len(masks)
     opened = []
     for msg, mask in zip(shares, masks, strict=True):
-        rows = np.asarray(batches[context_of(msg.meta).batch])
+        rows = np.asarray(batches[context_of(msg.meta).index[1]])
         f = sh.add_mod(la.u64(mask.blobs[0]), y_a[rows], t)
         opened.append(sh.centre(sh.sub_mod(f, la.u64(msg.blobs[1]), t), t))
     f_all = np.concatenate(opened)
@@ -191,7 +194,7 @@ def test_secsv_sample_skip_skipped_samples_say_nothing(monkeypatch: pytest.Monke
     uniform ``g``): P's values there are uniform whatever the label."""
     rec, fed, sets = bank
     tap = la.Tap()
-    monkeypatch.setattr(sv, "Accounting", lambda: tap)
+    monkeypatch.setattr(sv_runner, "Network", lambda: la.tap_network(tap))
     res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper")
     ref = federated_shapley(rec, fed.x_test, fed.y_test, sample_skip=True)
     assert res.error_to(ref) == 0.0

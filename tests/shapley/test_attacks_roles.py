@@ -25,7 +25,6 @@ from fedsec.errors import PolicyViolation, ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
 from fedsec.protocol.accounting import Accounting  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
-from fedsec.shapley.binding import context_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -171,17 +170,15 @@ def _s_request(w: fz.ShapleyWorld, layer: int = 0) -> tuple[int, bytes]:
 def test_secsv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> None:
     me, req = _s_request(w, 1)
     client = fz.clone_sclient(w.s_run.clients[me])
-    acc = Accounting()
     for bad, why in (({"model_owners": [me]}, "own the model"),
                      ({"batch_owners": [me]}, "last layer"),
                      ({"previous": me}, "consecutive")):
         with pytest.raises(ProtocolError, match=why):
-            client.decrypt_layer(_re(req, **bad), acc)
+            client.decrypt_layer(_re(req, **bad))
     me0, req0 = _s_request(w, 0)
     with pytest.raises(ProtocolError, match="i_2 = i_1"):
-        fz.clone_sclient(w.s_run.clients[me0]).decrypt_layer(_re(req0, batch_owners=[me0]),
-                                                             acc)
-    to_p, to_a = client.decrypt_layer(req, acc)  # the honest request goes through
+        fz.clone_sclient(w.s_run.clients[me0]).decrypt_layer(_re(req0, batch_owners=[me0]))
+    to_p, to_a = client.decrypt_layer(req)  # the honest request goes through
     assert wire.decode(to_p).kind == wire.decode(to_a).kind == "secsv/labels"
 
 
@@ -192,26 +189,25 @@ def test_regression_secsv_request_checks(w: fz.ShapleyWorld) -> None:
     client = fz.clone_sclient(w.s_run.clients[me])
     msg = wire.decode(req)
     with pytest.raises(ProtocolError, match="blobs"):
-        client.decrypt_layer(_re(req, blobs=[msg.blobs[0], b"\xff" * (1 << 20)]),
-                             Accounting())
+        client.decrypt_layer(_re(req, blobs=[msg.blobs[0], b"\xff" * (1 << 20)]))
     with pytest.raises(ProtocolError, match="scale_bits"):
-        client.decrypt_layer(_re(req, scale_bits=msg.meta["scale_bits"] - 1), Accounting())
+        client.decrypt_layer(_re(req, scale_bits=msg.meta["scale_bits"] - 1))
 
 
 def test_secsv_share_holders_sending_wrong_shapes(w: fz.ShapleyWorld) -> None:
     snap, reshare, to_a = next(x for x in w.s_at_share
                                if wire.decode(x[1]).kind == "secsv/reshare")
     m = wire.decode(reshare).meta["m"]
-    layer = context_of(wire.decode(reshare).meta).layer
     for bad in (_re(reshare, blobs=[b"\x00" * 8 * 4 * (m + 1)]),  # a share of another shape
                 _re(reshare, m=m + 1)):
         with pytest.raises(ProtocolError):
-            fz.clone_sserver(snap.P).receive_share(bad, layer, 4, m)
+            fz.clone_sserver(snap.P).receive_share(bad)
         with pytest.raises(ProtocolError):
-            fz.clone_sserver(snap.A).receive_share(bad, layer, 4, m)
-    x, _ = fz.clone_sserver(snap.P).receive_share(reshare, layer, 4, m)  # honest: parses
-    assert x.shape == (4, m)
-    assert fz.clone_sserver(snap.A).receive_share(to_a, layer, 4, m).shape == (4, m)
+            fz.clone_sserver(snap.A).receive_share(bad)
+    p_srv, a_srv = fz.clone_sserver(snap.P), fz.clone_sserver(snap.A)
+    p_srv.receive_share(reshare)  # honest: parses
+    a_srv.receive_share(to_a)
+    assert p_srv._eval.x.shape == a_srv._eval.x.shape == (4, m)  # noqa: SLF001
     data = wire.decode(w.s_data_p[0])
     with pytest.raises(ProtocolError):  # rows that do not match the bytes
         fz.clone_sserver(w.s_server_p_empty).receive_data(
@@ -231,10 +227,10 @@ def test_regression_secsv_server_decoders(w: fz.ShapleyWorld) -> None:
         fz.clone_sserver(empty).receive_data([w.s_data_p[0], *w.s_data_p[:-1]])
     ok = fz.clone_sserver(empty)
     ok.receive_data(w.s_data_p)
-    assert sorted(ok.xbound) == list(range(fz.N_CLIENTS))
+    assert sorted(ok._xbound) == list(range(fz.N_CLIENTS))  # noqa: SLF001
     model = next(p for p in w.s_models if wire.decode(p).meta["key"] == "c1")
     server = fz.clone_sserver(w.s_run.P)
-    server.models = {}
+    server._models = {}  # noqa: SLF001
     with pytest.raises(ProtocolError):
         server.receive_model(_re(model, key="c2"))
     with pytest.raises(ProtocolError):
@@ -243,19 +239,18 @@ def test_regression_secsv_server_decoders(w: fz.ShapleyWorld) -> None:
     snap, to_p, to_a = next(x for x in w.s_at_share
                             if wire.decode(x[1]).kind == "secsv/labels")
     m = wire.decode(to_p).meta["m"]
-    brows = np.arange(m)
     with pytest.raises(ProtocolError, match="two blobs"):
-        fz.clone_sserver(snap.P).label_mask(_re(to_p, blobs=[]), brows, m)
+        fz.clone_sserver(snap.P).label_mask(_re(to_p, blobs=[]))
     p_srv = fz.clone_sserver(snap.P)
-    mask_p = p_srv.label_mask(to_p, brows, m)
+    mask_p = p_srv.label_mask(to_p)
     with pytest.raises(ProtocolError, match="malformed"):
-        fz.clone_sserver(snap.A).label_diff(_re(to_a, blobs=[]), mask_p, m)
+        fz.clone_sserver(snap.A).label_diff(_re(to_a, blobs=[]), mask_p)
     with pytest.raises(ProtocolError, match="label-mask"):
-        fz.clone_sserver(snap.A).label_diff(to_a, _re(mask_p, blobs=[]), m)
-    diff = fz.clone_sserver(snap.A).label_diff(to_a, mask_p, m)
+        fz.clone_sserver(snap.A).label_diff(to_a, _re(mask_p, blobs=[]))
+    diff = fz.clone_sserver(snap.A).label_diff(to_a, mask_p)
     with pytest.raises(ProtocolError, match="one blob"):
-        fz.clone_sserver(p_srv).compare(_re(diff, blobs=[]), m)
-    assert fz.clone_sserver(p_srv).compare(diff, m).shape == (m,)
+        fz.clone_sserver(p_srv).compare(_re(diff, blobs=[]))
+    assert fz.clone_sserver(p_srv).compare(diff).shape == (m,)
 
 
 def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
@@ -265,8 +260,9 @@ def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
     meta = wire.decode(b[0]).meta
 
     def pick(first: bytes) -> Any:
-        return sv._pick_fixed_point([first, *b[1:]], w.record, w.s_run.cfg,  # noqa: SLF001
-                                    w.s_run.P.bfv.t, session=w.s_run.P.session)
+        cfg = sv.SecSVConfig().check()
+        return sv.pick_fixed_point([first, *b[1:]], sv.round_infos(w.record, cfg), cfg,
+                                   w.s_run.P._bfv.t, binding=w.s_run.P._b)  # noqa: SLF001
 
     entry = meta["models"][0]
     with pytest.raises(ProtocolError):

@@ -97,10 +97,10 @@ def test_client_refuses_a_known_model_on_other_samples(monkeypatch) -> None:
     by the client itself (its own view), not only by P's scheduler."""
     rec, sets = _world(1)
     log = []
-    run = sv._setup(rec, sets, sv.SecSVConfig().check(), sv.Accounting(), True,  # noqa: SLF001
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), None, True,  # noqa: SLF001
                     False, "strict", exact=False)
     run.upload_round(0)
-    sched = run.sched
+    sched = run.P._sched  # noqa: SLF001 - P's scheduler, made to cheat
     assert sched is not None
     monkeypatch.setattr(sched, "first", lambda t, mask, samples, turn=0: (
         log.append(mask) or (int(sched.owner[samples[0]]) + 1) % N))
@@ -116,13 +116,13 @@ def test_derived_decryption_is_refused_under_the_rule() -> None:
     rec, sets = _world(1)
     with pytest.raises(ValueError, match="schedule='paper'"):
         sv.secsv_shapley(rec, sets, derived_decryption=True)
-    run = sv._setup(rec, sets, sv.SecSVConfig().check(), sv.Accounting(), True,  # noqa: SLF001
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), None, True,  # noqa: SLF001
                     True, "paper", exact=False)
     run.upload_round(0)
-    plan = run._derived_plan(0)  # noqa: SLF001
+    plan = run.P._derived_plan(0)  # noqa: SLF001
     assert plan is not None
-    strict = sv._setup(rec, sets, sv.SecSVConfig().check(), sv.Accounting(), True,  # noqa: SLF001
+    strict = sv._setup(rec, sets, sv.SecSVConfig().check(), None, True,  # noqa: SLF001
                        False, "strict", exact=False)
     d = plan[0][0]
     with pytest.raises(PolicyViolation, match="derived"):
-        strict.clients[d].decrypt_all(b"", sv.Accounting())
+        strict.clients[d].decrypt_all(b"")

@@ -57,7 +57,7 @@ def test_secsv_derived_in_parallel_equals_sequential(agnews_small) -> None:  # t
     par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, schedule="paper")
     np.testing.assert_array_equal(par.ssv, seq.ssv)
     kinds = {k for (_s, _r, k) in par.accounting.messages}
-    assert "decrypt" in kinds and par.models_tested == seq.models_tested
+    assert "secsv/decrypt-all" in kinds and par.models_tested == seq.models_tested
 
 
 # Ray's shutdown leaves its helper processes to exit on their own.

@@ -33,7 +33,12 @@ import replay_world as rw  # noqa: E402
 from fedsec.errors import ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
 from fedsec.protocol.accounting import Accounting  # noqa: E402
-from fedsec.shapley.binding import ReplayRefused, context_of  # noqa: E402
+from fedsec.protocol.binding import ReplayRefused  # noqa: E402
+from fedsec.shapley import binding as shapley_binding  # noqa: E402
+
+#: SecSV refuses with fedsec.protocol.binding's ReplayRefused, SecretSV (until it moves to
+#: the protocol layer) with fedsec.shapley.binding's
+REFUSED = (ReplayRefused, shapley_binding.ReplayRefused)
 
 # ------------------------------------------------------------------------------ cases
 # role input -> (message kind, indices of the substituted message(s) in the first batch,
@@ -97,6 +102,13 @@ SECRETSV_MORE: dict[str, dict[str, Pair]] = {
 # refuses the answer and names it
 EXPECT = {"session": "session", "round": "round", "mask": "mask", "batch": "batch",
           "layer": "layer", "swapped": "step"}
+#: SecSV's binding (fedsec.protocol.binding) names the coalition, batch and layer
+#: together ("index"), and a copy meant for the other server by its recipient; a message
+#: of another batch or layer that another client decrypted also differs in its sender (a
+#: share) or recipient (a request), which the binding checks first
+SECSV_EXPECT: dict[str, Any] = {**EXPECT, "mask": "index", "batch": ("index", "sender",
+                                                                     "recipient"),
+                                "layer": ("index", "sender", "recipient")}
 
 
 def _cases(inputs: dict[str, Input], more: dict[str, dict[str, Pair]],
@@ -182,8 +194,8 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
              ) -> tuple[np.ndarray | None, Exception | None]:
     """Evaluate the main coalition of round 0 with ``swaps`` applied in flight."""
     r = clone(runs[0].before[0])
-    r.acc = fz.Recorder(keep=False)
-    r.acc.swaps = {(kind, k): fn for k, fn in swaps.items()}
+    rec = fz.use_recorder(r, fz.Recorder(keep=False))
+    rec.swaps = {(kind, k): fn for k, fn in swaps.items()}
     if patch is not None:
         patch(r)
     try:
@@ -194,14 +206,16 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
 
 def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str, Input],
               more: dict[str, dict[str, Pair]], copies: dict[str, Misdelivery], name: str,
-              how: str) -> tuple[Exception | None, np.ndarray | None]:
+              how: str, expect: dict[str, Any] | None = None
+              ) -> tuple[Exception | None, np.ndarray | None]:
+    expect = {**EXPECT, "copy": "step"} if expect is None else expect
     if how == "swapped" and name in copies:
         out, exc = _attempt(runs, clone, "", {}, lambda r: _misdeliver(r, copies[name], False))
         assert out is None, f"{name}: a misdelivered copy was accepted"
-        assert isinstance(exc, ReplayRefused) and exc.check == "step", f"{name}: {exc!r}"
+        assert isinstance(exc, REFUSED) and exc.check == expect["copy"], f"{name}: {exc!r}"
         out2, exc2 = _attempt(runs, clone, "", {},
                               lambda r: _misdeliver(r, copies[name], True))
-        assert not isinstance(exc2, ReplayRefused), f"{name} / {how}: {exc2!r}"
+        assert not isinstance(exc2, REFUSED), f"{name} / {how}: {exc2!r}"
         return exc2, out2
     kind, donors = _plan(runs, inputs, more, name, how)
     main = runs[0].logs[(0, rw.MAIN)][0]
@@ -211,19 +225,21 @@ def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str,
     out, exc = _attempt(runs, clone, kind, {k: (lambda _old, b=b: b)
                                             for k, b in donors.items()})
     assert out is None, f"{name}: a replay from another {how} was accepted"
-    assert isinstance(exc, ReplayRefused), f"{name} / {how}: {exc!r}"
-    assert exc.check == EXPECT[how], f"{name} / {how}: refused by {exc.check}: {exc}"
+    assert isinstance(exc, REFUSED), f"{name} / {how}: {exc!r}"
+    want = expect[how] if isinstance(expect[how], tuple) else (expect[how],)
+    assert exc.check in want, f"{name} / {how}: refused by {exc.check}: {exc}"
     # the donor's content under the binding of the message it replaces: what a receiver
     # saw before binding existed -- binding does not refuse it
     out2, exc2 = _attempt(runs, clone, kind, {k: (lambda old, b=b: rw.splice(b, old))
                                               for k, b in donors.items()})
-    assert not isinstance(exc2, ReplayRefused), f"{name} / {how}: {exc2!r}"
+    assert not isinstance(exc2, REFUSED), f"{name} / {how}: {exc2!r}"
     return exc2, out2
 
 
 @pytest.mark.parametrize(("name", "how"), _cases(SECSV_INPUTS, SECSV_MORE, SECSV_COPIES))
 def test_secsv_replay_refused(secsv: list[rw.Run], name: str, how: str) -> None:
-    _run_case(secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES, name, how)
+    _run_case(secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES, name, how,
+              {**SECSV_EXPECT, "copy": "recipient"})
 
 
 @pytest.mark.parametrize(("name", "how"),
@@ -256,7 +272,9 @@ def test_label_replays_changed_the_result_before_binding(secsv: list[rw.Run],
                 # since the zero test, P's and A's copies of the labels differ in shape
                 # ((b', g') vs (r, b'', g'')): a swapped copy is refused whatever its binding
                 continue
-            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how)
+            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how,
+                                   {**SECSV_EXPECT, "copy": "recipient"}
+                                   if protocol == "secsv" else None)
             assert exc2 is None and out2 is not None, f"{name} / {how}: {exc2!r}"
             assert not np.array_equal(out2, honest), f"{name} / {how}"
 
@@ -278,7 +296,7 @@ def _at(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str, k: int
     """The run just before the ``k``-th ``kind`` message of the main evaluation is
     delivered (a snapshot), its receiver and the ``kind`` messages up to it."""
     r = clone(runs[0].before[0])
-    r.acc = fz.Recorder(keep=False)
+    rec = fz.use_recorder(r, fz.Recorder(keep=False))
     sent: list[bytes] = []
     got: list[tuple[Any, str, list[bytes]]] = []
 
@@ -288,44 +306,42 @@ def _at(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str, k: int
             if len(sent) == k + 1:
                 got.append((clone(r), receiver, list(sent)))
 
-    r.acc.hook = hook
+    rec.hook = hook
     r.evaluate(0, rw.MAIN, None)
     return got[0]
 
 
 def test_secsv_duplicates_and_stale_ids(secsv: list[rw.Run]) -> None:
-    acc = Accounting()
     # a client answers a decryption request once
     snap, to, (req,) = _at(secsv, fz.clone_srun, "decrypt", 0)
     client = snap.clients[int(to.split(":")[1])]
-    client.decrypt_layer(req, acc)
-    with pytest.raises(ReplayRefused) as e:
-        client.decrypt_layer(req, acc)
+    client.decrypt_layer(req)
+    with pytest.raises(REFUSED) as e:
+        client.decrypt_layer(req)
     assert e.value.check == "request-id"
     # A opens an evaluation once
     snap, _, (ev,) = _at(secsv, fz.clone_srun, "eval", 0)
     snap.A.open_eval(ev)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         snap.A.open_eval(ev)
     assert e.value.check == "request-id"
-    # P takes A's product once
-    snap, _, (prod,) = _at(secsv, fz.clone_srun, "product", 0)
-    ctx = context_of(wire.decode(prod).meta)
-    snap.P.receive_product(prod, ctx.layer, ctx.step)
-    with pytest.raises(ReplayRefused) as e:
-        snap.P.receive_product(prod, ctx.layer, ctx.step)
+    # P takes A's product once (layer 1's: products 0 and 1 are the first layer's)
+    snap, _, sent = _at(secsv, fz.clone_srun, "product", 2)
+    snap.P.decrypt_request([sent[2]])
+    with pytest.raises(REFUSED) as e:
+        snap.P.decrypt_request([sent[2]])
     assert e.value.check == "request-id"
-    # P and A take each re-share once (P: the request id is closed; A: the layer is done)
+    # P and A take each re-share once: both moved on to the next layer, whose decrypting
+    # client (P knows it: i_{l+1} != i_l) and index the share does not carry
     snap, _, (to_p, to_a) = _at(secsv, fz.clone_srun, "share", 1)
-    m = wire.decode(to_p).meta["m"]
-    snap.P.receive_share(to_p, 0, 4, m)
+    snap.P.receive_share(to_p)
     with pytest.raises(ReplayRefused) as e:
-        snap.P.receive_share(to_p, 0, 4, m)
-    assert e.value.check == "request-id"
-    snap.A.receive_share(to_a, 0, 4, m)
+        snap.P.receive_share(to_p)
+    assert e.value.check == "sender"
+    snap.A.receive_share(to_a)
     with pytest.raises(ReplayRefused) as e:
-        snap.A.receive_share(to_a, 0, 4, m)
-    assert e.value.check == "layer"
+        snap.A.receive_share(to_a)
+    assert e.value.check == "index"
     # a stale request id: batch 0's re-share, relabelled as batch 1's (same layer)
     snap1, _, sent = _at(secsv, fz.clone_srun, "share", 7)
     to_p0, to_p1 = sent[0], sent[6]
@@ -333,10 +349,10 @@ def test_secsv_duplicates_and_stale_ids(secsv: list[rw.Run]) -> None:
     msg = wire.decode(stale)
     stale = fz._encode_loose(msg.kind, {**msg.meta, "re": wire.decode(to_p0).meta["re"]},  # noqa: SLF001
                              list(msg.blobs))
-    with pytest.raises(ReplayRefused) as e:
-        snap1.P.receive_share(stale, 0, 4, m)
+    with pytest.raises(REFUSED) as e:
+        fz.clone_sserver(snap1.P).receive_share(stale)
     assert e.value.check == "request-id"
-    snap1.P.receive_share(to_p1, 0, 4, m)  # the honest one is still taken
+    snap1.P.receive_share(to_p1)  # the honest one is still taken
 
 
 def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
@@ -345,7 +361,7 @@ def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
     snap, to, (out_p, out_a) = _at(secretsv, fz.clone_trun, "output", 1)
     client = snap.clients[int(to.split(":")[1])]
     client.reconstruct(out_p, out_a, acc)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         client.reconstruct(out_p, out_a, acc)
     assert e.value.check == "request-id"
     # a triple is used once, even in a fresh layer state
@@ -355,20 +371,20 @@ def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
     snap.P.open_share(wz, xz, tp)
     assert snap.P.eval is not None
     snap.P.eval.opened = False  # as if the layer had moved on: the id alone refuses
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         snap.P.open_share(wz, xz, tp)
     assert e.value.check == "request-id"
     # A opens an evaluation once
     snap, _, (ev,) = _at(secretsv, fz.clone_trun, "eval", 0)
     snap.A.open_eval(ev)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         snap.A.open_eval(ev)
     assert e.value.check == "request-id"
     # P takes a re-share once: the next one must be of the next layer
     snap, _, (to_p,) = _at(secretsv, fz.clone_trun, "share", 0)
     m = int(np.prod(len(wire.decode(to_p).blobs[0]) // 8)) // 4
     snap.P.receive_share(to_p, 4, m)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         snap.P.receive_share(to_p, 4, m)
     assert e.value.check == "layer"
 
@@ -392,7 +408,7 @@ def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     diff = next(r for r in w.h_requests if r.kind == "hesv/diff")
     client = fz.clone_hclient(diff.client)
     client.count(diff.request)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         client.count(diff.request)
     assert e.value.check == "request-id"
     fz.clone_hclient(diff.client).count(diff.request)  # a fresh client state answers it
@@ -400,7 +416,7 @@ def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     req = next(r for r in w.h_requests if r.kind == "hesv/layer")
     client = fz.clone_hclient(req.client)
     client._round = 1  # noqa: SLF001 - as after serving round 1 (rounds run in order)
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         client.decrypt_layer(req.request)
     assert e.value.check == "round"
     fz.clone_hclient(req.client).decrypt_layer(req.request)  # round 0 is current: fine
@@ -421,7 +437,7 @@ def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
     for kind in ("hesv/activated", "hesv/predicted", "hesv/count"):
         st = next(s for s in w.h_steps if s.kind == kind)
         # a reply echoing another request's id (stale, or of another evaluation)
-        with pytest.raises(ReplayRefused) as e:
+        with pytest.raises(REFUSED) as e:
             fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, re=new_request_id()))
         assert e.value.check == "request-id"
         with pytest.raises(ProtocolError):  # no id at all (what every reply was before)
@@ -434,7 +450,7 @@ def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
 
 # ---------------------------------------------------------------------- set-up inputs
 def _refused(call: Callable[[], Any], check: str) -> None:
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises(REFUSED) as e:
         call()
     assert e.value.check == check, e.value
 
@@ -447,28 +463,41 @@ def test_secsv_setup_inputs_bound(secsv: list[rw.Run]) -> None:
 
     mine, other = secsv[0].setup, secsv[1].setup
     run = secsv[0].before[0]
-    cfg, spec = run.cfg, run.record.spec
+    cfg, spec = sv.SecSVConfig().check(), run.record.spec
+    session, bfv = run.P._b.session, run.P._bfv  # noqa: SLF001
 
     def server(cls: Any) -> Any:
-        return cls(run.P.bfv, spec, rw.N, run.P.plan, cfg, session=run.P.session)
+        if cls is sv.AuxiliaryServer:
+            out = cls(bfv, spec, rw.N, cfg, sv.round_infos(run.record, cfg), session=session)
+            out.receive_plan(mine.of("plan")[0][2])
+            return out
+        out = cls(bfv, spec, rw.N, cfg, sv.round_infos(run.record, cfg), session=session,
+                  groups=[[c] for c in range(rw.N)], strong=True, sizes=[3] * rw.N)
+        out._plan = run.P.plan  # noqa: SLF001 - as after its make_plan
+        return out
 
     data_p = [p for _, _, p in mine.of("data", receiver="P")]
     data_a = [p for _, _, p in mine.of("data", receiver="A")]
     foreign = other.of("data", receiver="P")[0][2]
     _refused(lambda: server(sv.PrincipalServer).receive_data([foreign, *data_p[1:]]),
              "session")
-    _refused(lambda: server(sv.PrincipalServer).receive_data([data_a[0], *data_p[1:]]), "step")
+    _refused(lambda: server(sv.PrincipalServer).receive_data([data_a[0], *data_p[1:]]),
+             "recipient")
     server(sv.PrincipalServer).receive_data([rw.splice(foreign, data_p[0]), *data_p[1:]])
     server(sv.AuxiliaryServer).receive_data(data_a)
     # models: round 0's are expected; round 1's and another session's are refused
     models = [p for _, r, p in mine.of("model", receiver="P")]
     n_models = len(models) // 2
     p_srv = fz.clone_sserver(run.P)
-    p_srv.models = {}
+    p_srv._models = {}  # noqa: SLF001
     _refused(lambda: p_srv.receive_model(models[n_models]), "round")
     _refused(lambda: p_srv.receive_model(other.of("model", receiver="P")[0][2]), "session")
-    assert p_srv.receive_model(rw.splice(other.of("model", receiver="P")[0][2], models[0]))
-    assert p_srv.receive_model(models[0])
+    # (the same model key in both sessions: the owner is also the message's sender)
+    c0 = next(p for p in models if wire.decode(p).meta["key"] == "c0")
+    donor = next(p for _, _, p in other.of("model", receiver="P")
+                 if wire.decode(p).meta["key"] == "c0")
+    assert p_srv.receive_model(rw.splice(donor, c0))
+    assert p_srv.receive_model(c0)
     # the plan (clients), the batch list (A), the bounds (P)
     client = fz.clone_sclient(run.clients[0])
     _refused(lambda: client.receive_plan(other.of("plan")[0][2]), "session")
@@ -477,9 +506,9 @@ def test_secsv_setup_inputs_bound(secsv: list[rw.Run]) -> None:
     _refused(lambda: a_srv.receive_batches(other.of("batches")[0][2]), "session")
     a_srv.receive_batches(mine.of("batches")[0][2])
     bounds = [p for _, _, p in mine.of("bounds")]
-    _refused(lambda: sv._pick_fixed_point([other.of("bounds")[0][2], *bounds[1:]],  # noqa: SLF001
-                                          run.record, cfg, run.P.bfv.t,
-                                          session=run.P.session), "session")
+    _refused(lambda: sv.pick_fixed_point([other.of("bounds")[0][2], *bounds[1:]],
+                                         sv.round_infos(run.record, cfg), cfg, bfv.t,
+                                         binding=run.P._b), "session")  # noqa: SLF001
 
 
 def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
@@ -516,9 +545,9 @@ def test_clients_refuse_an_earlier_round(secsv: list[rw.Run], secretsv: list[rw.
     req0 = next(p for _, r, p in earlier.of("decrypt") if r == to)
     me = int(to.split(":")[1])
     client = fz.clone_sclient(secsv[0].before[1].clients[me])
-    client.decrypt_layer(req1, acc)
-    _refused(lambda: client.decrypt_layer(req0, acc), "round")
-    fz.clone_sclient(secsv[0].before[1].clients[me]).decrypt_layer(req0, acc)
+    client.decrypt_layer(req1)
+    _refused(lambda: client.decrypt_layer(req0), "round")
+    fz.clone_sclient(secsv[0].before[1].clients[me]).decrypt_layer(req0)
     later, earlier = secretsv[0].logs[(1, rw.MAIN)][0], secretsv[0].logs[(0, rw.MAIN)][0]
     (_, to, p1), (_, _, a1) = later.of("output")[0], later.of("output")[1]
     outs = earlier.of("output")

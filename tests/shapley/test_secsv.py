@@ -12,7 +12,6 @@ from fedsec.crypto.sharing import FixedPointOverflow
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.record import TrainingRecord
 from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
 from fedsec.shapley import federated_shapley
 from fedsec.shapley.secsv import SecSVConfig, secsv_shapley
 from fedsec.shapley.secure_game import (
@@ -145,38 +144,40 @@ def test_client_refuses_bad_requests(logistic) -> None:
     from fedsec.shapley.secsv import SecSVConfig as Cfg
 
     run = _setup(rec, [(np.asarray(x, float), np.asarray(y)) for x, y in sets], Cfg().check(),
-                 Accounting(), True)
+                 None, True)
     client = run.clients[0]
-    acc = Accounting()
-    from fedsec.shapley.binding import Context, bind, new_request_id
+    bfv = client._bfv  # noqa: SLF001 - the client's keys, to forge a ciphertext
+    from fedsec.protocol.binding import Binding, new_request_id
+
+    p_side = Binding(client._b.session, "secsv", "P")  # noqa: SLF001
 
     def bound(meta: dict) -> dict:  # a request of this session, with fresh ids
-        ctx = Context(client.session, "secsv", 0, 1, 0, meta["layer"], "decrypt")
-        return {**bind(meta, ctx, rid=new_request_id()), "ev": new_request_id()}
+        return {**p_side.bind(meta, step="decrypt", to="client:0", round=0,
+                              index=(1, 0, meta["layer"]), rid=new_request_id()),
+                "ev": new_request_id()}
 
     for bad in (b"", b"FSEC", wire.encode("secsv/decrypt", {"layer": 0}),
                 wire.encode("secsv/decrypt", {"layer": 5, "m": 1}),
                 wire.encode("secsv/plan", {})):
         with pytest.raises(ProtocolError):
-            client.decrypt_layer(bad, acc)
+            client.decrypt_layer(bad)
     req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [0], "model_owners": [], "previous": -1,
         "scale_bits": 38, "weight_sum": 1, "bound": 10}), [b"junk", b"\x80"])
     with pytest.raises(ProtocolError, match="i_2 = i_1"):
-        client.decrypt_layer(req, acc)
+        client.decrypt_layer(req)
     req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [1], "model_owners": [], "previous": -1,
         "scale_bits": 38, "weight_sum": 1, "bound": 10}), [b"junk", b"\x80"])
     with pytest.raises(ProtocolError):
-        client.decrypt_layer(req, acc)
+        client.decrypt_layer(req)
     # a value beyond the announced bound (e.g. a wrapped or tampered result) is refused
-    ct = client.bfv.mod_switch_down(
-        client.bfv.encrypt(np.full(client.bfv.slots, 11, dtype=np.uint64)))
+    ct = bfv.mod_switch_down(bfv.encrypt(np.full(bfv.slots, 11, dtype=np.uint64)))
     req = wire.encode("secsv/decrypt", bound({
         "layer": 0, "m": 1, "batch_owners": [1], "model_owners": [], "previous": -1,
-        "scale_bits": 38, "weight_sum": 1, "bound": 10}), [client.bfv.serialize(ct), b"\x80"])
+        "scale_bits": 38, "weight_sum": 1, "bound": 10}), [bfv.serialize(ct), b"\x80"])
     with pytest.raises(ProtocolError, match="bound"):
-        client.decrypt_layer(req, acc)
+        client.decrypt_layer(req)
     for bad in (b"", wire.encode("secsv/model", {"round": 0, "key": "x", "owner": 0,
                                                  "bounds": [[1, 1]]}, [b"x"])):
         with pytest.raises(ProtocolError):
@@ -209,28 +210,28 @@ def test_decryptor_sees_only_the_product(logistic) -> None:
 
     rec, sets, _x, _y = logistic
     run = _setup(rec, [(np.asarray(x, float), np.asarray(y)) for x, y in sets], Cfg().check(),
-                 Accounting(), True)
+                 None, True)
     lp = run.P.plan.layers[0]
     assert lp.fold > 1  # small test sets: several diagonals share a ciphertext
     seen = []
-    for c in run.clients:
-        orig = c.decrypt_layer
+    bfv = run.clients[0]._bfv  # noqa: SLF001 - what a decrypting client can decrypt
 
-        def spy(data: bytes, acc: Accounting, c=c, orig=orig) -> tuple[bytes, bytes]:
-            msg = wire.decode(data)
-            slots = c.bfv.decrypt(c.bfv.deserialize(msg.blobs[0], low=True))
-            seen.append((slots, msg.meta["bound"]))
-            return orig(data, acc)
+    def spy(envs: list) -> None:  # every decryption request on the network
+        for env in envs:
+            if env.kind == "secsv/decrypt":
+                msg = wire.decode(env.payload)
+                slots = bfv.decrypt(bfv.deserialize(msg.blobs[0], low=True))
+                seen.append((slots, msg.meta["bound"]))
 
-        c.decrypt_layer = spy  # type: ignore[method-assign]
+    run.net.intercept(spy)
     run.upload_round(0)
     run.evaluate(0, 0b11, None)
     assert seen
     seg = lp.d_out * run.P.plan.width
     for slots, bound in seen:
-        parts = sh.centre(slots[:lp.fold * seg].reshape(lp.fold, seg), run.P.bfv.t)
+        parts = sh.centre(slots[:lp.fold * seg].reshape(lp.fold, seg), run.P._bfv.t)
         assert np.abs(parts[0]).max() > bound  # a single segment is noise
         total = slots[:seg].copy()
         for p in slots[seg:lp.fold * seg].reshape(lp.fold - 1, seg):
-            total = sh.add_mod(total, p, run.P.bfv.t)
-        assert np.abs(sh.centre(total, run.P.bfv.t)).max() <= bound  # the sum is the output
+            total = sh.add_mod(total, p, run.P._bfv.t)
+        assert np.abs(sh.centre(total, run.P._bfv.t)).max() <= bound  # the sum is the output

@@ -16,12 +16,15 @@ from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import federated_shapley
 from fedsec.shapley.secsv import (
     SecSVConfig,
-    _fold,
-    _layer_plan,
     grid_to_features,
     im2col,
     secsv_shapley,
 )
+from fedsec.shapley.secsv import runner as secsv_runner
+from fedsec.shapley.secsv.common import fold_diagonals as _fold
+from fedsec.shapley.secsv.common import layer_plan as _layer_plan
+from fedsec.shapley.secsv.common import row_period
+from fedsec.shapley.secsv.server import ServerBase
 
 # (in_shape (C, H, W), out_channels, kernel, stride)
 EDGE = [((1, 6, 6), 2, 3, 1),    # one channel, stride 1
@@ -156,7 +159,6 @@ def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
     """A 16 -> 256 -> 64 -> 3 model (x^2) at batch width 32: the 256 -> 64 hidden layer is
     in Matrix Reducing's rotation layout (fold 4, one encoded base per share and batch,
     the other 63 plaintexts by coefficient permutation) -- FSV equal to NSSV's."""
-    import fedsec.shapley.secsv as mod
 
     spec = ModelSpec("mlp", (LayerSpec.dense(16, 256, activation="square"),
                              LayerSpec.dense(256, 64, activation="square"),
@@ -175,20 +177,20 @@ def test_mlp_hidden_layer_in_rotation_layout_fsv_equals_nssv() -> None:
     ref = federated_shapley(rec, x[np.argsort(np.arange(160) % n, kind="stable")],
                             np.concatenate([b for _, b in sets]))
     periods: list[list[int]] = []
-    setup = mod._setup
+    setup = secsv_runner._setup
 
     def spy(*a: object, **kw: object) -> object:
         run = setup(*a, **kw)  # type: ignore[arg-type]
         plan = run.P.plan
-        periods.append([mod._row_period(lp, plan.width, run.P.bfv.slots)
+        periods.append([row_period(lp, plan.width, BFVContext(SecSVConfig().bfv).slots)
                         for lp in plan.layers])
         return run
 
-    mod._setup = spy  # type: ignore[assignment]
+    secsv_runner._setup = spy  # type: ignore[assignment]
     try:
         got = secsv_shapley(rec, sets, config=SecSVConfig(frac_bits_hidden=14), schedule="paper")
     finally:
-        mod._setup = setup
+        secsv_runner._setup = setup
     assert periods == [[0, 64, 0]]  # the hidden layer did use the rotation layout
     assert np.abs(ref.fsv).max() > 0
     assert got.error_to(ref) <= 1e-12
@@ -198,7 +200,6 @@ def test_incremental_coalition_models_equal_the_full_sums() -> None:
     """P's and A's ``aggregated`` build a coalition's model from the cached subset without
     its first member plus one scaled model; every such ciphertext decrypts to the same
     slots as the plain ``Σ q_i [[θ_i]]`` of all members, and the path is taken."""
-    import fedsec.shapley.secsv as mod
 
     c1 = LayerSpec.conv2d((1, 6, 6), 2, 3, stride=1, activation="square")
     spec = ModelSpec("tiny-cnn", (c1, LayerSpec.dense(c1.out_features, 3)))
@@ -209,32 +210,32 @@ def test_incremental_coalition_models_equal_the_full_sums() -> None:
     sets = [(x[i::n], y[i::n]) for i in range(n)]
     runs: list[object] = []
     checked: list[int] = []
-    setup, agg = mod._setup, mod._Server.aggregated
+    setup, agg = secsv_runner._setup, ServerBase.aggregated
 
     def spy_setup(*a: object, **kw: object) -> object:
         runs.append(setup(*a, **kw))  # type: ignore[arg-type]
         return runs[-1]
 
-    def spy_agg(self: mod._Server, round_: int, keys: list[str], q: list[int], layer: int,
+    def spy_agg(self: ServerBase, round_: int, keys: list[str], q: list[int], layer: int,
                 mask: int) -> object:
         incremental = (round_, mask & (mask - 1), layer) in self._agg_cache \
             and len(keys) > 1 and (round_, mask, layer) not in self._agg_cache
         out = agg(self, round_, keys, q, layer, mask)
         if incremental:
-            dec = runs[-1].clients[0].bfv  # type: ignore[attr-defined]
+            dec = runs[-1].clients[0]._bfv  # type: ignore[attr-defined]
             parts = [self.scaled(round_, k, qi, layer) for k, qi in zip(keys, q, strict=True)]
             for u, ct in enumerate(out[0]):
-                full = self.bfv.add_many([p[0][u] for p in parts])
+                full = self._bfv.add_many([p[0][u] for p in parts])
                 np.testing.assert_array_equal(dec.decrypt(ct), dec.decrypt(full))
             checked.append(mask)
         return out
 
-    mod._setup, mod._Server.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
+    secsv_runner._setup, ServerBase.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
     try:
         got = secsv_shapley(rec, sets, linear_shortcut=False,
                             config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
     finally:
-        mod._setup, mod._Server.aggregated = setup, agg  # type: ignore[assignment]
+        secsv_runner._setup, ServerBase.aggregated = setup, agg  # type: ignore[assignment]
     ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),
                             np.concatenate([b for _, b in sets]))
     assert len(set(checked)) == 2 ** n - 1 - n  # every subset of two or more members

@@ -25,9 +25,12 @@ from fedsec.errors import ProtocolError
 from fedsec.learning.record import TrainingRecord
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.binding import RID, Binding, ReplayRefused, new_request_id
 from fedsec.shapley import federated_shapley
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.binding import RID, ReplayRefused
+from fedsec.shapley.secsv import client as sv_client
+from fedsec.shapley.secsv import principal as sv_principal
+from fedsec.shapley.secure_game import integer_weights
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_shapley as fz  # noqa: E402
@@ -63,7 +66,8 @@ def test_fsv_identical_to_per_coalition_and_nssv(logistic, agnews_small) -> None
 
     def requests(acc: Accounting) -> int:
         return sum(v for (s, r, k), v in acc.messages.items()
-                   if s == "P" and r.startswith("client:") and k == "decrypt")
+                   if s == "P" and r.startswith("client:")
+                   and k in ("secsv/decrypt", "secsv/decrypt-all"))
 
     # one request per batch and round instead of one per coalition and batch (the
     # batch widths differ: derived decryption makes more batches cheap)
@@ -76,9 +80,20 @@ def test_fsv_identical_to_per_coalition_and_nssv(logistic, agnews_small) -> None
 def _world(trained, derived: bool = True):
     rec, sets = _record(trained, 1)
     log = fz.Recorder()
-    run = sv._setup(rec, sets, sv.SecSVConfig().check(), log, True, derived)  # noqa: SLF001
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), fz.recorder_net(log),  # noqa: SLF001
+                    True, derived)
     run.upload_round(0)
     return rec, run, log
+
+
+def _as_principal(run, kind: str, meta: dict, blobs: list[bytes], to: int, index,
+                  rnd: int = 0) -> bytes:
+    """A request as a curious P could send it (P's binding, fresh ids): the bytes the
+    client receives, whatever P's own code would do."""
+    b = Binding(run.P._b.session, "secsv", "P")  # noqa: SLF001
+    return wire.encode(kind, b.bind({**meta, "ev": new_request_id()},
+                                    step=kind.split("/", 1)[1], to=f"client:{to}",
+                                    round=rnd, index=index, rid=new_request_id()), blobs)
 
 
 def test_what_each_decryptor_receives(agnews_small) -> None:
@@ -86,11 +101,12 @@ def test_what_each_decryptor_receives(agnews_small) -> None:
     n_log = len(log.log)
     run.evaluate(0, 3, None)
     reqs = [(int(r.split(":")[1]), p) for _s, r, k, p in log.log[n_log:] if k == "decrypt"]
-    assert len(reqs) == len(run.batches)
+    batches, groups = run.P._batches, run.P._groups  # noqa: SLF001
+    assert len(reqs) == len(batches)
     parts = list(rec.rounds[0].participants)
-    for (me, data), batch in zip(reqs, run.batches, strict=True):
+    for (me, data), batch in zip(reqs, batches, strict=True):
         meta = wire.decode(data).meta
-        owners = run.groups[batch.group]
+        owners = groups[batch.group]
         assert me not in owners and meta["batch_owners"] == owners
         assert [me] not in meta["terms"]  # never its own model's singleton
         assert meta["terms"][0] == []
@@ -126,12 +142,12 @@ def test_client_refusals(agnews_small) -> None:
     client = fz.clone_sclient(snap.clients[me])
     meta = wire.decode(data).meta
     # the honest request is answered once; a replay (same or fresh id) is refused
-    to_p, to_a = client.decrypt_all(data, Accounting())
+    to_p, to_a = client.decrypt_all(data)
     assert wire.decode(to_p).kind == "secsv/labels-all"
     with pytest.raises(ReplayRefused):
-        client.decrypt_all(data, Accounting())
+        client.decrypt_all(data)
     with pytest.raises(ReplayRefused):
-        client.decrypt_all(_rebuild(data, **{RID: "ab" * 16}), Accounting())
+        client.decrypt_all(_rebuild(data, **{RID: "ab" * 16}))
     terms = meta["terms"]
     bad_terms = [
         terms[:1] + [[me]] + terms[2:],  # its own singleton instead of another's
@@ -141,20 +157,20 @@ def test_client_refusals(agnews_small) -> None:
     for bad in bad_terms:
         c = fz.clone_sclient(snap.clients[me])
         with pytest.raises(ProtocolError):
-            c.decrypt_all(_rebuild(data, terms=bad), Accounting())
+            c.decrypt_all(_rebuild(data, terms=bad))
     c = fz.clone_sclient(snap.clients[me])
     with pytest.raises(ProtocolError):  # asked to decrypt its own samples
-        c.decrypt_all(_rebuild(data, batch_owners=[me]), Accounting())
+        c.decrypt_all(_rebuild(data, batch_owners=[me]))
     c = fz.clone_sclient(snap.clients[me])
     with pytest.raises(ProtocolError):  # a bound below the values: refused, not wrapped
-        c.decrypt_all(_rebuild(data, bounds=[1] * len(meta["bounds"])), Accounting())
+        c.decrypt_all(_rebuild(data, bounds=[1] * len(meta["bounds"])))
     # another client of the batch's owners refuses the same request
     owner = meta["batch_owners"][0]
     with pytest.raises(ProtocolError):
-        fz.clone_sclient(snap.clients[owner]).decrypt_all(data, Accounting())
+        fz.clone_sclient(snap.clients[owner]).decrypt_all(data)
     # a per-coalition client method refuses the all-coalition request and vice versa
     with pytest.raises(ProtocolError):
-        fz.clone_sclient(snap.clients[me]).decrypt_layer(data, Accounting())
+        fz.clone_sclient(snap.clients[me]).decrypt_layer(data)
 
 
 def test_servers_check_all_coalition_shares(agnews_small) -> None:
@@ -167,20 +183,21 @@ def test_servers_check_all_coalition_shares(agnews_small) -> None:
     mask_p = next(p for s, r, kd, p in seen if kd == "label-mask")
     # A refuses a label share that claims another number of coalitions
     snap_rec, snap, _ = _world(agnews_small)
-    snap.A.open_eval(snap.P.open_eval(sv.ALL, 0, None))
-    m = len(snap.batches[0].rows)
+    assert snap.P.start_derived(0, None)
+    snap.A.open_eval(snap.P.open_next())
     with pytest.raises(ProtocolError):
-        snap.A.label_diff_all(_rebuild(to_a, coalitions=2 ** (k - 1)), mask_p, m)
+        snap.A.label_diff_all(_rebuild(to_a, coalitions=2 ** (k - 1)), mask_p)
     # ... and one of another evaluation (the id P announced differs)
     with pytest.raises(ProtocolError):
-        snap.A.label_diff_all(to_a, mask_p, m)
+        snap.A.label_diff_all(to_a, mask_p)
     # outside a derived evaluation, neither server takes all-coalition messages
     s2_rec, s2, _ = _world(agnews_small)
-    s2.A.open_eval(s2.P.open_eval(1, 0, None))
+    s2.P.start_evaluation(0, 1, None)
+    s2.A.open_eval(s2.P.open_next())
     with pytest.raises(ProtocolError):
-        s2.A.label_diff_all(to_a, mask_p, m)
+        s2.A.label_diff_all(to_a, mask_p)
     with pytest.raises(ProtocolError):
-        s2.P.decrypt_all_request({}, [])
+        s2.P.decrypt_all_request([])
 
 
 def test_when_derived_applies(logistic, digits_small) -> None:
@@ -200,7 +217,7 @@ def test_when_derived_applies(logistic, digits_small) -> None:
     res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper")
     assert res.accounting is not None
     kinds = {k for (_s, _r, k) in res.accounting.messages}
-    assert "decrypt" in kinds
+    assert "secsv/decrypt" in kinds and "secsv/decrypt-all" not in kinds
 
 
 # ---------------------------------------------------------------- the tiny derived world
@@ -210,7 +227,8 @@ def _tiny(rounds: int = 1, derived: bool = True):
     _rec, sets = fz._tiny_record()  # noqa: SLF001
     rec = fz.tiny_derived_record(sets, rounds)
     log = fz.Recorder()
-    run = sv._setup(rec, sets, sv.SecSVConfig().check(), log, True, derived)  # noqa: SLF001
+    run = sv._setup(rec, sets, sv.SecSVConfig().check(), fz.recorder_net(log),  # noqa: SLF001
+                    True, derived)
     run.upload_round(0)
     return rec, run, log
 
@@ -222,12 +240,11 @@ def _requests(log) -> list[tuple[int, bytes]]:
 def _segment_sum(client, ct_bytes: bytes) -> np.ndarray:
     """What ``client`` reads from a ciphertext of a one-layer request: the fold segments'
     sum (P's masks cancel in it)."""
-    plan = client.plan
+    plan, bfv = client._plan, client._bfv  # noqa: SLF001 - what the client holds
     lp = plan.layers[0]
     seg = lp.d_out * plan.width
-    slots = client.bfv.decrypt(client.bfv.deserialize(ct_bytes, low=True))
-    return slots[:lp.fold * seg].reshape(lp.fold, seg).astype(object).sum(axis=0) % \
-        client.bfv.t
+    slots = bfv.decrypt(bfv.deserialize(ct_bytes, low=True))
+    return slots[:lp.fold * seg].reshape(lp.fold, seg).astype(object).sum(axis=0) % bfv.t
 
 
 # ---------------------------------------------------------------- regressions (fuzzing)
@@ -239,8 +256,6 @@ def _wide_request(k: int, m: int):
 
     from fedsec.crypto.bfv import BFVContext
     from fedsec.learning.model import LayerSpec, ModelSpec
-    from fedsec.shapley.binding import Context, bind, new_request_id
-
     n, cfg = k + 2, sv.SecSVConfig().check()
     bfv = BFVContext.from_seed(_secrets.token_bytes(32), params=cfg.bfv, label=b"wide")
     session = "ab" * 16
@@ -249,16 +264,16 @@ def _wide_request(k: int, m: int):
                             spec, cfg, session=session)
     plan = {"width": bfv.slots // 2, "frac_model": 20, "frac_inputs": [20],
             "layers": [[2, 3, 1]]}
-    client.receive_plan(wire.encode("secsv/plan", bind(plan, Context(session, "secsv",
-                                                                     step="plan"))))
+    p_side = Binding(session, "secsv", "P")
+    client.receive_plan(wire.encode("secsv/plan", p_side.bind(plan, step="plan", to="*")))
     parts = list(range(k))
     ct = bfv.serialize(bfv.mod_switch_down(bfv.encrypt(np.zeros(bfv.slots, np.uint64))))
     meta = {"m": m, "batch_owners": [k], "participants": parts, "weights": [1] * k,
             "terms": [[]] + [[c] for c in parts], "bounds": [1 << 40] * (k + 1),
             "scale_bits": 40, "ev": new_request_id()}
-    ctx = Context(session, "secsv", 0, sv.ALL, 0, 0, "decrypt-all")
-    return client, wire.encode("secsv/decrypt-all", bind(meta, ctx, rid=new_request_id()),
-                               [ct] * (k + 1))
+    return client, wire.encode("secsv/decrypt-all", p_side.bind(
+        meta, step="decrypt-all", to=f"client:{n - 1}", round=0, index=(sv.ALL, 0, 0),
+        rid=new_request_id()), [ct] * (k + 1))
 
 
 def test_client_bounds_the_label_table(monkeypatch) -> None:
@@ -270,16 +285,16 @@ def test_client_bounds_the_label_table(monkeypatch) -> None:
     decrypting anything."""
     client, req = _wide_request(16, 4096)
     with pytest.raises(ProtocolError, match="coalitions"):
-        client.decrypt_all(req, Accounting())
+        client.decrypt_all(req)
     assert wire.decode(req).meta[RID] not in client._answered  # noqa: SLF001 - nothing done
     # the cap is inclusive: a table of exactly the cap is answered, one more sample is not
-    monkeypatch.setattr(sv, "_MAX_DERIVED_LABELS", 16 * 64)
+    monkeypatch.setattr(sv_client, "MAX_DERIVED_LABELS", 16 * 64)
     client, req = _wide_request(4, 64)
-    to_p, _ = client.decrypt_all(req, Accounting())
+    to_p, _ = client.decrypt_all(req)
     assert len(wire.decode(to_p).blobs[-1]) == 8 * 16 * 64  # P: (b', g'), g' per coalition
     client, req = _wide_request(4, 65)
     with pytest.raises(ProtocolError, match="coalitions"):
-        client.decrypt_all(req, Accounting())
+        client.decrypt_all(req)
 
 
 def test_principal_decrypts_per_coalition_beyond_the_cap(monkeypatch) -> None:
@@ -287,10 +302,10 @@ def test_principal_decrypts_per_coalition_beyond_the_cap(monkeypatch) -> None:
     request per coalition (same results)."""
     rec, ref, _ = _tiny(derived=False)
     want = [ref.evaluate(0, mask, None) for mask in range(8)]
-    widest = max(len(b.rows) for b in _tiny()[1].batches)
-    monkeypatch.setattr(sv, "_MAX_DERIVED_LABELS", 8 * widest - 1)
+    widest = max(len(b.rows) for b in _tiny()[1].P._batches)  # noqa: SLF001
+    monkeypatch.setattr(sv_principal, "MAX_DERIVED_LABELS", 8 * widest - 1)
     _rec, run, log = _tiny()
-    assert run._derived_plan(0) is None  # noqa: SLF001
+    assert run.P._derived_plan(0) is None  # noqa: SLF001
     for mask in range(8):
         np.testing.assert_array_equal(run.evaluate(0, mask, None), want[mask])
     kinds = {k for _s, _r, k, _p in log.log}
@@ -304,10 +319,10 @@ def test_blocked_derivation_is_exact(monkeypatch) -> None:
     block gives the same table as per-coalition SecSV."""
     _rec, ref, _ = _tiny(derived=False)
     want = np.stack([ref.evaluate(0, mask, None) for mask in range(8)])
-    monkeypatch.setattr(sv, "_DERIVED_BLOCK", 1)
+    monkeypatch.setattr(sv_client, "DERIVED_BLOCK", 1)
     _rec, run, _ = _tiny()
     run.evaluate(0, 0, None)
-    np.testing.assert_array_equal(run.derived_correct[0], want)
+    np.testing.assert_array_equal(run.P._derived_correct[0], want)  # noqa: SLF001
 
 
 def test_metadata_cannot_relabel_a_ciphertext() -> None:
@@ -324,7 +339,7 @@ def test_metadata_cannot_relabel_a_ciphertext() -> None:
     rec, run, log = _tiny()
     honest = fz.clone_srun(run)
     honest.evaluate(0, 0, None)
-    table = honest.derived_correct[0]
+    table = honest.P._derived_correct[0]  # noqa: SLF001
 
     def forge(edit):
         def swap(data: bytes) -> bytes:
@@ -348,13 +363,13 @@ def test_metadata_cannot_relabel_a_ciphertext() -> None:
 
     for edit in (partner, reorder):
         r = fz.clone_srun(run)
-        r.acc.swaps = {("decrypt", k): forge(edit) for k in range(2)}
+        fz.recorder_of(r).swaps = {("decrypt", k): forge(edit) for k in range(2)}
         with pytest.raises(ProtocolError, match="pair term|participants"):
             r.evaluate(0, 0, None)
     r = fz.clone_srun(run)
-    r.acc.swaps = {("decrypt", k): forge(weights) for k in range(2)}
+    fz.recorder_of(r).swaps = {("decrypt", k): forge(weights) for k in range(2)}
     r.evaluate(0, 0, None)
-    np.testing.assert_array_equal(r.derived_correct[0], table)
+    np.testing.assert_array_equal(r.P._derived_correct[0], table)  # noqa: SLF001
 
 
 # ---------------------------------------------------------------- attacks from the bytes
@@ -383,25 +398,23 @@ def test_curious_principal_reuses_a_singleton_in_a_per_coalition_request() -> No
     owners, m = msg.meta["batch_owners"], msg.meta["m"]
     assert 3 not in owners  # Prop. 6.8's other rule does not apply: only the singleton one
     with pytest.raises(ProtocolError):  # the derived request itself, misrouted to 3
-        fz.clone_sclient(snap.clients[3]).decrypt_all(data, Accounting())
+        fz.clone_sclient(snap.clients[3]).decrypt_all(data)
     with pytest.raises(ProtocolError):  # the derived bytes at the per-coalition entry
-        fz.clone_sclient(snap.clients[3]).decrypt_layer(data, Accounting())
+        fz.clone_sclient(snap.clients[3]).decrypt_layer(data)
 
     def per_coalition(mask: int, mowners: list[int]) -> bytes:
-        P = fz.clone_sserver(snap.P)
-        P.open_eval(mask, msg.meta["ctx"][4], None)
-        return P.decrypt_request({
+        return _as_principal(snap, "secsv/decrypt", {
             "layer": 0, "m": m, "batch_owners": owners, "model_owners": mowners,
             "previous": -1, "scale_bits": msg.meta["scale_bits"], "weight_sum": 3,
-            "bound": bound}, [ct, np.packbits(np.ones(m, dtype=bool)).tobytes()], 0)
+            "bound": bound}, [ct, np.packbits(np.ones(m, dtype=bool)).tobytes()], 3,
+            (mask, msg.meta["ctx"][6][1], 0))
 
     single = 1 << parts.index(3)
     with pytest.raises(ProtocolError, match="own|model"):  # honestly labelled: refused
-        fz.clone_sclient(snap.clients[3]).decrypt_layer(per_coalition(single, [3]),
-                                                        Accounting())
+        fz.clone_sclient(snap.clients[3]).decrypt_layer(per_coalition(single, [3]))
     # relabelled as the aggregate {1, 3}: decrypted (the limit stated above)
     to_p, _ = fz.clone_sclient(snap.clients[3]).decrypt_layer(
-        per_coalition(single | 1 << parts.index(1), []), Accounting())
+        per_coalition(single | 1 << parts.index(1), []))
     assert wire.decode(to_p).kind == "secsv/labels"
 
 
@@ -423,29 +436,27 @@ def test_relabelled_own_singleton_reveals_nothing_new() -> None:
     me, data = next((me, d) for me, d in _requests(log) if me == 1)
     msg = wire.decode(data)
     assert msg.meta["terms"][-1] == [1, 0]
-    bi = msg.meta["ctx"][4]
+    bi = msg.meta["ctx"][6][1]
     # q_1·lin(θ_1, X_b): P computed it for the pair (the shortcut's cache), as it can
-    own = run.lin_cache[(0, "c1", bi)]
-    own_bytes = run.P.bfv.serialize(own)
+    own = run.P._lin_cache[(0, "c1", bi)]  # noqa: SLF001
+    own_bytes = run.P._bfv.serialize(own)  # noqa: SLF001
     client = fz.clone_sclient(snap.clients[1])
-    t = client.bfv.t
+    t = client._bfv.t  # noqa: SLF001
     pair = _segment_sum(client, msg.blobs[-1])
     partner = _segment_sum(client, msg.blobs[msg.meta["terms"].index([0])])
     assert np.array_equal((pair - partner) % t, _segment_sum(client, own_bytes))
     # the swap: P re-issues the request (fresh id) with its own singleton as the pair
-    P = fz.clone_sserver(snap.P)
-    P.open_eval(sv.ALL, bi, None)
     meta = {k: v for k, v in msg.meta.items() if k not in ("ctx", RID, "ev")}
-    forged = P.decrypt_all_request(meta, [*msg.blobs[:-1], own_bytes])
-    to_p, _ = client.decrypt_all(forged, Accounting())
+    forged = _as_principal(snap, "secsv/decrypt-all", meta, [*msg.blobs[:-1], own_bytes], 1,
+                           (sv.ALL, bi, 0))
+    to_p, _ = client.decrypt_all(forged)
     assert wire.decode(to_p).kind == "secsv/labels-all"
     # named as what it is, the same ciphertext is refused
-    P = fz.clone_sserver(snap.P)
-    P.open_eval(sv.ALL, bi, None)
-    named = P.decrypt_all_request({**meta, "terms": [*msg.meta["terms"][:-1], [1]]},
-                                  [*msg.blobs[:-1], own_bytes])
+    named = _as_principal(snap, "secsv/decrypt-all",
+                          {**meta, "terms": [*msg.meta["terms"][:-1], [1]]},
+                          [*msg.blobs[:-1], own_bytes], 1, (sv.ALL, bi, 0))
     with pytest.raises(ProtocolError, match="pair term"):
-        fz.clone_sclient(snap.clients[1]).decrypt_all(named, Accounting())
+        fz.clone_sclient(snap.clients[1]).decrypt_all(named)
 
 
 def test_derived_request_replayed_in_the_next_round() -> None:
@@ -467,14 +478,13 @@ def test_derived_request_replayed_in_the_next_round() -> None:
     for me, data in reqs0:
         client = run.clients[me]
         with pytest.raises(ReplayRefused):
-            fz.clone_sclient(client).decrypt_all(data, Accounting())
+            fz.clone_sclient(client).decrypt_all(data)
         with pytest.raises(ReplayRefused):  # re-issued by P with a fresh id
-            fz.clone_sclient(client).decrypt_all(_rebuild(data, **{RID: "cd" * 16}),
-                                                 Accounting())
+            fz.clone_sclient(client).decrypt_all(_rebuild(data, **{RID: "cd" * 16}))
         if me in served1:  # a client that served round 1 refuses round 0 outright
             with pytest.raises(ReplayRefused, match="earlier round"):
                 fz.clone_sclient(client).decrypt_all(
-                    _rebuild(data, **{RID: "ef" * 16}), Accounting())
+                    _rebuild(data, **{RID: "ef" * 16}))
 
 
 def test_own_samples_under_other_owners() -> None:
@@ -491,24 +501,25 @@ def test_own_samples_under_other_owners() -> None:
     rec, run, log = _tiny()
     snap = fz.clone_srun(run)
     run.evaluate(0, 0, None)
-    bi = next(i for i, b in enumerate(run.batches) if 2 in run.groups[b.group])
-    other = next(i for i in range(len(run.batches)) if i != bi)
+    batches, groups = run.P._batches, run.P._groups  # noqa: SLF001
+    bfv = run.P._bfv  # noqa: SLF001
+    bi = next(i for i, b in enumerate(batches) if 2 in groups[b.group])
+    other = next(i for i in range(len(batches)) if i != bi)
     keys = ["global", "c0", "c1", "c3"]  # client 2's terms: [], [0], [1], [3]
-    blobs = [run.P.bfv.serialize(run.lin_cache[(0, k, bi)]) for k in keys]
+    blobs = [bfv.serialize(run.P._lin_cache[(0, k, bi)]) for k in keys]  # noqa: SLF001
     parts = list(rec.rounds[0].participants)
-    q = [int(v) for v in sv.integer_weights(rec.rounds[0].weights, run.cfg.weight_bits)]
-    m = len(run.batches[bi].rows)
+    q = [int(v) for v in integer_weights(rec.rounds[0].weights,
+                                         sv.SecSVConfig().weight_bits)]
+    m = len(batches[bi].rows)
     meta = {"m": m, "participants": parts, "weights": q,
-            "terms": [[]] + [[c] for c in parts], "bounds": [(run.P.bfv.t - 1) // 8] * 4,
+            "terms": [[]] + [[c] for c in parts], "bounds": [(bfv.t - 1) // 8] * 4,
             "scale_bits": run.P.plan.frac_model + run.P.plan.frac_inputs[0]}
 
     def request(batch: int, owners: list[int]) -> bytes:
-        P = fz.clone_sserver(snap.P)
-        P.open_eval(sv.ALL, batch, None)
-        return P.decrypt_all_request({**meta, "batch_owners": owners}, blobs)
+        return _as_principal(snap, "secsv/decrypt-all", {**meta, "batch_owners": owners},
+                             blobs, 2, (sv.ALL, batch, 0))
 
     with pytest.raises(ProtocolError, match="own samples"):
-        fz.clone_sclient(snap.clients[2]).decrypt_all(request(bi, [2, 3]), Accounting())
-    to_p, _ = fz.clone_sclient(snap.clients[2]).decrypt_all(request(other, [0, 1]),
-                                                            Accounting())
+        fz.clone_sclient(snap.clients[2]).decrypt_all(request(bi, [2, 3]))
+    to_p, _ = fz.clone_sclient(snap.clients[2]).decrypt_all(request(other, [0, 1]))
     assert wire.decode(to_p).meta["coalitions"] == 2 ** len(parts)

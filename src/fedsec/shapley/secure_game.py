@@ -36,7 +36,9 @@ class SecureRun(Protocol):
     """What the round loop needs from a protocol run."""
 
     record: TrainingRecord
-    acc: Accounting
+
+    @property
+    def acc(self) -> Accounting: ...
 
     @property
     def n_samples(self) -> int: ...

@@ -22,8 +22,9 @@ from numpy.typing import NDArray
 
 from fedsec.learning.record import TrainingRecord
 from fedsec.protocol import wire
+from fedsec.protocol.binding import context_of
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.binding import context_of
+from fedsec.shapley.secsv import runner as sv_runner
 from fedsec.shapley.views import ModelSpace
 
 __all__ = ["Decryption", "AttackResult", "SecSVSpy", "solve_samples"]
@@ -124,7 +125,7 @@ class SecSVSpy:
     def __init__(self) -> None:
         self.runs: list[Any] = []
         self.decs: list[Decryption] = []
-        self._orig = (sv._setup, sv.SecSVClient.decrypt_layer,  # noqa: SLF001
+        self._orig = (sv_runner._setup, sv.SecSVClient.decrypt_layer,  # noqa: SLF001
                       sv.SecSVClient._derive_labels)  # noqa: SLF001
 
     def __enter__(self) -> SecSVSpy:
@@ -138,13 +139,13 @@ class SecSVSpy:
 
         def rows_of(ctx: Any) -> list[int]:
             run = spy.runs[-1]
-            return [int(v) for v in run.batches[ctx.batch].rows]
+            return [int(v) for v in run.P._batches[ctx.index[1]].rows]  # noqa: SLF001
 
-        def layer_spy(self: Any, data: bytes, acc: Any) -> Any:
+        def layer_spy(self: Any, data: bytes) -> Any:
             meta = wire.decode(data).meta
             ctx = context_of(meta)
             if meta.get("layer") != 0:
-                return layer(self, data, acc)
+                return layer(self, data)
             got: dict[str, np.ndarray] = {}
             feats = self._features
 
@@ -155,21 +156,21 @@ class SecSVSpy:
 
             self._features = grab
             try:
-                return layer(self, data, acc)
+                return layer(self, data)
             finally:
                 del self._features
                 if "v" in got:
                     rows = meta.get("samples") or rows_of(ctx)
                     y = got["v"].astype(np.float64) / (meta["weight_sum"]
                                                       * 2.0 ** meta["scale_bits"])
-                    spy.decs.append(Decryption(self.index, ctx.round, ctx.mask,
+                    spy.decs.append(Decryption(self.index, ctx.round, ctx.index[0],
                                                tuple(rows), y))
 
         def derive_spy(self: Any, values: Any, parts: list[int], weights: list[int],
                        partner: int, d_out: int, m: int, scale: int) -> Any:
             run = spy.runs[-1]
-            t = run.P.round
-            rows = run.A.eval.rows  # the batch in flight (A knows the composition)
+            t = run.P._round  # noqa: SLF001
+            rows = run.A._eval.rows  # noqa: SLF001 - the batch in flight (A knows it)
             me = self.index
             others = [c for c in parts if c != me]
             terms = [(0, 1)] + [(1 << parts.index(c), weights[parts.index(c)])
@@ -182,14 +183,14 @@ class SecSVSpy:
                 spy.decs.append(Decryption(me, t, mask, tuple(int(r) for r in rows), y))
             return derive(self, values, parts, weights, partner, d_out, m, scale)
 
-        for owner, name, fn in ((sv, "_setup", setup_spy),
+        for owner, name, fn in ((sv_runner, "_setup", setup_spy),
                                 (sv.SecSVClient, "decrypt_layer", layer_spy),
                                 (sv.SecSVClient, "_derive_labels", derive_spy)):
             setattr(owner, name, fn)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for owner, name, fn in zip((sv, sv.SecSVClient, sv.SecSVClient),
+        for owner, name, fn in zip((sv_runner, sv.SecSVClient, sv.SecSVClient),
                                    ("_setup", "decrypt_layer", "_derive_labels"), self._orig,
                                    strict=True):
             setattr(owner, name, fn)
