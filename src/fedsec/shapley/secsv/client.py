@@ -64,8 +64,8 @@ class SecSVClient:
     def __init__(self, index: int, n: int, bfv: BFVContext, x: NDArray[np.float64],
                  y: NDArray[np.int64], spec: ModelSpec, config: SecSVConfig, *,
                  session: str, view: ClientView | None = None) -> None:
-        self.index, self.n = index, n
-        self.name = f"client:{index}"
+        self._index, self._n = index, n
+        self._name = f"client:{index}"
         #: this client's own time by kind of work
         self.clock = Clock()
         #: this client's own view of the run under the decryption rule
@@ -75,12 +75,21 @@ class SecSVClient:
         self._x, self._y = x, y
         self._spec = spec
         self._cfg = config
-        self._b = Binding(session, PROTOCOL, self.name)
+        self._b = Binding(session, PROTOCOL, self._name)
         self._plan: Plan | None = None
         self._rng = SystemRandomSource()
         self._answered = Answered()  # decryption request ids answered (once each)
         self._seen: dict[tuple[int, int, int], set[int]] = {}  # layers decrypted per eval
         self._round = 0  # the newest round served: rounds are evaluated in order
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        """The client's role name, ``client:<index>``."""
+        return self._name
 
     @receives("secsv/plan")
     def receive_plan(self, data: bytes) -> None:
@@ -108,7 +117,7 @@ class SecSVClient:
                                        for w, b, _a in model_layers(self._spec, params)]])
         xe = exp2(float(np.abs(self._x).max())) if self._x.size else -64
         return wire.encode("secsv/bounds", self._b.bind(
-            {"client": self.index, "x": xe, "models": entries}, step="bounds", to="P"))
+            {"client": self._index, "x": xe, "models": entries}, step="bounds", to="P"))
 
     # ------------------------------------------------------------- Alg. 3, step 3
     def encrypt_model(self, round_: int, key: str, params: Params) -> bytes:
@@ -136,7 +145,7 @@ class SecSVClient:
                 blobs.extend(bfv.serialize(bfv.encrypt(r), ntt=True) for r in rows)
                 blobs.append(bfv.serialize(bfv.encrypt(bias), ntt=True))
         return wire.encode("secsv/model", self._b.bind(
-            {"round": round_, "key": key, "owner": self.index, "bounds": bounds},
+            {"round": round_, "key": key, "owner": self._index, "bounds": bounds},
             step="model", to=BROADCAST, round=round_), blobs)
 
     def share_data(self) -> tuple[bytes, bytes]:
@@ -148,7 +157,7 @@ class SecSVClient:
         with self.clock("share_generation"):
             x1, x2 = sh.share(xq, t, self._rng)
             y1, y2 = sh.share(self._y.astype(np.uint64), t, self._rng)
-        meta = {"client": self.index, "rows": int(self._x.shape[0]),
+        meta = {"client": self._index, "rows": int(self._x.shape[0]),
                 "cols": int(self._x.shape[1]), "bound": bound}
         return (wire.encode("secsv/data", self._b.bind(meta, step="data", to="P"),
                             [x1.tobytes(), y1.tobytes()]),
@@ -208,7 +217,7 @@ class SecSVClient:
         """A model this client knows on its own samples only (it learns nothing)."""
         if self._view is None:
             return False
-        return meta.get("batch_owners") == [self.index] and self._view.knows(
+        return meta.get("batch_owners") == [self._index] and self._view.knows(
             self._view.requested(t, mask))
 
     @receives("secsv/decrypt")
@@ -246,9 +255,9 @@ class SecSVClient:
         if not (isinstance(owners, list) and isinstance(mowners, list)
                 and all(isinstance(v, int) for v in owners + mowners)):
             raise ProtocolError("malformed decryption request: owners")
-        previous = fields.integer(meta, "previous", -1, self.n - 1)
+        previous = fields.integer(meta, "previous", -1, self._n - 1)
         if self._view is None:
-            check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+            check_decryptor(self._index, layer, n_layers, owners, mowners, previous)
         else:
             self._view.check_request(ctx.round, mask, meta.get("samples"), owners, m,
                                      first_layer=layer == 0)
@@ -281,14 +290,14 @@ class SecSVClient:
             xb = pow2_ceil(float(np.abs(sh.centre(xq, t)).max())) if xq.size else 1
             with self.clock("share_generation"):
                 s1, s2 = sh.share(xq, t, self._rng)
-            meta2 = {"layer": layer + 1, "m": m, "bound": xb, "from": self.index, EV: ev}
+            meta2 = {"layer": layer + 1, "m": m, "bound": xb, "from": self._index, EV: ev}
             return self._answer("secsv/reshare", meta2, ctx, rid, [s1.tobytes()],
                                 [s2.tobytes()])
         labels = np.zeros(m, dtype=np.uint64)
         labels[active] = np.argmax(out, axis=0).astype(np.uint64)
         with self.clock("share_generation"):  # the zero test's correlated randomness
             to_p, to_a = sh.zero_test_deal(labels, t, self._rng, void=~active)
-        meta3 = {"m": m, "from": self.index, EV: ev}
+        meta3 = {"m": m, "from": self._index, EV: ev}
         return self._answer("secsv/labels", meta3, ctx, rid, [v.tobytes() for v in to_p],
                             [v.tobytes() for v in to_a])
 
@@ -320,13 +329,13 @@ class SecSVClient:
         if not (isinstance(parts, list) and isinstance(weights, list)
                 and isinstance(terms, list) and 1 <= len(parts) <= MAX_DERIVED
                 and len(weights) == len(parts)
-                and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < self.n
+                and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < self._n
                         for c in parts)
                 and len(set(parts)) == len(parts) and parts == sorted(parts)
                 and all(isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= 1 << 40
                         for w in weights)):
             raise ProtocolError("malformed derived decryption request: participants")
-        me = self.index
+        me = self._index
         want: list[list[int]] = [[]] + [[c] for c in parts if c != me]
         partner = -1
         if me in parts:
@@ -372,7 +381,7 @@ class SecSVClient:
         if not (isinstance(owners, list) and owners
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in owners)):
             raise ProtocolError("malformed derived decryption request: owners")
-        if self.index in owners:
+        if self._index in owners:
             raise ProtocolError("refusing to decrypt the last layer of my own samples")
         parts, weights, partner = self._derived_terms(meta)
         if (1 << len(parts)) * m > MAX_DERIVED_LABELS:
@@ -405,7 +414,7 @@ class SecSVClient:
                                          plan.frac_model + plan.frac_inputs[0])
         with self.clock("share_generation"):  # the zero test's correlated randomness
             to_p, to_a = sh.zero_test_deal(labels, t, self._rng)
-        meta2 = {"m": m, "coalitions": int(labels.shape[0]), "from": self.index, EV: ev}
+        meta2 = {"m": m, "coalitions": int(labels.shape[0]), "from": self._index, EV: ev}
         return self._answer("secsv/labels-all", meta2, ctx, rid,
                             [v.tobytes() for v in to_p], [v.tobytes() for v in to_a])
 
@@ -416,7 +425,7 @@ class SecSVClient:
         term 0 is the global model (coalition 0), then the other participants'
         singletons in order, then the pair ``{me, partner}`` if present."""
         k = len(parts)
-        me = self.index
+        me = self._index
         idx = {c: 1 + j for j, c in enumerate(c for c in parts if c != me)}
         coef = np.zeros((1 << k, values.shape[0]), dtype=np.int64)
         coef[0, 0] = 1
