@@ -82,6 +82,9 @@ def test_every_received_kind_is_documented():
     for _, cells in _rows():
         cls_name, method = cells[3].strip("`").split(".")
         documented.update((cls_name, k) for k in _CELL.findall(cells[4]))
-    missing = sorted((name, kind) for name, cls in _role_classes().items()
+    roles = _role_classes()
+    concrete = {n: c for n, c in roles.items()  # a shared base is documented by its heirs
+                if not any(o is not c and issubclass(o, c) for o in roles.values())}
+    missing = sorted((name, kind) for name, cls in concrete.items()
                      for kind in handlers(cls) if (name, kind) not in documented)
     assert not missing, f"undocumented (role, kind) pairs: {missing}"
