@@ -66,7 +66,10 @@ from fedsec.errors import ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.accounting import Accounting, Clock
+from fedsec.protocol.binding import CTX
+from fedsec.protocol.binding import Context as PContext
+from fedsec.protocol.network import Network
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
 from fedsec.shapley.binding import Context, session_from_nonces
@@ -161,15 +164,15 @@ def tiny_derived_record(sets: Sequence[tuple[np.ndarray, np.ndarray]], rounds: i
 # ---------------------------------------------------------------------- cloning roles
 def clone_hserver(s: HESVServer) -> HESVServer:
     c = copy.copy(s)
-    c.data = dict(s.data)
-    c.models = dict(s.models)
+    c._data = dict(s._data)  # noqa: SLF001
+    c._models = dict(s._models)  # noqa: SLF001
     c._first = dict(s._first)  # noqa: SLF001
     c._agg = dict(s._agg)  # noqa: SLF001
     c._evals = {k: dataclasses.replace(v) for k, v in s._evals.items()}  # noqa: SLF001
     c._counts = dict(s._counts)  # noqa: SLF001
     c._pending = dict(s._pending)  # noqa: SLF001
-    c.decryptions = dict(s.decryptions)
-    c.acc = Accounting()
+    c._decryptions = dict(s._decryptions)  # noqa: SLF001
+    c.clock = Clock()
     return c
 
 
@@ -177,7 +180,7 @@ def clone_hclient(s: HESVClient) -> HESVClient:
     c = copy.copy(s)
     c._seen = {k: set(v) for k, v in s._seen.items()}  # noqa: SLF001
     c._answered = s._answered.copy()  # noqa: SLF001
-    c.acc = Accounting()
+    c.clock = Clock()
     return c
 
 
@@ -348,7 +351,7 @@ class ShapleyWorld:
 
 def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     cfg = HESVConfig(HESV_PRESET_TEST, batch_hint=4, allow_insecure=True)
-    agg, keys = _key_setup(N_CLIENTS, cfg.key_spec(record.spec), Accounting())
+    agg, keys = _key_setup(N_CLIENTS, cfg.key_spec(record.spec), Network())
     assert agg.context is not None
     rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
     server = HESVServer(agg.context, record.spec, cfg, N_CLIENTS, rounds, agg.session)
@@ -685,12 +688,29 @@ def _meta_of(data: bytes) -> dict[str, Any] | None:
         return None
 
 
+_HINDEX = ("mask", "owner", "batch", "layer")
+
+
+def _hmeta(data: bytes) -> dict[str, Any]:
+    """An HESV message's metadata with its binding context's round and index (mask,
+    owner, batch, layer) as keys (absent where the context is malformed)."""
+    meta = _meta_of(data) or {}
+    try:
+        ctx = PContext.from_meta(meta.get(CTX))
+    except ProtocolError:
+        return meta
+    out = {**meta, "round": ctx.round}
+    if len(ctx.index) == len(_HINDEX):
+        out.update(zip(_HINDEX, ctx.index, strict=True))
+    return out
+
+
 # ---------------------------------------------------------------------- oracles
 def _hesv_decrypt_oracle(before: HESVClient, request: bytes, n_layers: int
                          ) -> Callable[[Any], str | None]:
     """What a client must have refused, from the request it accepted and what it had
     decrypted before (Prop. 6.8, strong level)."""
-    meta = _meta_of(request) or {}
+    meta = _hmeta(request)
     key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
     seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
         isinstance(v, int) for v in key) else set()
@@ -710,7 +730,7 @@ def _hesv_decrypt_oracle(before: HESVClient, request: bytes, n_layers: int
 
 def _hesv_count_oracle(before: HESVClient, request: bytes, n_layers: int
                        ) -> Callable[[Any], str | None]:
-    meta = _meta_of(request) or {}
+    meta = _hmeta(request)
     key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
     seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
         isinstance(v, int) for v in key) else set()
@@ -745,7 +765,7 @@ def _hesv_step_oracle(before: HESVServer, total: int) -> Callable[[Any], str | N
 
 def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        for b in server.data.get(sender, []):
+        for b in server._data.get(sender, []):  # noqa: SLF001
             for ct in b.b:
                 if ct.scale != ctx.scale or ct.parms_id() != ctx.top_parms_id:
                     return "stored a data ciphertext of another scale or level"
@@ -759,7 +779,7 @@ def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str 
 def _hesv_model_oracle(ctx: CKKSContext, sender: int, before: set[Any]
                        ) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        for key, layers in server.models.items():
+        for key, layers in server._models.items():  # noqa: SLF001
             if key in before:
                 continue
             if key[1] not in (sender, "global") or (key[1] == "global" and sender != 0):
@@ -1227,7 +1247,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     ht = Hostile([b"", b"\x00" * 8, b"\x00" * (1 << 20)])
     n_layers = len(w.record.spec.layers)
     n_samples = sum(len(y) for _, y in w.sets)
-    ctx = w.h_server_ready.ctx
+    ctx = w.h_server_ready._ctx  # noqa: SLF001
     targets: list[Target] = []
 
     # -- HESV server ---------------------------------------------------------------------
@@ -1246,7 +1266,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
 
     def h_model_call(x: tuple[int, bytes]) -> Any:
         server = clone_hserver(w.h_server_ready)
-        server.models = {}
+        server._models = {}  # noqa: SLF001
         server.receive_model(*x)
         return server
 
@@ -1589,7 +1609,7 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
     metadata (blobs intact) as a :class:`Case` with the oracle success must pass."""
     n_layers = len(w.record.spec.layers)
     n_samples = sum(len(y) for _, y in w.sets)
-    ctx = w.h_server_ready.ctx
+    ctx = w.h_server_ready._ctx  # noqa: SLF001
 
     def meta(data: bytes) -> dict[str, Any]:
         return dict(wire.decode(data).meta)

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from fedsec.crypto import sharing as sh
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.binding import context_of as protocol_context
 from fedsec.shapley.binding import context_of
 
 
@@ -147,9 +148,10 @@ def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[Any]
             out = super().count(request)  # the client's own checks first
             msg = wire.decode(request)
             m = int(msg.meta["m"])
-            vals = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0]))[:m]  # complex
-            seen.append((int(msg.meta["owner"]), int(msg.meta["batch"]), self.batch,
-                         np.asarray(vals)))
+            _mask, owner, batch, _layer = protocol_context(msg.meta).index
+            ctx = self._ctx  # its own key: a subclass of the role
+            vals = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[:m]  # complex
+            seen.append((owner, batch, self._batch, np.asarray(vals)))
             return out
 
     return Curious

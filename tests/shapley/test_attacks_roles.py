@@ -24,6 +24,8 @@ from fuzz_targets import _encode_loose  # noqa: E402
 from fedsec.errors import PolicyViolation, ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
 from fedsec.protocol.accounting import Accounting  # noqa: E402
+from fedsec.protocol.binding import CTX  # noqa: E402
+from fedsec.protocol.binding import Context as PContext  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 from fedsec.shapley.binding import context_of  # noqa: E402
 
@@ -42,26 +44,53 @@ def _re(data: bytes, *, blobs: list[bytes] | None = None, **meta: Any) -> bytes:
 
 
 # ====================================================================== HESV
+def _hre(data: bytes, *, blobs: list[bytes] | None = None, **changes: Any) -> bytes:
+    """An HESV message with fields of its binding context changed (the index by its parts
+    ``mask``, ``owner``, ``batch``, ``layer``; a part set to ``...`` is dropped) and other
+    metadata keys replaced."""
+    hm = fz._hmeta(data)  # noqa: SLF001
+    ctx = PContext.from_meta(hm[CTX])
+    index = list(ctx.index)
+    for k in reversed(fz._HINDEX):  # noqa: SLF001
+        if k in changes:
+            v = changes.pop(k)
+            if v is ...:
+                del index[fz._HINDEX.index(k)]  # noqa: SLF001
+            else:
+                index[fz._HINDEX.index(k)] = v  # noqa: SLF001
+    ctx_changes = {k: changes.pop(k) for k in list(changes) if k in (
+        "session", "protocol", "round", "step", "sender", "recipient")}
+    return _re(data, blobs=blobs, **{CTX: ctx.at(index=index, **ctx_changes).to_meta()},
+               **changes)
+
+
+def _hat(data: bytes) -> dict[str, Any]:
+    """An HESV message's round and index parts (with its other metadata)."""
+    return fz._hmeta(data)  # noqa: SLF001
+
+
 def _layer_requests(w: fz.ShapleyWorld, mask: int) -> list[fz.HRequest]:
     return [r for r in w.h_requests if r.kind == "hesv/layer"
-            and wire.decode(r.request).meta["mask"] == mask]
+            and _hat(r.request)["mask"] == mask]
 
 
 def test_hesv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> None:
     """A server routing a decryption against the chain rules is stopped by the client."""
     owner_req = _layer_requests(w, 0b0010)[0]  # θ_1 (client 1's local model) under test
+    # (each misrouted request addressed as a server that routes it so would address it)
     with pytest.raises(PolicyViolation, match="its own local model"):
-        fz.clone_hclient(w.h_clients[1]).decrypt_layer(owner_req.request)
-    meta = wire.decode(owner_req.request).meta
-    batch_owner = meta["owner"]
+        fz.clone_hclient(w.h_clients[1]).decrypt_layer(_hre(owner_req.request,
+                                                            recipient="client:1"))
+    batch_owner = _hat(owner_req.request)["owner"]
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        fz.clone_hclient(w.h_clients[batch_owner]).decrypt_layer(owner_req.request)
+        fz.clone_hclient(w.h_clients[batch_owner]).decrypt_layer(
+            _hre(owner_req.request, recipient=f"client:{batch_owner}"))
     # the same client asked for the next layer of an evaluation it decrypted (i_(l+1) = i_l)
     first = next(r for r in w.h_requests if r.kind == "hesv/layer"
-                 and wire.decode(r.request).meta["layer"] == 1)
+                 and _hat(r.request)["layer"] == 1)
     client = fz.clone_hclient(first.client)
     client.decrypt_layer(first.request)
-    second = _re(first.request, layer=2)
+    second = _hre(first.request, layer=2)
     with pytest.raises(PolicyViolation, match="another layer"):
         client.decrypt_layer(second)
     # ... and, at the strong level, a replay of the layer it already decrypted
@@ -71,9 +100,10 @@ def test_hesv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> No
 
 def test_hesv_client_refuses_the_difference_it_must_not_see(w: fz.ShapleyWorld) -> None:
     diff = next(r for r in w.h_requests if r.kind == "hesv/diff")
-    meta = wire.decode(diff.request).meta
+    meta = _hat(diff.request)
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        fz.clone_hclient(w.h_clients[meta["owner"]]).count(diff.request)
+        fz.clone_hclient(w.h_clients[meta["owner"]]).count(
+            _hre(diff.request, recipient=f"client:{meta['owner']}"))
     # the client that decrypted the last layer (knows Ŷ) must not see Y - Ŷ
     key = (meta["round"], meta["mask"], meta["owner"], meta["batch"])
     knows = next(r.client for r in w.h_requests if r.kind == "hesv/diff"
@@ -82,20 +112,25 @@ def test_hesv_client_refuses_the_difference_it_must_not_see(w: fz.ShapleyWorld) 
                      fz.clone_hclient(c)._seen.get(key, set()) & {3})  # noqa: SLF001
     assert predictor.index != knows.index
     with pytest.raises(PolicyViolation, match="predicted labels"):
-        fz.clone_hclient(predictor).count(diff.request)
+        fz.clone_hclient(predictor).count(_hre(diff.request,
+                                               recipient=f"client:{predictor.index}"))
 
 
 def test_hesv_cross_session_and_misrouted_messages(w: fz.ShapleyWorld) -> None:
     req = _layer_requests(w, 0b0011)[0]
     with pytest.raises(ProtocolError, match="another session"):
-        fz.clone_hclient(req.client).decrypt_layer(_re(req.request, session="0" * 64))
+        fz.clone_hclient(req.client).decrypt_layer(_hre(req.request, session="0" * 64))
     st = w.h_steps[0]
     server = fz.clone_hserver(st.server)
     with pytest.raises(ProtocolError, match="another session"):
-        server.step(st.sender, _re(st.reply, session="0" * 64))
+        server.step(st.sender, _hre(st.reply, session="0" * 64))
     other = next(c for c in range(fz.N_CLIENTS) if c != st.sender)
     with pytest.raises(ProtocolError):  # a reply claiming another client
         server.step(other, st.reply)
+    with pytest.raises(ProtocolError, match="not asked"):  # ... in its context too
+        server.step(other, _hre(st.reply, sender=f"client:{other}"))
+    with pytest.raises(ProtocolError, match="another recipient"):  # a reflected request
+        fz.clone_hclient(w.h_clients[other]).decrypt_layer(req.request)
     with pytest.raises(ProtocolError):  # an upload claiming another client
         fz.clone_hserver(w.h_server_empty).receive_data(1, w.h_data[0])
     assert server._counts == st.server._counts  # noqa: SLF001
@@ -121,9 +156,9 @@ def test_regression_hesv_reply_to_another_layer(w: fz.ShapleyWorld) -> None:
     flight was accepted (a replay at the weak level, where one client decrypts twice)."""
     st = next(s for s in w.h_steps if s.kind == "hesv/activated")
     with pytest.raises(ProtocolError, match="another layer"):
-        fz.clone_hserver(st.server).step(st.sender, _re(st.reply, layer=2))
-    with pytest.raises(ProtocolError, match="another layer"):
-        fz.clone_hserver(st.server).step(st.sender, _re(st.reply, layer=...))
+        fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, layer=2))
+    with pytest.raises(ProtocolError, match="another layer|field 'index'"):
+        fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, layer=...))
     assert fz.clone_hserver(st.server).step(st.sender, st.reply) is not None
 
 
@@ -153,8 +188,8 @@ def test_regression_hesv_decrypted_garbage_is_refused(w: fz.ShapleyWorld) -> Non
     """Regression: a layer output that decrypts to values the client cannot re-encrypt
     raised SEAL's ValueError ("encoded values are too large")."""
     req = next(r for r in w.h_requests if r.kind == "hesv/layer"
-               and wire.decode(r.request).meta["layer"] == 1)
-    ctx = req.client.ctx
+               and _hat(r.request)["layer"] == 1)
+    ctx = req.client._ctx  # noqa: SLF001
     n = len(wire.decode(req.request).blobs)
     huge = [ctx.serialize(ctx.encrypt(np.full(ctx.slots, 1e10))) for _ in range(n)]
     with pytest.raises(ProtocolError, match="out of range|not finite"):

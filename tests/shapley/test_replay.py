@@ -384,8 +384,17 @@ def _hre(data: bytes, **meta: Any) -> bytes:
     return fz._encode_loose(msg.kind, {**msg.meta, **meta}, list(msg.blobs))  # noqa: SLF001
 
 
+def _readdress(data: bytes, recipient: str) -> bytes:
+    """An HESV message as a relay that delivers it to ``recipient`` would address it."""
+    from fedsec.protocol.binding import CTX, Context
+
+    ctx = Context.from_meta(wire.decode(data).meta[CTX])
+    return _hre(data, **{CTX: ctx.at(recipient=recipient).to_meta()})
+
+
 def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     from fedsec.errors import PolicyViolation
+    from fedsec.protocol.binding import ReplayRefused
 
     w = hworld
     # a difference request answered twice: refused by its id (nothing else remembers it)
@@ -406,16 +415,19 @@ def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     fz.clone_hclient(req.client).decrypt_layer(req.request)  # round 0 is current: fine
     # an honest request delivered to a client that is not its chain member, but that
     # Prop. 6.8 alone would let decrypt (not an owner, nothing of this evaluation seen)
-    meta = wire.decode(req.request).meta
+    meta = fz._hmeta(req.request)  # noqa: SLF001
     asked = req.client.index
     bystander = next(c for c in w.h_clients if c.index not in (asked, meta["owner"])
                      and c.index != meta.get("model_owner"))
     with pytest.raises(PolicyViolation, match="not the chain's decryptor"):
+        fz.clone_hclient(bystander).decrypt_layer(_readdress(req.request, bystander.name))
+    with pytest.raises(ReplayRefused) as e:  # as addressed: to another client
         fz.clone_hclient(bystander).decrypt_layer(req.request)
+    assert e.value.check == "recipient"
 
 
 def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
-    from fedsec.shapley.binding import new_request_id
+    from fedsec.protocol.binding import ReplayRefused, new_request_id
 
     w = hworld
     for kind in ("hesv/activated", "hesv/predicted", "hesv/count"):
