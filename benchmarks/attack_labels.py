@@ -66,9 +66,11 @@ def _hesv(rec: Any, sets: list[Any]) -> tuple[list[la.Opened], float, int]:
 
 def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, float]:
     tap = la.Tap()
+    # keep every message the roles exchange: SecSV's accounting, SecretSV's network
     mod: Any = sv if protocol == "secsv" else ssv
-    saved = mod.Accounting
-    mod.Accounting = lambda: tap  # keep every message the roles exchange
+    name = "Accounting" if protocol == "secsv" else "Network"
+    saved = getattr(mod, name)
+    setattr(mod, name, (lambda: tap) if protocol == "secsv" else tap.network)
     try:
         t0 = time.perf_counter()
         if protocol == "secsv":
@@ -77,7 +79,7 @@ def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, f
             ssv.secretsv_shapley(rec, sets, **kw, **paper(ssv.secretsv_shapley))
         return tap, time.perf_counter() - t0
     finally:
-        mod.Accounting = saved
+        setattr(mod, name, saved)
 
 
 def main() -> None:

@@ -24,9 +24,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedsec.crypto import sharing as sh
+from fedsec.errors import ProtocolError
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting
 from fedsec.protocol.binding import context_of as protocol_context
+from fedsec.protocol.network import Envelope, Network
 from fedsec.shapley.binding import context_of
 
 
@@ -40,6 +42,31 @@ class Tap(Accounting):
     def message(self, sender: str, receiver: str, kind: str, payload: bytes) -> bytes:
         self.log.append((sender, receiver, kind, bytes(payload)))
         return super().message(sender, receiver, kind, payload)
+
+    def network(self) -> Network:
+        """A network that keeps every message it carries here (for a run over a
+        :class:`~fedsec.protocol.network.Network`: SecretSV), under its short kind
+        (SecretSV's re-shares and label shares both ``"share"``)."""
+        net = Network()
+
+        def keep(envelopes: list[Envelope]) -> None:
+            for e in envelopes:
+                k = e.kind.split("/", 1)[-1]
+                self.log.append((e.sender, e.recipient,
+                                 "share" if k in ("reshare", "labels") else k, e.payload))
+        net.intercept(keep)
+        return net
+
+
+def _where(meta: dict[str, Any]) -> tuple[int, int, int]:
+    """``(round, coalition, batch)`` of a label share's binding context (SecSV's or the
+    protocol layer's, whose index is ``(coalition, batch, layer)``)."""
+    try:
+        ctx = context_of(meta)
+        return ctx.round, ctx.mask, ctx.batch
+    except ProtocolError:
+        pctx = protocol_context(meta)
+        return pctx.round, pctx.index[0], pctx.index[1]
 
 
 @dataclass
@@ -87,8 +114,8 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
         elif rcv == "P" and kind == "label-diff":
             assert pending is not None
             diff = wire.decode(payload)
-            ctx = context_of(pending.meta)
-            rows = groups[ctx.batch]
+            rnd, mask, batch = _where(pending.meta)
+            rows = groups[batch]
             m = len(rows)
             y = np.concatenate(y_p)[rows]
             if len(pending.blobs) == 1:  # before: P's label share and A's Ŷ'' − Y''
@@ -100,7 +127,7 @@ def p_opened(log: list[tuple[str, str, str, bytes]], protocol: str, t: int | Non
                 assert q is not None
                 mine = u64(pending.blobs[1]).reshape(-1, m)
             v = sh.add_mod(mine, u64(diff.blobs[0]).reshape(-1, m), q)
-            out.append(Opened(rows, sh.centre(v, q), ctx.round, ctx.mask,
+            out.append(Opened(rows, sh.centre(v, q), rnd, mask,
                               {"active": active if active is not None and len(active) == m
                                else np.ones(m, dtype=bool)}))
             pending = active = None

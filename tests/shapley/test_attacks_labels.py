@@ -64,8 +64,10 @@ def _attack(monkeypatch: pytest.MonkeyPatch, protocol: str, world: tuple, **kw: 
             ) -> tuple[dict, list[la.Opened], np.ndarray]:
     rec, fed, sets = world
     tap = la.Tap()
-    mod = sv if protocol == "secsv" else ssv
-    monkeypatch.setattr(mod, "Accounting", lambda: tap)  # keep the bytes the roles exchange
+    if protocol == "secsv":  # keep the bytes the roles exchange
+        monkeypatch.setattr(sv, "Accounting", lambda: tap)
+    else:
+        monkeypatch.setattr(ssv, "Network", tap.network)
     fn = sv.secsv_shapley if protocol == "secsv" else ssv.secretsv_shapley
     res = fn(rec, sets, **{"schedule": "paper", **kw})  # type: ignore[operator]
     # the plaintext FSVs (exactly on the binary task; near-ties flip at the fixed point

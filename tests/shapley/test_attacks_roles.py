@@ -313,20 +313,37 @@ def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
 
 
 # ====================================================================== SecretSV
+def _tre(data: bytes, **changes: Any) -> bytes:
+    """A SecretSV message with fields of its binding context changed."""
+    ctx = PContext.from_meta(wire.decode(data).meta[CTX])
+    return _re(data, **{CTX: ctx.at(**changes).to_meta()})
+
+
 def test_secretsv_servers_disagreeing_or_misrouting(w: fz.ShapleyWorld) -> None:
+    from fedsec.protocol.binding import ReplayRefused
+
     log = w.t_eval[0b0011][0]
     (_, to, p), (_, _, a) = log.of("output", sender="P")[0], log.of("output", sender="A")[0]
     me = int(to.split(":")[1])
     client = fz.clone_tclient(w.t_run.clients[me])
     with pytest.raises(ProtocolError, match="different requests"):
-        client.reconstruct(p, _re(a, bound=wire.decode(a).meta["bound"] * 2), Accounting())
+        client.reconstruct(p, _re(a, bound=wire.decode(a).meta["bound"] * 2))
+    with pytest.raises(ProtocolError, match="different requests"):  # or contexts
+        client.reconstruct(p, _tre(a, index=[0, 0, 0]))
     with pytest.raises(ProtocolError):  # output shares for the wrong shape
-        client.reconstruct(_re(p, blobs=[b"\x00" * 8]), a, Accounting())
+        client.reconstruct(_re(p, blobs=[b"\x00" * 8]), a)
+    with pytest.raises(ReplayRefused):  # P's copy twice (A's missing)
+        client.reconstruct(p, p)
     meta = wire.decode(p).meta
     owner = meta["batch_owners"][0]
+    with pytest.raises(ReplayRefused) as e:  # misrouted, as addressed
+        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(p, a)
+    assert e.value.check == "recipient"
+    owner_name = f"client:{owner}"  # misrouted and readdressed: its own rule refuses
     with pytest.raises(ProtocolError, match="own samples"):
-        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(p, a, Accounting())
-    to_p, _ = client.reconstruct(p, a, Accounting())
+        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(
+            _tre(p, recipient=owner_name), _tre(a, recipient=owner_name))
+    to_p, _ = client.reconstruct(p, a)
     assert wire.decode(to_p).kind == "secretsv/reshare"
 
 
@@ -338,7 +355,7 @@ def test_regression_secretsv_reconstruct_metadata(w: fz.ShapleyWorld) -> None:
     client = fz.clone_tclient(w.t_run.clients[int(to.split(":")[1])])
     for bad in ({"weight_sum": 10**400}, {"scale_bits": 10000}, {"scale_bits": 0}):
         with pytest.raises(ProtocolError, match="malformed"):
-            client.reconstruct(_re(p, **bad), _re(a, **bad), Accounting())
+            client.reconstruct(_re(p, **bad), _re(a, **bad))
 
 
 def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
@@ -349,15 +366,14 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
     run = w.t_run
     p_at, a_at, tp, ta = w.t_open
     d_out, d_in, m = wire.decode(tp).meta["shape"]
-    wz, xz = np.zeros((d_out, d_in), np.uint64), np.zeros((d_in, m), np.uint64)
     for shape in (5, [d_out, d_in], [d_out, d_in, m, 1], "abc", None):
         with pytest.raises(ProtocolError, match="does not fit"):
-            fz.clone_tserver(p_at).open_share(wz, xz, _re(tp, shape=shape))
+            fz.clone_tserver(p_at).open_share(_re(tp, shape=shape))
     p_srv, a_srv = fz.clone_tserver(p_at), fz.clone_tserver(a_at)
-    mine, uvc = p_srv.open_share(wz, xz, tp)
-    theirs, _ = a_srv.open_share(wz, xz, ta)
+    p_srv.open_share(tp)
+    theirs = a_srv.open_share(ta)
     with pytest.raises(ProtocolError, match="two blobs"):
-        p_srv.beaver(mine, _re(theirs, blobs=[]), uvc, np.zeros(d_out, np.uint64), True)
+        p_srv.beaver(_re(theirs, blobs=[]))
     empty = w.t_server_empty
     for msgs in ([_re(w.t_data_p[0], client=2**64), *w.t_data_p[1:]],
                  [w.t_data_p[1], *w.t_data_p[1:]], w.t_data_p[1:], [],
@@ -367,10 +383,12 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
     model = w.t_models_p[1]
     bounds = wire.decode(model).meta["bounds"]
     server = fz.clone_tserver(run.P)
-    for bad in ({"bounds": [{"0": 1}] * len(bounds)}, {"bounds": [[-1, 1]] * len(bounds)},
-                {"round": False}, {"round": -1}):
+    for bad in ({"bounds": [{"0": 1}] * len(bounds)}, {"bounds": [[-1, 1]] * len(bounds)}):
         with pytest.raises(ProtocolError):
             server.receive_model(_re(model, **bad))
+    for rnd in (False, -1, 1):  # the round is the binding context's
+        with pytest.raises(ProtocolError):
+            server.receive_model(_tre(model, round=rnd))
     server.receive_model(model)
 
 

@@ -33,6 +33,7 @@ import replay_world as rw  # noqa: E402
 from fedsec.errors import ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
 from fedsec.protocol.accounting import Accounting  # noqa: E402
+from fedsec.protocol.binding import ReplayRefused as ProtocolReplayRefused  # noqa: E402
 from fedsec.shapley.binding import ReplayRefused, context_of  # noqa: E402
 
 # ------------------------------------------------------------------------------ cases
@@ -95,8 +96,24 @@ SECRETSV_MORE: dict[str, dict[str, Pair]] = {
 # the binding check that refuses; where the receiver cannot know a field itself (A is
 # told the coalition and batch by P; a client has no schedule), the next role that does
 # refuses the answer and names it
-EXPECT = {"session": "session", "round": "round", "mask": "mask", "batch": "batch",
-          "layer": "layer", "swapped": "step"}
+EXPECT: dict[Any, str | tuple[str, ...]] = {
+    "session": "session", "round": "round", "mask": "mask", "batch": "batch",
+    "layer": "layer", "swapped": "step"}
+# SecretSV's binding (fedsec.protocol.binding) holds the coalition, batch and layer as the
+# context's index, and names the sender and recipient: a copy meant for the other server
+# is another recipient's, a reflected opening another sender's
+SECRETSV_EXPECT: dict[Any, str | tuple[str, ...]] = {
+    "session": "session", "round": "round", "mask": "index", "batch": "index",
+    "layer": "index", "swapped": ("sender", "recipient"),
+    # outputs replayed to a client: addressed to the client of their own evaluation and
+    # layer, unless that is the same client (then the next role refuses by the index)
+    **{("client.reconstruct", how): ("index", "recipient") for how in ("mask", "batch",
+                                                                       "layer")},
+    ("client.reconstruct", "round"): ("round", "recipient"),
+    # a client's answer replayed from another layer or batch: of another client, unless
+    # the same client answered both (then by the index)
+    **{(name, how): ("sender", "index") for how in ("batch", "layer") for name in (
+        "P.receive_share", "A.receive_share", "P.compare[labels]", "A.label_diff[labels]")}}
 
 
 def _cases(inputs: dict[str, Input], more: dict[str, dict[str, Pair]],
@@ -127,9 +144,9 @@ def _misdeliver(r: Any, how: Misdelivery, splice: bool) -> None:
         for srv in (r.P, r.A):
             orig = srv.open_share
 
-            def opened(w: Any, x: Any, t: bytes, srv: Any = srv, orig: Any = orig) -> Any:
-                out = orig(w, x, t)
-                own[srv.name] = out[0]
+            def opened(*a: Any, srv: Any = srv, orig: Any = orig) -> Any:
+                out = orig(*a)
+                own[srv.name] = out
                 return out
             srv.open_share = opened
         k = 0 if victim == "A" else 1  # the message the victim reads: the other's opening
@@ -182,8 +199,8 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
              ) -> tuple[np.ndarray | None, Exception | None]:
     """Evaluate the main coalition of round 0 with ``swaps`` applied in flight."""
     r = clone(runs[0].before[0])
-    r.acc = fz.Recorder(keep=False)
-    r.acc.swaps = {(kind, k): fn for k, fn in swaps.items()}
+    rec = fz.tap(r, fz.Recorder(keep=False))
+    rec.swaps = {(kind, k): fn for k, fn in swaps.items()}
     if patch is not None:
         patch(r)
     try:
@@ -192,16 +209,25 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
         return None, exc
 
 
+def _expected(expect: dict[Any, str | tuple[str, ...]], how: str, name: str = ""
+              ) -> tuple[str, ...]:
+    want = expect.get((name, how), expect[how])
+    return (want,) if isinstance(want, str) else want
+
+
 def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str, Input],
               more: dict[str, dict[str, Pair]], copies: dict[str, Misdelivery], name: str,
-              how: str) -> tuple[Exception | None, np.ndarray | None]:
+              how: str, expect: dict[Any, str | tuple[str, ...]] = EXPECT
+              ) -> tuple[Exception | None, np.ndarray | None]:
     if how == "swapped" and name in copies:
         out, exc = _attempt(runs, clone, "", {}, lambda r: _misdeliver(r, copies[name], False))
         assert out is None, f"{name}: a misdelivered copy was accepted"
-        assert isinstance(exc, ReplayRefused) and exc.check == "step", f"{name}: {exc!r}"
+        assert isinstance(exc, ProtocolReplayRefused | ReplayRefused) \
+            and exc.check in _expected(expect, "swapped"), f"{name}: {exc!r}"
         out2, exc2 = _attempt(runs, clone, "", {},
                               lambda r: _misdeliver(r, copies[name], True))
-        assert not isinstance(exc2, ReplayRefused), f"{name} / {how}: {exc2!r}"
+        assert not isinstance(exc2, ProtocolReplayRefused | ReplayRefused), \
+            f"{name} / {how}: {exc2!r}"
         return exc2, out2
     kind, donors = _plan(runs, inputs, more, name, how)
     main = runs[0].logs[(0, rw.MAIN)][0]
@@ -211,13 +237,15 @@ def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str,
     out, exc = _attempt(runs, clone, kind, {k: (lambda _old, b=b: b)
                                             for k, b in donors.items()})
     assert out is None, f"{name}: a replay from another {how} was accepted"
-    assert isinstance(exc, ReplayRefused), f"{name} / {how}: {exc!r}"
-    assert exc.check == EXPECT[how], f"{name} / {how}: refused by {exc.check}: {exc}"
+    assert isinstance(exc, ProtocolReplayRefused | ReplayRefused), f"{name} / {how}: {exc!r}"
+    assert exc.check in _expected(expect, how, name), \
+        f"{name} / {how}: refused by {exc.check}: {exc}"
     # the donor's content under the binding of the message it replaces: what a receiver
     # saw before binding existed -- binding does not refuse it
     out2, exc2 = _attempt(runs, clone, kind, {k: (lambda old, b=b: rw.splice(b, old))
                                               for k, b in donors.items()})
-    assert not isinstance(exc2, ReplayRefused), f"{name} / {how}: {exc2!r}"
+    assert not isinstance(exc2, ProtocolReplayRefused | ReplayRefused), \
+        f"{name} / {how}: {exc2!r}"
     return exc2, out2
 
 
@@ -230,7 +258,7 @@ def test_secsv_replay_refused(secsv: list[rw.Run], name: str, how: str) -> None:
                          _cases(SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES))
 def test_secretsv_replay_refused(secretsv: list[rw.Run], name: str, how: str) -> None:
     _run_case(secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES,
-              name, how)
+              name, how, SECRETSV_EXPECT)
 
 
 @pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
@@ -244,9 +272,11 @@ def test_label_replays_changed_the_result_before_binding(secsv: list[rw.Run],
     shares, products, triples and openings are mostly caught later by the decrypting
     client's bound check; a replayed decryption request or output pair is decrypted by a
     client without changing the result: a leak, not a wrong FSV.)"""
-    runs, clone, inputs, more, copies = (
-        (secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES) if protocol == "secsv"
-        else (secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES))
+    runs, clone, inputs, more, copies, expect = (
+        (secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES, EXPECT)
+        if protocol == "secsv" else
+        (secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES,
+         SECRETSV_EXPECT))
     honest = runs[0].logs[(0, rw.MAIN)][1]
     names = [n for n in inputs if "label" in n]
     assert len(names) == 4
@@ -256,7 +286,7 @@ def test_label_replays_changed_the_result_before_binding(secsv: list[rw.Run],
                 # since the zero test, P's and A's copies of the labels differ in shape
                 # ((b', g') vs (r, b'', g'')): a swapped copy is refused whatever its binding
                 continue
-            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how)
+            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how, expect)
             assert exc2 is None and out2 is not None, f"{name} / {how}: {exc2!r}"
             assert not np.array_equal(out2, honest), f"{name} / {how}"
 
@@ -278,7 +308,7 @@ def _at(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str, k: int
     """The run just before the ``k``-th ``kind`` message of the main evaluation is
     delivered (a snapshot), its receiver and the ``kind`` messages up to it."""
     r = clone(runs[0].before[0])
-    r.acc = fz.Recorder(keep=False)
+    rec = fz.tap(r, fz.Recorder(keep=False))
     sent: list[bytes] = []
     got: list[tuple[Any, str, list[bytes]]] = []
 
@@ -288,7 +318,7 @@ def _at(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str, k: int
             if len(sent) == k + 1:
                 got.append((clone(r), receiver, list(sent)))
 
-    r.acc.hook = hook
+    rec.hook = hook
     r.evaluate(0, rw.MAIN, None)
     return got[0]
 
@@ -340,37 +370,36 @@ def test_secsv_duplicates_and_stale_ids(secsv: list[rw.Run]) -> None:
 
 
 def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
-    acc = Accounting()
+    from fedsec.protocol.binding import ReplayRefused
+
     # a client reconstructs an output pair once
     snap, to, (out_p, out_a) = _at(secretsv, fz.clone_trun, "output", 1)
     client = snap.clients[int(to.split(":")[1])]
-    client.reconstruct(out_p, out_a, acc)
+    client.reconstruct(out_p, out_a)
     with pytest.raises(ReplayRefused) as e:
-        client.reconstruct(out_p, out_a, acc)
+        client.reconstruct(out_p, out_a)
     assert e.value.check == "request-id"
     # a triple is used once, even in a fresh layer state
     snap, _, (tp,) = _at(secretsv, fz.clone_trun, "triple", 0)
-    d_out, d_in, m = wire.decode(tp).meta["shape"]
-    wz, xz = np.zeros((d_out, d_in), np.uint64), np.zeros((d_in, m), np.uint64)
-    snap.P.open_share(wz, xz, tp)
-    assert snap.P.eval is not None
-    snap.P.eval.opened = False  # as if the layer had moved on: the id alone refuses
+    snap.P.open_share(tp)
+    ev = snap.P._eval  # noqa: SLF001
+    assert ev is not None
+    ev.opened = False  # as if the layer had moved on: the id alone refuses
     with pytest.raises(ReplayRefused) as e:
-        snap.P.open_share(wz, xz, tp)
+        snap.P.open_share(tp)
     assert e.value.check == "request-id"
     # A opens an evaluation once
-    snap, _, (ev,) = _at(secretsv, fz.clone_trun, "eval", 0)
-    snap.A.open_eval(ev)
+    snap, _, (ev_msg,) = _at(secretsv, fz.clone_trun, "eval", 0)
+    snap.A.open_eval(ev_msg)
     with pytest.raises(ReplayRefused) as e:
-        snap.A.open_eval(ev)
+        snap.A.open_eval(ev_msg)
     assert e.value.check == "request-id"
     # P takes a re-share once: the next one must be of the next layer
     snap, _, (to_p,) = _at(secretsv, fz.clone_trun, "share", 0)
-    m = int(np.prod(len(wire.decode(to_p).blobs[0]) // 8)) // 4
-    snap.P.receive_share(to_p, 4, m)
+    snap.P.receive_share(to_p)
     with pytest.raises(ReplayRefused) as e:
-        snap.P.receive_share(to_p, 4, m)
-    assert e.value.check == "layer"
+        snap.P.receive_share(to_p)
+    assert e.value.check in ("sender", "index")  # the next layer's client, or index
 
 
 # ---------------------------------------------------------------------- HESV
@@ -446,7 +475,7 @@ def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
 
 # ---------------------------------------------------------------------- set-up inputs
 def _refused(call: Callable[[], Any], check: str) -> None:
-    with pytest.raises(ReplayRefused) as e:
+    with pytest.raises((ReplayRefused, ProtocolReplayRefused)) as e:
         call()
     assert e.value.check == check, e.value
 
@@ -498,19 +527,20 @@ def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
     mine, other = secretsv[0].setup, secretsv[1].setup
     run = secretsv[0].before[0]
     empty = fz.clone_tserver(run.P)
-    empty.xbound, empty.models, empty.bounds = {}, {}, {}
+    empty._xbound, empty._models, empty._bounds = {}, {}, {}  # noqa: SLF001
     data_p = [p for _, _, p in mine.of("data", receiver="P")]
     data_a = [p for _, _, p in mine.of("data", receiver="A")]
     foreign = other.of("data", receiver="P")[0][2]
     _refused(lambda: fz.clone_tserver(empty).receive_data([foreign, *data_p[1:]]), "session")
-    _refused(lambda: fz.clone_tserver(empty).receive_data([data_a[0], *data_p[1:]]), "step")
+    _refused(lambda: fz.clone_tserver(empty).receive_data([data_a[0], *data_p[1:]]),
+             "recipient")
     fz.clone_tserver(empty).receive_data([rw.splice(foreign, data_p[0]), *data_p[1:]])
     models = [p for _, r, p in mine.of("model", receiver="P")]
     models_a = [p for _, r, p in mine.of("model", receiver="A")]
     n_models = len(models) // 2
     srv = fz.clone_tserver(empty)
     _refused(lambda: srv.receive_model(models[n_models]), "round")
-    _refused(lambda: srv.receive_model(models_a[0]), "step")  # A's share of the model
+    _refused(lambda: srv.receive_model(models_a[0]), "recipient")  # A's share of the model
     _refused(lambda: srv.receive_model(other.of("model", receiver="P")[0][2]), "session")
     srv.receive_model(rw.splice(models_a[0], models[0]))  # accepted without binding
     srv.receive_model(models[0])
@@ -538,6 +568,6 @@ def test_clients_refuse_an_earlier_round(secsv: list[rw.Run], secretsv: list[rw.
     p0, a0 = outs[k][2], outs[k + 1][2]
     me = int(to.split(":")[1])
     tclient = fz.clone_tclient(secretsv[0].before[1].clients[me])
-    tclient.reconstruct(p1, a1, acc)
-    _refused(lambda: tclient.reconstruct(p0, a0, acc), "round")
-    fz.clone_tclient(secretsv[0].before[1].clients[me]).reconstruct(p0, a0, acc)
+    tclient.reconstruct(p1, a1)
+    _refused(lambda: tclient.reconstruct(p0, a0), "round")
+    fz.clone_tclient(secretsv[0].before[1].clients[me]).reconstruct(p0, a0)

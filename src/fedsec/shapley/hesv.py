@@ -26,6 +26,11 @@ Roles and steps
   returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
   and FSVs follow in the clear.
 
+:func:`hesv_shapley` runs every role in one process over a
+:class:`~fedsec.protocol.network.Network` (role names ``"server"`` and ``"client:<i>"``):
+it relays bytes in the order of these steps and never reads or writes a role's state.
+Each role times its own work (its ``clock``); the network counts the bytes.
+
 Beyond the paper: labels
 ------------------------
 Seed 004's server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
@@ -86,15 +91,17 @@ be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concer
 model it owns, the last output of its own batch, or two consecutive layers of one
 evaluation), so a server that routes wrongly is stopped by the clients.
 
-Replays and splices (:mod:`fedsec.protocol.binding`): every message names the key set-up's
-session, and the decryption-chain messages their round, coalition, batch owner, batch and
-layer. Each layer or difference request carries a fresh 128-bit id; the reply must echo
-the id of the request in flight (the server takes each reply once, of the client it
-asked, for the layer in flight). A client answers each id once, refuses a request of a
-round earlier than one it already served (rounds are evaluated in order within a
-session), and checks that it is the chain's member for the step: the chain is derived on
-both sides from public data (:func:`chain_start`), so a request misrouted to any other
-client is refused (:class:`~fedsec.errors.PolicyViolation`). Metadata are not
+Replays and splices (:mod:`fedsec.protocol.binding`): every message is bound to the key
+set-up's session, its step, sender and recipient; the decryption-chain messages also to
+their round and, as index, their coalition, batch owner, batch and layer. Each layer or
+difference request carries a fresh 128-bit id; the reply must echo the id of the request
+in flight (the server takes each reply once, of the client it asked, for the layer in
+flight). A client refuses a request addressed to another client, answers each id once,
+refuses a request of a round earlier than one it already served (rounds are evaluated in
+order within a session), and checks that it is the chain's member for the step: the
+chain is derived on both sides from public data (:func:`chain_start`), so a request
+misrouted (and readdressed) to any other client is refused
+(:class:`~fedsec.errors.PolicyViolation`). Metadata are not
 authenticated: binding stops genuine bytes used out of context, not a forging server.
 
 Layouts
