@@ -50,10 +50,10 @@ class Tap(Accounting):
         net = Network()
 
         def keep(envelopes: list[Envelope]) -> None:
-            for e in envelopes:
+            for e in envelopes:  # kept and counted
                 k = e.kind.split("/", 1)[-1]
-                self.log.append((e.sender, e.recipient,
-                                 "share" if k in ("reshare", "labels") else k, e.payload))
+                self.message(e.sender, e.recipient,
+                             "share" if k in ("reshare", "labels") else k, e.payload)
         net.intercept(keep)
         return net
 
