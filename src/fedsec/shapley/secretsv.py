@@ -37,25 +37,28 @@ Roles and steps
   its models (:meth:`~SecretSVClient.share_model`) between P and A; reconstructs one
   layer's output when P and A ask it (:meth:`~SecretSVClient.reconstruct`), activates and
   re-shares it, or at the last layer deals the zero test of its predicted labels.
-* :class:`SecretSVServer` ``"P"`` -- gathers the session (:meth:`~SecretSVServer.gather`),
-  orders the samples into batch groups (:meth:`~SecretSVServer.order_batches`), schedules
-  who reconstructs what, announces each evaluation to A
-  (:meth:`~SecretSVServer.announce_eval`), asks the dealer for each layer's triple
-  (:meth:`~SecretSVServer.triple_request`) and at the end opens whether each prediction
-  is right (:meth:`~SecretSVServer.label_mask`, :meth:`~SecretSVServer.compare`).
-* :class:`SecretSVServer` ``"A"`` -- follows P's batch order and evaluations
-  (:meth:`~SecretSVServer.receive_order`, :meth:`~SecretSVServer.open_eval`) and answers
-  the zero test (:meth:`~SecretSVServer.label_diff`).
-* Both servers, per layer: Beaver step 1 (:meth:`~SecretSVServer.open_share`, on their own
-  aggregated model share and input share), step 2 (:meth:`~SecretSVServer.beaver`: their
-  share of ``W·X + b`` for the reconstructing client), then take the client's re-share
+* :class:`SecretSVPrincipal` (P) -- gathers the session
+  (:meth:`~SecretSVPrincipal.gather`), orders the samples into batch groups
+  (:meth:`~SecretSVPrincipal.order_batches`), schedules who reconstructs what, announces
+  each evaluation to A (:meth:`~SecretSVPrincipal.announce_eval`), asks the dealer for each
+  layer's triple (:meth:`~SecretSVPrincipal.triple_request`) and at the end opens whether
+  each prediction is right (:meth:`~SecretSVPrincipal.label_mask`,
+  :meth:`~SecretSVPrincipal.compare`).
+* :class:`SecretSVAuxiliary` (A) -- follows P's batch order and evaluations
+  (:meth:`~SecretSVAuxiliary.receive_order`, :meth:`~SecretSVAuxiliary.open_eval`) and
+  answers the zero test (:meth:`~SecretSVAuxiliary.label_diff`).
+* Both servers (:class:`SecretSVServer`), per layer: Beaver step 1
+  (:meth:`~SecretSVServer.open_share`, on their own aggregated model share and input
+  share), step 2 (:meth:`~SecretSVServer.beaver`: their share of ``W·X + b`` for the
+  reconstructing client), then take the client's re-share
   (:meth:`~SecretSVServer.receive_share`).
 * :class:`Dealer` -- one Beaver matrix triple per product P asks for
   (:meth:`~Dealer.triple`).
 
 :func:`secretsv_shapley` runs every role in one process over a
 :class:`~fedsec.protocol.network.Network` (role names ``"P"``, ``"A"``, ``"dealer"``,
-``"client:<i>"``): it relays bytes and never reads or writes a role's state.
+``"client:<i>"``): it relays bytes and never reads or writes a role's state. Each role
+times its own work (its ``clock``); the network counts the bytes.
 
 Replays and splices (:mod:`fedsec.protocol.binding`): SecretSV has no keys, hence no key
 set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer).
@@ -298,8 +301,8 @@ class _Eval:
 
 
 class SecretSVServer:
-    """P (``name="P"``) or A (``name="A"``): model and data shares; Beaver products on
-    them. P also schedules the reconstructions and opens the correctness bits.
+    """What P and A share (:class:`SecretSVPrincipal`, :class:`SecretSVAuxiliary`): model
+    and data shares, and the Beaver products on them.
 
     Every message a server reads is checked against its own state (see the module
     docstring): data and model shares addressed to it, of this session (and, for models,
