@@ -67,11 +67,11 @@ def _hesv(rec: Any, sets: list[Any]) -> tuple[list[la.Opened], float, int]:
 
 def _run(protocol: str, rec: Any, sets: list[Any], **kw: Any) -> tuple[la.Tap, float]:
     tap = la.Tap()
-    # keep every message the roles exchange: SecSV's network, SecretSV's accounting
+    # keep every message the roles exchange (both run over a protocol Network)
     mod: Any = sv_runner if protocol == "secsv" else ssv
-    name = "Network" if protocol == "secsv" else "Accounting"
+    name = "Network"
     saved = getattr(mod, name)
-    setattr(mod, name, (lambda: la.tap_network(tap)) if protocol == "secsv" else (lambda: tap))
+    setattr(mod, name, tap.network)
     try:
         t0 = time.perf_counter()
         if protocol == "secsv":

@@ -34,7 +34,7 @@ length fields, kinds, versions, metadata), *meta* (one metadata key dropped or s
 hostile value, blobs intact), *blob* (a ciphertext or share replaced by one from another
 context, level or scale, zero-length, huge, or the blob count changed), *replay* (a valid
 message of another step, evaluation or role -- since messages are bound to their context
-(:mod:`fedsec.shapley.binding`) these are refused as ``ReplayRefused``, a
+(:mod:`fedsec.protocol.binding`) these are refused as ``ReplayRefused``, a
 ``ProtocolError``). Roles are cloned with their memory (ids issued and answered, the
 evaluation in flight), and P and A are snapshotted mid-evaluation where a decoder needs
 that state (a first Beaver product; just before they read a client's shares). Oracles
@@ -67,12 +67,13 @@ from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting, Clock
+from fedsec.protocol.binding import CTX, session_from_nonces
+from fedsec.protocol.binding import Context as PContext
 from fedsec.protocol.network import Envelope, Network
 from fedsec.shapley import secretsv as ssv
 from fedsec.shapley import secsv as sv
-from fedsec.shapley.binding import Context, session_from_nonces
 from fedsec.shapley.hesv import HESVClient, HESVConfig, HESVServer, _key_setup
-from fedsec.shapley.secure_game import check_decryptor, plan_groups, shuffle
+from fedsec.shapley.secure_game import check_decryptor, plan_groups
 
 __all__ = ["ShapleyWorld", "build_shapley_world", "make_shapley_targets",
            "shapley_meta_cases", "SHAPLEY_TARGETS", "FLOWER_TARGETS", "HESV_PRESET_TEST"]
@@ -123,15 +124,19 @@ class Recorder(Accounting):
                 and (sender is None or s == sender) and (receiver is None or r == receiver)]
 
     def __call__(self, envs: list[Envelope]) -> list[Envelope]:
-        """As a network interceptor (SecSV): every envelope through :meth:`message`, under
-        the short kind the logs use (``decrypt``, ``share``, ``label-diff``...)."""
+        """As a network interceptor: every envelope through :meth:`message`, under the
+        short kind the logs use (``decrypt``, ``share``, ``label-diff``...)."""
         return [e.with_payload(self.message(e.sender, e.recipient, short_kind(e.kind),
                                             e.payload)) for e in envs]
 
+    intercept = __call__
 
-#: SecSV's message kinds under the names the recorder's logs use
+
+#: Message kinds under the names the recorder's logs use (re-shares and label shares are
+#: both "share")
 _SHORT = {"secsv/decrypt-all": "decrypt", "secsv/reshare": "share", "secsv/labels": "share",
-          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff"}
+          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff",
+          "secretsv/reshare": "share", "secretsv/labels": "share"}
 
 
 def short_kind(kind: str) -> str:
@@ -159,6 +164,12 @@ def use_recorder(run: Any, rec: Recorder) -> Recorder:
 def recorder_of(run: Any) -> Recorder:
     rec = getattr(run, "_fz_recorder", None)
     return rec if rec is not None else run.acc
+
+
+def tap(run: Any, rec: Recorder | None = None) -> Recorder:
+    """Record (and let a test substitute) the messages of ``run`` from now on
+    (:func:`use_recorder` with a fresh recorder unless one is given)."""
+    return use_recorder(run, Recorder() if rec is None else rec)
 
 
 def _tiny_record() -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]:
@@ -200,15 +211,15 @@ def tiny_derived_record(sets: Sequence[tuple[np.ndarray, np.ndarray]], rounds: i
 # ---------------------------------------------------------------------- cloning roles
 def clone_hserver(s: HESVServer) -> HESVServer:
     c = copy.copy(s)
-    c.data = dict(s.data)
-    c.models = dict(s.models)
+    c._data = dict(s._data)  # noqa: SLF001
+    c._models = dict(s._models)  # noqa: SLF001
     c._first = dict(s._first)  # noqa: SLF001
     c._agg = dict(s._agg)  # noqa: SLF001
     c._evals = {k: dataclasses.replace(v) for k, v in s._evals.items()}  # noqa: SLF001
     c._counts = dict(s._counts)  # noqa: SLF001
     c._pending = dict(s._pending)  # noqa: SLF001
-    c.decryptions = dict(s.decryptions)
-    c.acc = Accounting()
+    c._decryptions = dict(s._decryptions)  # noqa: SLF001
+    c.clock = Clock()
     return c
 
 
@@ -216,7 +227,7 @@ def clone_hclient(s: HESVClient) -> HESVClient:
     c = copy.copy(s)
     c._seen = {k: set(v) for k, v in s._seen.items()}  # noqa: SLF001
     c._answered = s._answered.copy()  # noqa: SLF001
-    c.acc = Accounting()
+    c.clock = Clock()
     return c
 
 
@@ -261,29 +272,32 @@ def clone_srun(run: Any) -> Any:
     return c
 
 
-def _same_session(c: Any, s: Any) -> Any:
-    c.nonce, c.session = s.nonce, s.session  # not constructor fields (joined, not given)
+def clone_tserver(s: Any) -> Any:
+    """A SecretSV server, with its evaluation state (its schedule shared, as before)."""
+    c = copy.copy(s)
+    for name in ("_xbound", "_models", "_bounds"):
+        setattr(c, name, dict(getattr(s, name)))
+    c._evals_seen, c._triples_used = set(s._evals_seen), set(s._triples_used)  # noqa: SLF001
+    c._order = list(s._order)  # noqa: SLF001
+    if s._eval is not None:  # noqa: SLF001
+        c._eval = dataclasses.replace(s._eval, announced=dict(s._eval.announced))  # noqa: SLF001
+    c.clock = Clock()
     return c
 
 
-def clone_tserver(s: Any) -> Any:
-    """A SecretSV server, with its evaluation state."""
-    return _same_session(dataclasses.replace(
-        s, xbound=dict(s.xbound), models=dict(s.models), bounds=dict(s.bounds),
-        evals_seen=set(s.evals_seen), triples_used=set(s.triples_used),
-        eval=None if s.eval is None else dataclasses.replace(s.eval)), s)
-
-
 def clone_tclient(x: Any) -> Any:
-    return _same_session(dataclasses.replace(x, answered=set(x.answered),
-                                             seen={k: set(v) for k, v in x.seen.items()}), x)
+    c = copy.copy(x)
+    c._answered = set(x._answered)  # noqa: SLF001
+    c._seen = {k: set(v) for k, v in x._seen.items()}  # noqa: SLF001
+    c.clock = Clock()
+    return c
 
 
 def clone_trun(run: Any) -> Any:
     c = copy.copy(run)
     c.P, c.A = clone_tserver(run.P), clone_tserver(run.A)
     c.clients = [clone_tclient(x) for x in run.clients]
-    c.acc = Recorder(keep=False)
+    tap(c, Recorder(keep=False))
     return c
 
 
@@ -396,7 +410,7 @@ class ShapleyWorld:
 
 def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     cfg = HESVConfig(HESV_PRESET_TEST, batch_hint=4, allow_insecure=True)
-    agg, keys = _key_setup(N_CLIENTS, cfg.key_spec(record.spec), Accounting())
+    agg, keys = _key_setup(N_CLIENTS, cfg.key_spec(record.spec), Network())
     assert agg.context is not None
     rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
     server = HESVServer(agg.context, record.spec, cfg, N_CLIENTS, rounds, agg.session)
@@ -563,29 +577,26 @@ def _secsv_derived(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
 
 def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
               ) -> dict[str, Any]:
-    rec = Recorder()
     n, n_layers = record.n_clients, len(record.spec.layers)
     groups, strong = plan_groups(n, n_layers)
-    clients = [ssv._Client(i, n, record.spec, x, y)  # noqa: SLF001
-               for i, (x, y) in enumerate(sets)]
-    P = ssv._Server("P", record.spec, n_clients=n)  # noqa: SLF001
-    A = ssv._Server("A", record.spec, n_clients=n)  # noqa: SLF001
+    rounds = [(r.participants, np.asarray(r.weights)) for r in record.rounds]
+    clients = [ssv.SecretSVClient(i, n, record.spec, x, y) for i, (x, y) in enumerate(sets)]
+    P = ssv.SecretSVPrincipal(record.spec, rounds, n_clients=n)
+    A = ssv.SecretSVAuxiliary(record.spec, rounds, n_clients=n)
     dealer = ssv.Dealer()
-    ssv.open_session(rec, clients, P, A, dealer)
-    session = P.session
+    run = ssv.SecretSVRun(record, Network(), clients, P, A, dealer, len(groups),
+                          sum(len(y) for _, y in sets), leader=0)
+    rec = tap(run)
+    ssv.open_session(run.net, clients, P, A, dealer)
     empty, a_empty = clone_tserver(P), clone_tserver(A)
-    data_p, data_a = [], []
-    for c in clients:
-        bp, ba = c.share_data(rec)
-        data_p.append(bp)
-        data_a.append(ba)
+    names = [c.name for c in clients]
+    shares = [c.share_data() for c in clients]
+    data_p = run.net.gather(names, "P", [d[0] for d in shares])
+    data_a = run.net.gather(names, "A", [d[1] for d in shares])
     P.receive_data(data_p)
     A.receive_data(data_a)
-    order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    order_msg = P.order_message(order)
+    order_msg = run.net.send("P", "A", P.order_batches(groups, strong=strong))
     A.receive_order(order_msg)
-    run = ssv._Run(record, rec, clients, P, A, dealer, groups,  # noqa: SLF001
-                   strong, order, leader=0)
     n_log = len(rec.log)
     run.upload_round(0)
     models_p = [p for _, r, _k, p in rec.log[n_log:] if r == "P"]
@@ -593,17 +604,15 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     evals, at_share = {}, []
     for mask in MASKS:
         r2 = clone_trun(run)
-        r2.acc = Recorder()
+        log = tap(r2)
         if mask == MASKS[0]:
-            r2.acc.hook = _share_snapshots(r2, clone_trun, at_share)
+            log.hook = _share_snapshots(r2, clone_trun, at_share)
         out = r2.evaluate(0, mask, None)
-        evals[mask] = (r2.acc, out)
+        evals[mask] = (log, out)
     # both servers at the first product of an evaluation, and its triples (open_share/beaver)
     p_at, a_at = clone_tserver(run.P), clone_tserver(run.A)
-    a_at.open_eval(p_at.announce_eval(MASKS[0], 0, order[0]))
-    ly = record.spec.layers[0]
-    tp, ta = run.dealer.triple(ly.out_features, ly.in_features, len(order[0]), Accounting(),
-                               Context(session, "secretsv", 0, MASKS[0], 0, 0))
+    a_at.open_eval(p_at.announce_eval(MASKS[0], 0, None))
+    tp, ta = run.dealer.triple(p_at.triple_request())
     return {"t_run": run, "t_data_p": data_p, "t_data_a": data_a, "t_models_p": models_p,
             "t_server_empty": empty, "t_eval": evals, "t_open": (p_at, a_at, tp, ta),
             "t_at_share": at_share, "t_server_a_empty": a_empty, "t_order": order_msg,
@@ -739,12 +748,29 @@ def _meta_of(data: bytes) -> dict[str, Any] | None:
         return None
 
 
+_HINDEX = ("mask", "owner", "batch", "layer")
+
+
+def _hmeta(data: bytes) -> dict[str, Any]:
+    """An HESV message's metadata with its binding context's round and index (mask,
+    owner, batch, layer) as keys (absent where the context is malformed)."""
+    meta = _meta_of(data) or {}
+    try:
+        ctx = PContext.from_meta(meta.get(CTX))
+    except ProtocolError:
+        return meta
+    out = {**meta, "round": ctx.round}
+    if len(ctx.index) == len(_HINDEX):
+        out.update(zip(_HINDEX, ctx.index, strict=True))
+    return out
+
+
 # ---------------------------------------------------------------------- oracles
 def _hesv_decrypt_oracle(before: HESVClient, request: bytes, n_layers: int
                          ) -> Callable[[Any], str | None]:
     """What a client must have refused, from the request it accepted and what it had
     decrypted before (Prop. 6.8, strong level)."""
-    meta = _meta_of(request) or {}
+    meta = _hmeta(request)
     key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
     seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
         isinstance(v, int) for v in key) else set()
@@ -764,7 +790,7 @@ def _hesv_decrypt_oracle(before: HESVClient, request: bytes, n_layers: int
 
 def _hesv_count_oracle(before: HESVClient, request: bytes, n_layers: int
                        ) -> Callable[[Any], str | None]:
-    meta = _meta_of(request) or {}
+    meta = _hmeta(request)
     key = tuple(meta.get(k) for k in ("round", "mask", "owner", "batch"))
     seen = set(before._seen.get(key, set())) if all(  # noqa: SLF001
         isinstance(v, int) for v in key) else set()
@@ -799,7 +825,7 @@ def _hesv_step_oracle(before: HESVServer, total: int) -> Callable[[Any], str | N
 
 def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        for b in server.data.get(sender, []):
+        for b in server._data.get(sender, []):  # noqa: SLF001
             for ct in b.b:
                 if ct.scale != ctx.scale or ct.parms_id() != ctx.top_parms_id:
                     return "stored a data ciphertext of another scale or level"
@@ -813,7 +839,7 @@ def _stored_scales_oracle(ctx: CKKSContext, sender: int) -> Callable[[Any], str 
 def _hesv_model_oracle(ctx: CKKSContext, sender: int, before: set[Any]
                        ) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        for key, layers in server.models.items():
+        for key, layers in server._models.items():  # noqa: SLF001
             if key in before:
                 continue
             if key[1] not in (sender, "global") or (key[1] == "global" and sender != 0):
@@ -878,12 +904,12 @@ def _model_key_oracle(stored_before: set[Any], owner_of: Callable[[bytes], Any],
 
 def _tmodel_oracle(stored_before: set[Any]) -> Callable[[Any], str | None]:
     def check(server: Any) -> str | None:
-        for key in set(server.models) - stored_before:
+        for key in set(server._models) - stored_before:  # noqa: SLF001
             rnd, name = key
             if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 0:
                 return f"a model stored for round {rnd!r}"
-            if any(b < 1 for bd in server.bounds[key] for b in bd):
-                return f"model bounds {server.bounds[key]!r} accepted"
+            if any(b < 1 for bd in server._bounds[key] for b in bd):  # noqa: SLF001
+                return f"model bounds {server._bounds[key]!r} accepted"  # noqa: SLF001
         return None
     return check
 
@@ -1168,6 +1194,16 @@ def derived_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
     return [dec, flight, a_diff, p_compare]
 
 
+def _from_a(meta: dict[str, Any]) -> dict[str, Any]:
+    """P's output-request metadata as A's copy carries it (its context names A as the
+    sender), where the context is well formed."""
+    try:
+        ctx = PContext.from_meta(meta.get(CTX))
+    except ProtocolError:
+        return dict(meta)
+    return {**meta, CTX: ctx.at(sender="A").to_meta()}
+
+
 def _batches_oracle(get: Callable[[Any], list[np.ndarray]], n: int
                     ) -> Callable[[Any], str | None]:
     """A's batches (SecSV) or batch order (SecretSV): every sample exactly once."""
@@ -1182,8 +1218,13 @@ def _batches_oracle(get: Callable[[Any], list[np.ndarray]], n: int
 
 def _unjoined(role: Any) -> Any:
     c = copy.copy(role)
-    c.session = ""
+    c._binding = None  # noqa: SLF001
     return c
+
+
+def _session_of(role: Any) -> str:
+    b = role._binding  # noqa: SLF001
+    return "" if b is None else b.session
 
 
 def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
@@ -1202,7 +1243,7 @@ def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
 
     def join_oracle(k: int) -> Callable[[Any], str | None]:
         def check(role: Any) -> str | None:
-            if roles[k].nonce not in nonces and role.session:
+            if roles[k]._nonce not in nonces and _session_of(role):  # noqa: SLF001
                 return "joined a session without its nonce"
             return None
         return check
@@ -1213,9 +1254,9 @@ def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
                 got = list(wire.decode(data).blobs)
             except ProtocolError:
                 return "joined a session from undecodable bytes"
-            if roles[k].nonce not in got:
+            if roles[k]._nonce not in got:  # noqa: SLF001
                 return "joined a session without its nonce"
-            if role.session != session_from_nonces("secretsv", got):
+            if _session_of(role) != session_from_nonces("secretsv", got):
                 return "joined a session that is not the hash of the nonces it was sent"
             return join_oracle(k)(role)
         return check
@@ -1245,7 +1286,7 @@ def session_targets(w: ShapleyWorld, hostile: Hostile) -> list[Target]:
 
     def gather_oracle(out: Any) -> str | None:
         got = list(out.blobs)
-        if trun.P.nonce not in got or len(set(got)) != len(got) \
+        if trun.P._nonce not in got or len(set(got)) != len(got) \
                 or len(got) != N_CLIENTS + 3 or any(len(v) != 16 for v in got):
             return f"a session of {len(got)} nonces gathered"
         return None
@@ -1289,7 +1330,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     ht = Hostile([b"", b"\x00" * 8, b"\x00" * (1 << 20)])
     n_layers = len(w.record.spec.layers)
     n_samples = sum(len(y) for _, y in w.sets)
-    ctx = w.h_server_ready.ctx
+    ctx = w.h_server_ready._ctx  # noqa: SLF001
     targets: list[Target] = []
 
     # -- HESV server ---------------------------------------------------------------------
@@ -1308,7 +1349,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
 
     def h_model_call(x: tuple[int, bytes]) -> Any:
         server = clone_hserver(w.h_server_ready)
-        server.models = {}
+        server._models = {}  # noqa: SLF001
         server.receive_model(*x)
         return server
 
@@ -1563,7 +1604,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     def t_model_call(base: Any) -> Callable[[bytes], Any]:
         def call(data: bytes) -> Any:
             server = clone_tserver(base)
-            server.models, server.bounds = {}, {}
+            server._models, server._bounds = {}, {}  # noqa: SLF001
             server.receive_model(data)
             return server
         return call
@@ -1582,36 +1623,31 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
 
     def t_order_call(data: bytes) -> Any:
         server = clone_tserver(trun.A)
-        server.order = []
+        server._order = []  # noqa: SLF001
         server.receive_order(data)
         return server
 
     def t_order(m: Mutator) -> Case:
         data, name = ht.any(m, w.t_order, [w.s_batches, w.t_offer])
-        return Case(data, name, _batches_oracle(lambda a: a.order, n_samples))
+        return Case(data, name, _batches_oracle(lambda a: a._order, n_samples))  # noqa: SLF001
 
     targets.append(Target("SecretSVServer.receive_order", t_order_call,
                           [("any", 1, t_order)], weight=0.5))
     targets += session_targets(w, ht)
 
     tp, ta = w.t_open[2], w.t_open[3]
-    d_out, d_in, mm = wire.decode(tp).meta["shape"]
-    wz = np.zeros((d_out, d_in), dtype=np.uint64)
-    xz = np.zeros((d_in, mm), dtype=np.uint64)
     triples = [p for log, _ in w.t_eval.values() for _, _, p in log.of("triple")]
     targets.append(Target("SecretSVServer.open_share",
-                          lambda data: clone_tserver(w.t_open[0]).open_share(wz, xz, data), [
+                          lambda data: clone_tserver(w.t_open[0]).open_share(data), [
                               ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
                                   ht.any(m, m.rng.choice((tp, ta)), triples))),
                           ], weight=0.7))
     p_open, a_open = clone_tserver(w.t_open[0]), clone_tserver(w.t_open[1])
-    open_p, uvc_p = p_open.open_share(wz, xz, tp)
-    open_a, _ = a_open.open_share(wz, xz, ta)
+    p_open.open_share(tp)
+    open_a = a_open.open_share(ta)
     opens = [p for log, _ in w.t_eval.values() for _, _, p in log.of("open")]
-    bias = np.zeros(d_out, dtype=np.uint64)
     targets.append(Target("SecretSVServer.beaver",
-                          lambda data: clone_tserver(p_open).beaver(open_p, data, uvc_p, bias,
-                                                                    True), [
+                          lambda data: clone_tserver(p_open).beaver(data), [
                               ("any", 1, lambda m: (lambda d: Case(d[0], d[1]))(
                                   ht.any(m, open_a, opens))),
                           ], weight=0.7))
@@ -1636,15 +1672,15 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
             p, name = ht.meta(m, p), "meta-both"
             msg = wire.decode(a)
             pm = _meta_of(p)
-            a = _encode_loose(msg.kind, pm if pm is not None else dict(msg.meta),
-                              list(msg.blobs))
+            am = dict(msg.meta) if pm is None else _from_a(pm)
+            a = _encode_loose(msg.kind, am, list(msg.blobs))
         else:
             me, name = m.rng.randrange(N_CLIENTS), "misrouted"
         return Case((me, p, a), name, _decryptor_oracle(me, _meta_of(p), n_layers))
 
     targets.append(Target("SecretSVClient.reconstruct",
                           lambda x: clone_tclient(trun.clients[x[0]]).reconstruct(
-                              x[1], x[2], Accounting()),
+                              x[1], x[2]),
                           [("any", 1, t_reconstruct)], weight=1.5))
 
     call, produce = in_flight(w.t_eval, ht, clone_trun, trun, set())  # every kind framed
@@ -1666,7 +1702,7 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
     metadata (blobs intact) as a :class:`Case` with the oracle success must pass."""
     n_layers = len(w.record.spec.layers)
     n_samples = sum(len(y) for _, y in w.sets)
-    ctx = w.h_server_ready.ctx
+    ctx = w.h_server_ready._ctx  # noqa: SLF001
 
     def meta(data: bytes) -> dict[str, Any]:
         return dict(wire.decode(data).meta)
@@ -1710,7 +1746,7 @@ def shapley_meta_cases(w: ShapleyWorld) -> dict[str, tuple[str, dict[str, Any], 
         return Case((s_me, rebuild(s_req, m)), "sweep", _decryptor_oracle(s_me, m, n_layers))
 
     def treconstruct(m: dict[str, Any]) -> Case:
-        return Case((t_me, rebuild(t_p, m), rebuild(t_a, m)), "sweep",
+        return Case((t_me, rebuild(t_p, m), rebuild(t_a, _from_a(m))), "sweep",
                     _decryptor_oracle(t_me, m, n_layers))
 
     def sderived(r: DRequest) -> tuple[str, dict[str, Any], MetaBuild]:

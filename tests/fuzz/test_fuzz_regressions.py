@@ -484,7 +484,7 @@ def test_transparent_ciphertexts_are_refused_when_decoded(shapley_world: Any) ->
                                            [bad, *model.blobs[1:]]))
     data = wire.decode(shapley_world.h_data[1])
     hserver = fs.clone_hserver(shapley_world.h_server_empty)
-    plain = raw_ciphertext(hserver.ctx.deserialize(data.blobs[0]))  # not seeded
+    plain = raw_ciphertext(hserver._ctx.deserialize(data.blobs[0]))  # not seeded  # noqa: SLF001
     with pytest.raises(ProtocolError, match="transparent"):
         hserver.receive_data(1, _encode_loose(data.kind, dict(data.meta), [
             transparent_ciphertext(plain), *data.blobs[1:]]))
@@ -504,7 +504,7 @@ def test_secretsv_output_of_minus_two_to_the_63_is_out_of_bound(shapley_world: A
     as_[0] = ((1 << 63) - int(ps[0])) % (1 << 64)  # the reconstructed entry is -2^63
     forged = _encode_loose(a.kind, dict(a.meta), [as_.tobytes()])
     with pytest.raises(ProtocolError, match="bound"):
-        client.reconstruct(from_p, forged, fs.Accounting())
+        client.reconstruct(from_p, forged)
 
 
 def test_hesv_predictions_equal_to_the_labels_are_a_protocol_error(shapley_world: Any) -> None:
@@ -516,9 +516,11 @@ def test_hesv_predictions_equal_to_the_labels_are_a_protocol_error(shapley_world
     st = next(s for s in shapley_world.h_steps if s.kind == "hesv/predicted")
     server = fs.clone_hserver(st.server)
     meta = dict(wire.decode(st.reply).meta)
-    y = server.data[meta["owner"]][meta["batch"]].y
+    where = fs._hmeta(st.reply)  # noqa: SLF001 - the round and index of its binding
+    y = server._data[where["owner"]][where["batch"]].y  # noqa: SLF001
     labels = y if isinstance(y, list) else [y]  # one ciphertext per class pair
-    forged = _encode_loose("hesv/predicted", meta, [server.ctx.serialize(c) for c in labels])
+    forged = _encode_loose("hesv/predicted", meta,
+                           [server._ctx.serialize(c) for c in labels])  # noqa: SLF001
     with pytest.raises(ProtocolError, match="transparent"):
         server.step(st.sender, forged)
 
@@ -551,7 +553,9 @@ def _raised_reshare_bound(protocol: str) -> None:
         return
     monkey = pytest.MonkeyPatch()
     try:
-        monkey.setattr(ssv, "Accounting", lambda: log)
+        net = fs.Network()
+        net.intercept(log.intercept)  # SecretSV's roles talk over a network
+        monkey.setattr(ssv, "Network", lambda: net)
         log.swap = ("share", 0, raise_bound)
         with pytest.raises(ProtocolError, match="re-share bound"):
             ssv.secretsv_shapley(rec, sets, schedule="paper")

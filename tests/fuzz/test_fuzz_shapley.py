@@ -89,7 +89,7 @@ ROLE_KINDS = frozenset({
     *(("SecretSV A", f"secretsv/{k}") for k in ("session", "data", "model", "batches",
                                                 "eval", "triple", "open", "reshare",
                                                 "labels", "label-mask")),
-    ("SecretSV dealer", "secretsv/session"),
+    *(("SecretSV dealer", f"secretsv/{k}") for k in ("session", "triple-request")),
 })
 
 
@@ -99,11 +99,11 @@ def _role_of(frame: Any) -> str | None:
 
     names = {hesv.HESVServer: "HESV server", hesv.HESVClient: "HESV client",
              secsv.PrincipalServer: "SecSV P", secsv.AuxiliaryServer: "SecSV A",
-             secsv.SecSVClient: "SecSV client", secretsv._Client: "SecretSV client",  # noqa: SLF001
+             secsv.SecSVClient: "SecSV client", secretsv.SecretSVClient: "SecretSV client",
              secretsv.Dealer: "SecretSV dealer"}
     while frame is not None:
         me = frame.f_locals.get("self")
-        if isinstance(me, secretsv._Server):  # noqa: SLF001
+        if isinstance(me, secretsv.SecretSVServer):
             return f"SecretSV {me.name}"
         if type(me) in names:
             return names[type(me)]

@@ -27,11 +27,13 @@ from numpy.typing import NDArray
 from fedsec.crypto import sharing as sh
 from fedsec.protocol import wire
 from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.binding import context_of
 from fedsec.protocol.network import Envelope, Network
 
-#: SecSV's message kinds under the names of the other protocols' accounting
+#: SecSV's and SecretSV's message kinds under the names of the attack's log
 _SHORT = {"secsv/decrypt-all": "decrypt", "secsv/reshare": "share", "secsv/labels": "share",
-          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff"}
+          "secsv/labels-all": "share", "secsv/label-diff-all": "label-diff",
+          "secretsv/reshare": "share", "secretsv/labels": "share"}
 
 
 class Tap(Accounting):
@@ -51,23 +53,23 @@ class Tap(Accounting):
             self.message(e.sender, e.recipient, _SHORT.get(e.kind, e.kind.split("/", 1)[-1]),
                          e.payload)
 
+    def network(self) -> Network:
+        """A network whose every message this tap keeps (patch a runner's ``Network``)."""
+        return tap_network(self)
+
 
 def tap_network(tap: Tap) -> Network:
-    """A network whose every message ``tap`` keeps (SecSV's runner: patch its
-    ``Network``)."""
+    """A network whose every message ``tap`` keeps."""
     net = Network()
     net.intercept(tap)
     return net
 
 
 def _where(meta: dict[str, Any]) -> tuple[int, int, int]:
-    """``(round, coalition, batch)`` of a message's context: SecSV's
-    ``[session, protocol, round, step, sender, recipient, [mask, batch, layer]]`` or
-    SecretSV's ``[session, protocol, round, mask, batch, layer, step]``."""
-    ctx = meta["ctx"]
-    if isinstance(ctx[6], list):
-        return ctx[2], ctx[6][0], ctx[6][1]
-    return ctx[2], ctx[3], ctx[4]
+    """``(round, coalition, batch)`` of a message's binding context (index =
+    ``(coalition, batch, layer)``)."""
+    ctx = context_of(meta)
+    return ctx.round, ctx.index[0], ctx.index[1]
 
 
 @dataclass
@@ -176,9 +178,10 @@ def curious_hesv_client(base: type, seen: list[tuple[int, int, int, NDArray[Any]
             out = super().count(request)  # the client's own checks first
             msg = wire.decode(request)
             m = int(msg.meta["m"])
-            vals = self.ctx.decrypt(self.ctx.deserialize(msg.blobs[0]))[:m]  # complex
-            seen.append((int(msg.meta["owner"]), int(msg.meta["batch"]), self.batch,
-                         np.asarray(vals)))
+            _mask, owner, batch, _layer = context_of(msg.meta).index
+            ctx = self._ctx  # its own key: a subclass of the role
+            vals = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[:m]  # complex
+            seen.append((owner, batch, self._batch, np.asarray(vals)))
             return out
 
     return Curious

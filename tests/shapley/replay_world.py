@@ -23,10 +23,11 @@ import fuzz_shapley as fz  # noqa: E402
 from fedsec.learning.model import LayerSpec, ModelSpec  # noqa: E402
 from fedsec.learning.record import RoundRecord, TrainingRecord  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
+from fedsec.protocol.binding import CTX, RE, RID  # noqa: E402
+from fedsec.protocol.network import Network  # noqa: E402
 from fedsec.shapley import secretsv as ssv  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
-from fedsec.shapley.binding import CTX, RE, RID  # noqa: E402
-from fedsec.shapley.secure_game import plan_groups, shuffle  # noqa: E402
+from fedsec.shapley.secure_game import plan_groups  # noqa: E402
 
 N = 5
 MAIN, OTHER_MASK = 0b00011, 0b00101
@@ -61,13 +62,13 @@ class Run:
 def _evaluate(base: Any, clone: Callable[[Any], Any], t: int, mask: int
               ) -> tuple[fz.Recorder, np.ndarray]:
     r = clone(base)
-    log = fz.use_recorder(r, fz.Recorder())
+    log = fz.tap(r)
     out = r.evaluate(t, mask, None)
     return log, out
 
 
-def _rounds(run: Any, clone: Callable[[Any], Any]) -> Run:
-    setup = fz.recorder_of(run)
+def _rounds(run: Any, clone: Callable[[Any], Any], setup: fz.Recorder | None = None) -> Run:
+    setup = fz.recorder_of(run) if setup is None else setup
     run.upload_round(0)
     r0 = clone(run)
     run.end_round(0)
@@ -90,28 +91,37 @@ def secsv_runs() -> list[Run]:
     return runs
 
 
-def secretsv_run(rec: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> Any:
-    """What :func:`fedsec.shapley.secretsv.secretsv_shapley` sets up, step by step."""
-    n, acc = rec.n_clients, fz.Recorder()
+def secretsv_run(rec: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
+                 ) -> tuple[Any, fz.Recorder]:
+    """What :func:`fedsec.shapley.secretsv.secretsv_shapley` sets up, step by step (over a
+    network whose messages the returned recorder keeps)."""
+    n = rec.n_clients
     groups, strong = plan_groups(n, len(rec.spec.layers))
-    clients = [ssv._Client(i, n, rec.spec, x, y)  # noqa: SLF001
-               for i, (x, y) in enumerate(sets)]
-    P = ssv._Server("P", rec.spec, n_clients=n)  # noqa: SLF001
-    A = ssv._Server("A", rec.spec, n_clients=n)  # noqa: SLF001
+    rounds = [(r.participants, np.asarray(r.weights)) for r in rec.rounds]
+    clients = [ssv.SecretSVClient(i, n, rec.spec, x, y) for i, (x, y) in enumerate(sets)]
+    P = ssv.SecretSVPrincipal(rec.spec, rounds, n_clients=n)
+    A = ssv.SecretSVAuxiliary(rec.spec, rounds, n_clients=n)
     dealer = ssv.Dealer()
-    ssv.open_session(acc, clients, P, A, dealer)
-    to_p, to_a = zip(*(c.share_data(acc) for c in clients), strict=True)
-    P.receive_data([acc.message(f"client:{i}", "P", "data", d) for i, d in enumerate(to_p)])
-    A.receive_data([acc.message(f"client:{i}", "A", "data", d) for i, d in enumerate(to_a)])
-    order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-    A.receive_order(acc.message("P", "A", "batches", P.order_message(order)))
-    return ssv._Run(rec, acc, clients, P, A, dealer, groups,  # noqa: SLF001
-                    strong, order, leader=0)
+    run = ssv.SecretSVRun(rec, Network(), clients, P, A, dealer, len(groups),
+                          sum(len(y) for _, y in sets), leader=0)
+    acc = fz.tap(run)
+    net = run.net
+    ssv.open_session(net, clients, P, A, dealer)
+    names = [c.name for c in clients]
+    to_p, to_a = zip(*(c.share_data() for c in clients), strict=True)
+    P.receive_data(net.gather(names, "P", list(to_p)))
+    A.receive_data(net.gather(names, "A", list(to_a)))
+    A.receive_order(net.send("P", "A", P.order_batches(groups, strong=strong)))
+    return run, acc
 
 
 def secretsv_runs() -> list[Run]:
     rec, sets = record()
-    return [_rounds(secretsv_run(rec, sets), fz.clone_trun) for _ in range(2)]
+    out = []
+    for _ in range(2):
+        run, setup = secretsv_run(rec, sets)
+        out.append(_rounds(run, fz.clone_trun, setup))
+    return out
 
 
 def splice(donor: bytes, honest: bytes) -> bytes:

@@ -68,7 +68,7 @@ def _attack(monkeypatch: pytest.MonkeyPatch, protocol: str, world: tuple, **kw: 
     if protocol == "secsv":  # keep the bytes the roles exchange
         monkeypatch.setattr(sv_runner, "Network", lambda: la.tap_network(tap))
     else:
-        monkeypatch.setattr(ssv, "Accounting", lambda: tap)
+        monkeypatch.setattr(ssv, "Network", tap.network)
     fn = sv.secsv_shapley if protocol == "secsv" else ssv.secretsv_shapley
     res = fn(rec, sets, **{"schedule": "paper", **kw})  # type: ignore[operator]
     # the plaintext FSVs (exactly on the binary task; near-ties flip at the fixed point

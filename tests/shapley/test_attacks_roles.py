@@ -23,7 +23,8 @@ from fuzz_targets import _encode_loose  # noqa: E402
 
 from fedsec.errors import PolicyViolation, ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
-from fedsec.protocol.accounting import Accounting  # noqa: E402
+from fedsec.protocol.binding import CTX  # noqa: E402
+from fedsec.protocol.binding import Context as PContext  # noqa: E402
 from fedsec.shapley import secsv as sv  # noqa: E402
 
 
@@ -41,26 +42,53 @@ def _re(data: bytes, *, blobs: list[bytes] | None = None, **meta: Any) -> bytes:
 
 
 # ====================================================================== HESV
+def _hre(data: bytes, *, blobs: list[bytes] | None = None, **changes: Any) -> bytes:
+    """An HESV message with fields of its binding context changed (the index by its parts
+    ``mask``, ``owner``, ``batch``, ``layer``; a part set to ``...`` is dropped) and other
+    metadata keys replaced."""
+    hm = fz._hmeta(data)  # noqa: SLF001
+    ctx = PContext.from_meta(hm[CTX])
+    index = list(ctx.index)
+    for k in reversed(fz._HINDEX):  # noqa: SLF001
+        if k in changes:
+            v = changes.pop(k)
+            if v is ...:
+                del index[fz._HINDEX.index(k)]  # noqa: SLF001
+            else:
+                index[fz._HINDEX.index(k)] = v  # noqa: SLF001
+    ctx_changes = {k: changes.pop(k) for k in list(changes) if k in (
+        "session", "protocol", "round", "step", "sender", "recipient")}
+    return _re(data, blobs=blobs, **{CTX: ctx.at(index=index, **ctx_changes).to_meta()},
+               **changes)
+
+
+def _hat(data: bytes) -> dict[str, Any]:
+    """An HESV message's round and index parts (with its other metadata)."""
+    return fz._hmeta(data)  # noqa: SLF001
+
+
 def _layer_requests(w: fz.ShapleyWorld, mask: int) -> list[fz.HRequest]:
     return [r for r in w.h_requests if r.kind == "hesv/layer"
-            and wire.decode(r.request).meta["mask"] == mask]
+            and _hat(r.request)["mask"] == mask]
 
 
 def test_hesv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> None:
     """A server routing a decryption against the chain rules is stopped by the client."""
     owner_req = _layer_requests(w, 0b0010)[0]  # θ_1 (client 1's local model) under test
+    # (each misrouted request addressed as a server that routes it so would address it)
     with pytest.raises(PolicyViolation, match="its own local model"):
-        fz.clone_hclient(w.h_clients[1]).decrypt_layer(owner_req.request)
-    meta = wire.decode(owner_req.request).meta
-    batch_owner = meta["owner"]
+        fz.clone_hclient(w.h_clients[1]).decrypt_layer(_hre(owner_req.request,
+                                                            recipient="client:1"))
+    batch_owner = _hat(owner_req.request)["owner"]
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        fz.clone_hclient(w.h_clients[batch_owner]).decrypt_layer(owner_req.request)
+        fz.clone_hclient(w.h_clients[batch_owner]).decrypt_layer(
+            _hre(owner_req.request, recipient=f"client:{batch_owner}"))
     # the same client asked for the next layer of an evaluation it decrypted (i_(l+1) = i_l)
     first = next(r for r in w.h_requests if r.kind == "hesv/layer"
-                 and wire.decode(r.request).meta["layer"] == 1)
+                 and _hat(r.request)["layer"] == 1)
     client = fz.clone_hclient(first.client)
     client.decrypt_layer(first.request)
-    second = _re(first.request, layer=2)
+    second = _hre(first.request, layer=2)
     with pytest.raises(PolicyViolation, match="another layer"):
         client.decrypt_layer(second)
     # ... and, at the strong level, a replay of the layer it already decrypted
@@ -70,9 +98,10 @@ def test_hesv_client_refuses_requests_outside_prop_6_8(w: fz.ShapleyWorld) -> No
 
 def test_hesv_client_refuses_the_difference_it_must_not_see(w: fz.ShapleyWorld) -> None:
     diff = next(r for r in w.h_requests if r.kind == "hesv/diff")
-    meta = wire.decode(diff.request).meta
+    meta = _hat(diff.request)
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        fz.clone_hclient(w.h_clients[meta["owner"]]).count(diff.request)
+        fz.clone_hclient(w.h_clients[meta["owner"]]).count(
+            _hre(diff.request, recipient=f"client:{meta['owner']}"))
     # the client that decrypted the last layer (knows Ŷ) must not see Y - Ŷ
     key = (meta["round"], meta["mask"], meta["owner"], meta["batch"])
     knows = next(r.client for r in w.h_requests if r.kind == "hesv/diff"
@@ -81,20 +110,25 @@ def test_hesv_client_refuses_the_difference_it_must_not_see(w: fz.ShapleyWorld) 
                      fz.clone_hclient(c)._seen.get(key, set()) & {3})  # noqa: SLF001
     assert predictor.index != knows.index
     with pytest.raises(PolicyViolation, match="predicted labels"):
-        fz.clone_hclient(predictor).count(diff.request)
+        fz.clone_hclient(predictor).count(_hre(diff.request,
+                                               recipient=f"client:{predictor.index}"))
 
 
 def test_hesv_cross_session_and_misrouted_messages(w: fz.ShapleyWorld) -> None:
     req = _layer_requests(w, 0b0011)[0]
     with pytest.raises(ProtocolError, match="another session"):
-        fz.clone_hclient(req.client).decrypt_layer(_re(req.request, session="0" * 64))
+        fz.clone_hclient(req.client).decrypt_layer(_hre(req.request, session="0" * 64))
     st = w.h_steps[0]
     server = fz.clone_hserver(st.server)
     with pytest.raises(ProtocolError, match="another session"):
-        server.step(st.sender, _re(st.reply, session="0" * 64))
+        server.step(st.sender, _hre(st.reply, session="0" * 64))
     other = next(c for c in range(fz.N_CLIENTS) if c != st.sender)
     with pytest.raises(ProtocolError):  # a reply claiming another client
         server.step(other, st.reply)
+    with pytest.raises(ProtocolError, match="not asked"):  # ... in its context too
+        server.step(other, _hre(st.reply, sender=f"client:{other}"))
+    with pytest.raises(ProtocolError, match="another recipient"):  # a reflected request
+        fz.clone_hclient(w.h_clients[other]).decrypt_layer(req.request)
     with pytest.raises(ProtocolError):  # an upload claiming another client
         fz.clone_hserver(w.h_server_empty).receive_data(1, w.h_data[0])
     assert server._counts == st.server._counts  # noqa: SLF001
@@ -120,9 +154,9 @@ def test_regression_hesv_reply_to_another_layer(w: fz.ShapleyWorld) -> None:
     flight was accepted (a replay at the weak level, where one client decrypts twice)."""
     st = next(s for s in w.h_steps if s.kind == "hesv/activated")
     with pytest.raises(ProtocolError, match="another layer"):
-        fz.clone_hserver(st.server).step(st.sender, _re(st.reply, layer=2))
-    with pytest.raises(ProtocolError, match="another layer"):
-        fz.clone_hserver(st.server).step(st.sender, _re(st.reply, layer=...))
+        fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, layer=2))
+    with pytest.raises(ProtocolError, match="another layer|field 'index'"):
+        fz.clone_hserver(st.server).step(st.sender, _hre(st.reply, layer=...))
     assert fz.clone_hserver(st.server).step(st.sender, st.reply) is not None
 
 
@@ -152,8 +186,8 @@ def test_regression_hesv_decrypted_garbage_is_refused(w: fz.ShapleyWorld) -> Non
     """Regression: a layer output that decrypts to values the client cannot re-encrypt
     raised SEAL's ValueError ("encoded values are too large")."""
     req = next(r for r in w.h_requests if r.kind == "hesv/layer"
-               and wire.decode(r.request).meta["layer"] == 1)
-    ctx = req.client.ctx
+               and _hat(r.request)["layer"] == 1)
+    ctx = req.client._ctx  # noqa: SLF001
     n = len(wire.decode(req.request).blobs)
     huge = [ctx.serialize(ctx.encrypt(np.full(ctx.slots, 1e10))) for _ in range(n)]
     with pytest.raises(ProtocolError, match="out of range|not finite"):
@@ -274,20 +308,37 @@ def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
 
 
 # ====================================================================== SecretSV
+def _tre(data: bytes, **changes: Any) -> bytes:
+    """A SecretSV message with fields of its binding context changed."""
+    ctx = PContext.from_meta(wire.decode(data).meta[CTX])
+    return _re(data, **{CTX: ctx.at(**changes).to_meta()})
+
+
 def test_secretsv_servers_disagreeing_or_misrouting(w: fz.ShapleyWorld) -> None:
+    from fedsec.protocol.binding import ReplayRefused
+
     log = w.t_eval[0b0011][0]
     (_, to, p), (_, _, a) = log.of("output", sender="P")[0], log.of("output", sender="A")[0]
     me = int(to.split(":")[1])
     client = fz.clone_tclient(w.t_run.clients[me])
     with pytest.raises(ProtocolError, match="different requests"):
-        client.reconstruct(p, _re(a, bound=wire.decode(a).meta["bound"] * 2), Accounting())
+        client.reconstruct(p, _re(a, bound=wire.decode(a).meta["bound"] * 2))
+    with pytest.raises(ProtocolError, match="different requests"):  # or contexts
+        client.reconstruct(p, _tre(a, index=[0, 0, 0]))
     with pytest.raises(ProtocolError):  # output shares for the wrong shape
-        client.reconstruct(_re(p, blobs=[b"\x00" * 8]), a, Accounting())
+        client.reconstruct(_re(p, blobs=[b"\x00" * 8]), a)
+    with pytest.raises(ReplayRefused):  # P's copy twice (A's missing)
+        client.reconstruct(p, p)
     meta = wire.decode(p).meta
     owner = meta["batch_owners"][0]
+    with pytest.raises(ReplayRefused) as e:  # misrouted, as addressed
+        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(p, a)
+    assert e.value.check == "recipient"
+    owner_name = f"client:{owner}"  # misrouted and readdressed: its own rule refuses
     with pytest.raises(ProtocolError, match="own samples"):
-        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(p, a, Accounting())
-    to_p, _ = client.reconstruct(p, a, Accounting())
+        fz.clone_tclient(w.t_run.clients[owner]).reconstruct(
+            _tre(p, recipient=owner_name), _tre(a, recipient=owner_name))
+    to_p, _ = client.reconstruct(p, a)
     assert wire.decode(to_p).kind == "secretsv/reshare"
 
 
@@ -299,7 +350,7 @@ def test_regression_secretsv_reconstruct_metadata(w: fz.ShapleyWorld) -> None:
     client = fz.clone_tclient(w.t_run.clients[int(to.split(":")[1])])
     for bad in ({"weight_sum": 10**400}, {"scale_bits": 10000}, {"scale_bits": 0}):
         with pytest.raises(ProtocolError, match="malformed"):
-            client.reconstruct(_re(p, **bad), _re(a, **bad), Accounting())
+            client.reconstruct(_re(p, **bad), _re(a, **bad))
 
 
 def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
@@ -310,15 +361,14 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
     run = w.t_run
     p_at, a_at, tp, ta = w.t_open
     d_out, d_in, m = wire.decode(tp).meta["shape"]
-    wz, xz = np.zeros((d_out, d_in), np.uint64), np.zeros((d_in, m), np.uint64)
     for shape in (5, [d_out, d_in], [d_out, d_in, m, 1], "abc", None):
         with pytest.raises(ProtocolError, match="does not fit"):
-            fz.clone_tserver(p_at).open_share(wz, xz, _re(tp, shape=shape))
+            fz.clone_tserver(p_at).open_share(_re(tp, shape=shape))
     p_srv, a_srv = fz.clone_tserver(p_at), fz.clone_tserver(a_at)
-    mine, uvc = p_srv.open_share(wz, xz, tp)
-    theirs, _ = a_srv.open_share(wz, xz, ta)
+    p_srv.open_share(tp)
+    theirs = a_srv.open_share(ta)
     with pytest.raises(ProtocolError, match="two blobs"):
-        p_srv.beaver(mine, _re(theirs, blobs=[]), uvc, np.zeros(d_out, np.uint64), True)
+        p_srv.beaver(_re(theirs, blobs=[]))
     empty = w.t_server_empty
     for msgs in ([_re(w.t_data_p[0], client=2**64), *w.t_data_p[1:]],
                  [w.t_data_p[1], *w.t_data_p[1:]], w.t_data_p[1:], [],
@@ -328,10 +378,12 @@ def test_regression_secretsv_server_decoders(w: fz.ShapleyWorld) -> None:
     model = w.t_models_p[1]
     bounds = wire.decode(model).meta["bounds"]
     server = fz.clone_tserver(run.P)
-    for bad in ({"bounds": [{"0": 1}] * len(bounds)}, {"bounds": [[-1, 1]] * len(bounds)},
-                {"round": False}, {"round": -1}):
+    for bad in ({"bounds": [{"0": 1}] * len(bounds)}, {"bounds": [[-1, 1]] * len(bounds)}):
         with pytest.raises(ProtocolError):
             server.receive_model(_re(model, **bad))
+    for rnd in (False, -1, 1):  # the round is the binding context's
+        with pytest.raises(ProtocolError):
+            server.receive_model(_tre(model, round=rnd))
     server.receive_model(model)
 
 

@@ -14,7 +14,8 @@ from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.binding import CTX, Context, ReplayRefused
+from fedsec.protocol.network import Network
 from fedsec.shapley.fsv import federated_shapley
 from fedsec.shapley.hesv import (
     HESVClient,
@@ -84,8 +85,8 @@ def test_hesv_matches_nssv_on_logistic_task(bank_small) -> None:  # type: ignore
     split = acc.split()
     assert split["arithmetic"] > 0 and split["encryption"] > 0 and split["decryption"] > 0
     kinds = {k for _, _, k in acc.bytes_by_message}
-    assert {"keys/hello", "keys/offer", "hesv/data", "hesv/model", "hesv/request",
-            "hesv/reply"} <= kinds
+    assert {"keys/hello", "keys/offer", "hesv/data", "hesv/model", "hesv/layer",
+            "hesv/predicted", "hesv/diff", "hesv/count"} <= kinds
     d = res.to_dict()
     assert d["protocol"] == "hesv" and d["bytes_total"] == acc.total_bytes
 
@@ -105,8 +106,7 @@ def test_paper_path_and_shortcut_agree(bank_small) -> None:  # type: ignore[no-u
 def test_server_never_sees_the_secret_key(bank_small) -> None:  # type: ignore[no-untyped-def]
     record, _, _ = bank_small
     cfg = HESVConfig(PRESET)
-    acc = Accounting()
-    agg, keys = _key_setup(4, cfg.key_spec(record.spec), acc)
+    agg, keys = _key_setup(4, cfg.key_spec(record.spec), Network())
     assert agg.context is not None and not agg.context.has_secret_key
     assert all(k.context.has_secret_key for k in keys)
     sk = keys[0].context.secret_bytes()
@@ -207,8 +207,7 @@ def test_too_few_clients_refused_and_weak_level_warns() -> None:
 def tiny_roles():  # type: ignore[no-untyped-def]
     rec = _tiny_record(4, 2)
     cfg = HESVConfig(PRESET, batch_hint=4)
-    acc = Accounting()
-    agg, keys = _key_setup(4, cfg.key_spec(rec.spec), acc)
+    agg, keys = _key_setup(4, cfg.key_spec(rec.spec), Network())
     rng = np.random.default_rng(3)
     sets = [(rng.normal(size=(4, 3)), rng.integers(0, 2, 4)) for _ in range(4)]
     rounds = [(r.participants, r.weights) for r in rec.rounds]
@@ -235,43 +234,70 @@ def _retarget(request: bytes, **meta: object) -> bytes:
     return wire.encode(msg.kind, {**msg.meta, **meta}, msg.blobs)
 
 
+_INDEX = ("mask", "owner", "batch", "layer")
+
+
+def _context(request: bytes) -> Context:
+    return Context.from_meta(wire.decode(request).meta[CTX])
+
+
+def _recontext(request: bytes, **changes: object) -> bytes:
+    """``request`` with fields of its binding context changed (the index by its parts:
+    ``mask``, ``owner``, ``batch``, ``layer``)."""
+    ctx = _context(request)
+    index = list(ctx.index)
+    for k in _INDEX:
+        if k in changes:
+            index[_INDEX.index(k)] = changes.pop(k)
+    return _retarget(request, **{CTX: ctx.at(index=index, **changes).to_meta()})
+
+
+def _to(request: bytes, client: int) -> bytes:
+    """``request`` as a server that routes it to ``client`` would address it."""
+    return _recontext(request, recipient=f"client:{client}")
+
+
 def test_clients_refuse_what_prop_6_8_forbids(tiny_roles) -> None:  # type: ignore[no-untyped-def]
     server, clients = _roles(tiny_roles)
     reqs = server.start(0, 0b0010)  # client 1's local model
     to, req = reqs[0]
-    owner = wire.decode(req).meta["owner"]
+    owner = _context(req).index[1]
     with pytest.raises(PolicyViolation, match="its own local model") as e:
-        clients[1].decrypt_layer(req)
+        clients[1].decrypt_layer(_to(req, 1))
     assert e.value.check == "decryptor"
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        clients[owner].decrypt_layer(req)
+        clients[owner].decrypt_layer(_to(req, owner))
     reply = clients[to].decrypt_layer(req)
     nxt = server.step(to, reply)
     assert nxt is not None
     to2, req2 = nxt
     assert to2 not in (to, 1)
     with pytest.raises(PolicyViolation, match="another layer"):
-        clients[to].decrypt_layer(req2)  # i_(l+1) == i_l
+        clients[to].decrypt_layer(_to(req2, to))  # i_(l+1) == i_l
     reply2 = clients[to2].decrypt_layer(req2)  # the last layer: predicted labels
     to3, req3 = server.step(to2, reply2)  # type: ignore[misc]
     with pytest.raises(PolicyViolation, match="predicted labels"):
-        clients[to2].count(req3)
+        clients[to2].count(_to(req3, to2))
     with pytest.raises(PolicyViolation, match="owns the batch"):
-        clients[owner].count(req3)
+        clients[owner].count(_to(req3, owner))
     other = next(c for c in range(4) if c not in (owner, to2, to3))
     with pytest.raises(PolicyViolation, match="not the chain's decryptor"):
-        clients[other].count(req3)  # misrouted: the client itself is not the chain member
+        clients[other].count(_to(req3, other))  # not the chain member
+    with pytest.raises(ReplayRefused) as refused:  # misrouted as addressed: the binding
+        clients[other].count(req3)
+    assert refused.value.check == "recipient"
     reply3 = clients[to3].count(req3)
     with pytest.raises(ProtocolError, match="not asked"):  # a reply claiming another client
-        server.step(other, _retarget(reply3, client=other))
+        server.step(other, _recontext(reply3, sender=f"client:{other}"))
     assert server.step(to3, reply3) is None
 
 
 def test_malformed_messages_raise_protocol_error(tiny_roles) -> None:  # type: ignore[no-untyped-def]
     server, clients = _roles(tiny_roles)
     to, req = server.start(0, 0b0011)[0]
-    for bad in (req[:-10], req + b"x", _retarget(req, session="other"),
-                _retarget(req, layer=7), _retarget(req, m=10 ** 6),
+    for bad in (req[:-10], req + b"x", _recontext(req, session="ab" * 16),
+                _retarget(req, ctx="other"), _recontext(req, layer=7),
+                _recontext(req, recipient="client:9"), _retarget(req, m=10 ** 6),
                 wire.encode("hesv/layer", wire.decode(req).meta, [b"junk"])):
         with pytest.raises(ProtocolError):
             clients[to].decrypt_layer(bad)
@@ -286,7 +312,7 @@ def test_malformed_messages_raise_protocol_error(tiny_roles) -> None:  # type: i
         server.receive_model(2, clients[2].upload_model(0, tiny_roles[0].rounds[0].global_params,
                                                         kind="global"))
     with pytest.raises(ProtocolError, match="no evaluation"):
-        server.step(to, _retarget(clients[to].decrypt_layer(req), batch=99))
+        server.step(to, _recontext(clients[to].decrypt_layer(req), batch=99))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ProtocolError, match="not every batch"):
@@ -342,8 +368,7 @@ def test_rotating_first_layer_is_masked_before_decryption() -> None:
     res = hesv_shapley(rec, sets, preset=PRESET, schedule="paper")
     _assert_utilities(res, ref, rec, x)
     # what a decryptor receives: exactly lin(θ_S, X) in the valid slots, ~0 elsewhere
-    acc = Accounting()
-    agg, keys = _key_setup(4, cfg.key_spec(spec), acc)
+    agg, keys = _key_setup(4, cfg.key_spec(spec), Network())
     server = HESVServer(agg.context, spec, cfg, 4, [(r.participants, r.weights)
                                                    for r in rec.rounds], agg.session)
     clients = [HESVClient(i, keys[i], spec, cfg, 4, *sets[i]) for i in range(4)]
@@ -356,7 +381,7 @@ def test_rotating_first_layer_is_masked_before_decryption() -> None:
         to, req = server.start(0, mask)[0]
         ct = keys[to].context.deserialize(wire.decode(req).blobs[0])
         vals = keys[to].context.decrypt(ct)
-        valid = server._valid_slots
+        valid = server._valid_slots  # noqa: SLF001
         assert valid is not None
         assert np.abs(vals[valid == 0]).max() < 1e-3 < np.abs(vals[valid == 1]).max()
 

@@ -1,12 +1,12 @@
 """Replay and splicing attacks on every message a SecSV or SecretSV role reads
-(:mod:`fedsec.shapley.binding`).
+(:mod:`fedsec.protocol.binding`).
 
 A network attacker (or a relaying role) substitutes, *in flight*, one genuine message of
 an honest evaluation by a genuine message of the same kind from **another session**,
 **another round**, **another coalition**, **another batch** or **another layer**, or by
 the message meant for the other server (**swapped**); and re-delivers a message that was
 already answered (**duplicated**, **stale request id**). Each must raise
-:class:`~fedsec.shapley.binding.ReplayRefused` naming the context field that differed.
+:class:`~fedsec.protocol.binding.ReplayRefused` naming the context field that differed.
 
 Why each test can fail: the same substitution with the donor's *content* but the honest
 message's binding (context and ids; :func:`replay_world.splice`) is what a receiver saw
@@ -32,13 +32,11 @@ import replay_world as rw  # noqa: E402
 
 from fedsec.errors import ProtocolError  # noqa: E402
 from fedsec.protocol import wire  # noqa: E402
-from fedsec.protocol.accounting import Accounting  # noqa: E402
 from fedsec.protocol.binding import ReplayRefused  # noqa: E402
-from fedsec.shapley import binding as shapley_binding  # noqa: E402
 
-#: SecSV refuses with fedsec.protocol.binding's ReplayRefused, SecretSV (until it moves to
-#: the protocol layer) with fedsec.shapley.binding's
-REFUSED = (ReplayRefused, shapley_binding.ReplayRefused)
+#: every Shapley protocol refuses with fedsec.protocol.binding's ReplayRefused
+REFUSED = ReplayRefused
+ProtocolReplayRefused = ReplayRefused
 
 # ------------------------------------------------------------------------------ cases
 # role input -> (message kind, indices of the substituted message(s) in the first batch,
@@ -100,15 +98,31 @@ SECRETSV_MORE: dict[str, dict[str, Pair]] = {
 # the binding check that refuses; where the receiver cannot know a field itself (A is
 # told the coalition and batch by P; a client has no schedule), the next role that does
 # refuses the answer and names it
-EXPECT = {"session": "session", "round": "round", "mask": "mask", "batch": "batch",
-          "layer": "layer", "swapped": "step"}
+EXPECT: dict[Any, str | tuple[str, ...]] = {
+    "session": "session", "round": "round", "mask": "mask", "batch": "batch",
+    "layer": "layer", "swapped": "step"}
 #: SecSV's binding (fedsec.protocol.binding) names the coalition, batch and layer
 #: together ("index"), and a copy meant for the other server by its recipient; a message
 #: of another batch or layer that another client decrypted also differs in its sender (a
 #: share) or recipient (a request), which the binding checks first
-SECSV_EXPECT: dict[str, Any] = {**EXPECT, "mask": "index", "batch": ("index", "sender",
-                                                                     "recipient"),
-                                "layer": ("index", "sender", "recipient")}
+SECSV_EXPECT: dict[Any, str | tuple[str, ...]] = {
+    **EXPECT, "mask": "index", "batch": ("index", "sender", "recipient"),
+    "layer": ("index", "sender", "recipient"), "copy": "recipient"}
+# SecretSV's binding (fedsec.protocol.binding) holds the coalition, batch and layer as the
+# context's index, and names the sender and recipient: a copy meant for the other server
+# is another recipient's, a reflected opening another sender's
+SECRETSV_EXPECT: dict[Any, str | tuple[str, ...]] = {
+    "session": "session", "round": "round", "mask": "index", "batch": "index",
+    "layer": "index", "swapped": ("sender", "recipient"),
+    # outputs replayed to a client: addressed to the client of their own evaluation and
+    # layer, unless that is the same client (then the next role refuses by the index)
+    **{("client.reconstruct", how): ("index", "recipient") for how in ("mask", "batch",
+                                                                       "layer")},
+    ("client.reconstruct", "round"): ("round", "recipient"),
+    # a client's answer replayed from another layer or batch: of another client, unless
+    # the same client answered both (then by the index)
+    **{(name, how): ("sender", "index") for how in ("batch", "layer") for name in (
+        "P.receive_share", "A.receive_share", "P.compare[labels]", "A.label_diff[labels]")}}
 
 
 def _cases(inputs: dict[str, Input], more: dict[str, dict[str, Pair]],
@@ -139,9 +153,9 @@ def _misdeliver(r: Any, how: Misdelivery, splice: bool) -> None:
         for srv in (r.P, r.A):
             orig = srv.open_share
 
-            def opened(w: Any, x: Any, t: bytes, srv: Any = srv, orig: Any = orig) -> Any:
-                out = orig(w, x, t)
-                own[srv.name] = out[0]
+            def opened(*a: Any, srv: Any = srv, orig: Any = orig) -> Any:
+                out = orig(*a)
+                own[srv.name] = out
                 return out
             srv.open_share = opened
         k = 0 if victim == "A" else 1  # the message the victim reads: the other's opening
@@ -194,7 +208,7 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
              ) -> tuple[np.ndarray | None, Exception | None]:
     """Evaluate the main coalition of round 0 with ``swaps`` applied in flight."""
     r = clone(runs[0].before[0])
-    rec = fz.use_recorder(r, fz.Recorder(keep=False))
+    rec = fz.tap(r, fz.Recorder(keep=False))
     rec.swaps = {(kind, k): fn for k, fn in swaps.items()}
     if patch is not None:
         patch(r)
@@ -204,18 +218,25 @@ def _attempt(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str,
         return None, exc
 
 
+def _expected(expect: dict[Any, str | tuple[str, ...]], how: str, name: str = ""
+              ) -> tuple[str, ...]:
+    want = expect.get((name, how), expect[how])
+    return (want,) if isinstance(want, str) else want
+
+
 def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str, Input],
               more: dict[str, dict[str, Pair]], copies: dict[str, Misdelivery], name: str,
-              how: str, expect: dict[str, Any] | None = None
+              how: str, expect: dict[Any, str | tuple[str, ...]] = EXPECT
               ) -> tuple[Exception | None, np.ndarray | None]:
-    expect = {**EXPECT, "copy": "step"} if expect is None else expect
     if how == "swapped" and name in copies:
         out, exc = _attempt(runs, clone, "", {}, lambda r: _misdeliver(r, copies[name], False))
         assert out is None, f"{name}: a misdelivered copy was accepted"
-        assert isinstance(exc, REFUSED) and exc.check == expect["copy"], f"{name}: {exc!r}"
+        assert isinstance(exc, ReplayRefused) \
+            and exc.check in _expected(expect, "copy" if "copy" in expect else "swapped"), \
+            f"{name}: {exc!r}"
         out2, exc2 = _attempt(runs, clone, "", {},
                               lambda r: _misdeliver(r, copies[name], True))
-        assert not isinstance(exc2, REFUSED), f"{name} / {how}: {exc2!r}"
+        assert not isinstance(exc2, ReplayRefused), f"{name} / {how}: {exc2!r}"
         return exc2, out2
     kind, donors = _plan(runs, inputs, more, name, how)
     main = runs[0].logs[(0, rw.MAIN)][0]
@@ -225,28 +246,29 @@ def _run_case(runs: list[rw.Run], clone: Callable[[Any], Any], inputs: dict[str,
     out, exc = _attempt(runs, clone, kind, {k: (lambda _old, b=b: b)
                                             for k, b in donors.items()})
     assert out is None, f"{name}: a replay from another {how} was accepted"
-    assert isinstance(exc, REFUSED), f"{name} / {how}: {exc!r}"
-    want = expect[how] if isinstance(expect[how], tuple) else (expect[how],)
-    assert exc.check in want, f"{name} / {how}: refused by {exc.check}: {exc}"
+    assert isinstance(exc, ProtocolReplayRefused | ReplayRefused), f"{name} / {how}: {exc!r}"
+    assert exc.check in _expected(expect, how, name), \
+        f"{name} / {how}: refused by {exc.check}: {exc}"
     # the donor's content under the binding of the message it replaces: what a receiver
     # saw before binding existed -- binding does not refuse it
     out2, exc2 = _attempt(runs, clone, kind, {k: (lambda old, b=b: rw.splice(b, old))
                                               for k, b in donors.items()})
-    assert not isinstance(exc2, REFUSED), f"{name} / {how}: {exc2!r}"
+    assert not isinstance(exc2, ProtocolReplayRefused | ReplayRefused), \
+        f"{name} / {how}: {exc2!r}"
     return exc2, out2
 
 
 @pytest.mark.parametrize(("name", "how"), _cases(SECSV_INPUTS, SECSV_MORE, SECSV_COPIES))
 def test_secsv_replay_refused(secsv: list[rw.Run], name: str, how: str) -> None:
     _run_case(secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES, name, how,
-              {**SECSV_EXPECT, "copy": "recipient"})
+              SECSV_EXPECT)
 
 
 @pytest.mark.parametrize(("name", "how"),
                          _cases(SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES))
 def test_secretsv_replay_refused(secretsv: list[rw.Run], name: str, how: str) -> None:
     _run_case(secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES,
-              name, how)
+              name, how, SECRETSV_EXPECT)
 
 
 @pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
@@ -260,9 +282,11 @@ def test_label_replays_changed_the_result_before_binding(secsv: list[rw.Run],
     shares, products, triples and openings are mostly caught later by the decrypting
     client's bound check; a replayed decryption request or output pair is decrypted by a
     client without changing the result: a leak, not a wrong FSV.)"""
-    runs, clone, inputs, more, copies = (
-        (secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES) if protocol == "secsv"
-        else (secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES))
+    runs, clone, inputs, more, copies, expect = (
+        (secsv, fz.clone_srun, SECSV_INPUTS, SECSV_MORE, SECSV_COPIES, SECSV_EXPECT)
+        if protocol == "secsv" else
+        (secretsv, fz.clone_trun, SECRETSV_INPUTS, SECRETSV_MORE, SECRETSV_COPIES,
+         SECRETSV_EXPECT))
     honest = runs[0].logs[(0, rw.MAIN)][1]
     names = [n for n in inputs if "label" in n]
     assert len(names) == 4
@@ -272,9 +296,7 @@ def test_label_replays_changed_the_result_before_binding(secsv: list[rw.Run],
                 # since the zero test, P's and A's copies of the labels differ in shape
                 # ((b', g') vs (r, b'', g'')): a swapped copy is refused whatever its binding
                 continue
-            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how,
-                                   {**SECSV_EXPECT, "copy": "recipient"}
-                                   if protocol == "secsv" else None)
+            exc2, out2 = _run_case(runs, clone, inputs, more, copies, name, how, expect)
             assert exc2 is None and out2 is not None, f"{name} / {how}: {exc2!r}"
             assert not np.array_equal(out2, honest), f"{name} / {how}"
 
@@ -296,7 +318,7 @@ def _at(runs: list[rw.Run], clone: Callable[[Any], Any], kind: str, k: int
     """The run just before the ``k``-th ``kind`` message of the main evaluation is
     delivered (a snapshot), its receiver and the ``kind`` messages up to it."""
     r = clone(runs[0].before[0])
-    rec = fz.use_recorder(r, fz.Recorder(keep=False))
+    rec = fz.tap(r, fz.Recorder(keep=False))
     sent: list[bytes] = []
     got: list[tuple[Any, str, list[bytes]]] = []
 
@@ -356,37 +378,36 @@ def test_secsv_duplicates_and_stale_ids(secsv: list[rw.Run]) -> None:
 
 
 def test_secretsv_duplicates_and_stale_ids(secretsv: list[rw.Run]) -> None:
-    acc = Accounting()
+    from fedsec.protocol.binding import ReplayRefused
+
     # a client reconstructs an output pair once
     snap, to, (out_p, out_a) = _at(secretsv, fz.clone_trun, "output", 1)
     client = snap.clients[int(to.split(":")[1])]
-    client.reconstruct(out_p, out_a, acc)
-    with pytest.raises(REFUSED) as e:
-        client.reconstruct(out_p, out_a, acc)
+    client.reconstruct(out_p, out_a)
+    with pytest.raises(ReplayRefused) as e:
+        client.reconstruct(out_p, out_a)
     assert e.value.check == "request-id"
     # a triple is used once, even in a fresh layer state
     snap, _, (tp,) = _at(secretsv, fz.clone_trun, "triple", 0)
-    d_out, d_in, m = wire.decode(tp).meta["shape"]
-    wz, xz = np.zeros((d_out, d_in), np.uint64), np.zeros((d_in, m), np.uint64)
-    snap.P.open_share(wz, xz, tp)
-    assert snap.P.eval is not None
-    snap.P.eval.opened = False  # as if the layer had moved on: the id alone refuses
-    with pytest.raises(REFUSED) as e:
-        snap.P.open_share(wz, xz, tp)
+    snap.P.open_share(tp)
+    ev = snap.P._eval  # noqa: SLF001
+    assert ev is not None
+    ev.opened = False  # as if the layer had moved on: the id alone refuses
+    with pytest.raises(ReplayRefused) as e:
+        snap.P.open_share(tp)
     assert e.value.check == "request-id"
     # A opens an evaluation once
-    snap, _, (ev,) = _at(secretsv, fz.clone_trun, "eval", 0)
-    snap.A.open_eval(ev)
-    with pytest.raises(REFUSED) as e:
-        snap.A.open_eval(ev)
+    snap, _, (ev_msg,) = _at(secretsv, fz.clone_trun, "eval", 0)
+    snap.A.open_eval(ev_msg)
+    with pytest.raises(ReplayRefused) as e:
+        snap.A.open_eval(ev_msg)
     assert e.value.check == "request-id"
     # P takes a re-share once: the next one must be of the next layer
     snap, _, (to_p,) = _at(secretsv, fz.clone_trun, "share", 0)
-    m = int(np.prod(len(wire.decode(to_p).blobs[0]) // 8)) // 4
-    snap.P.receive_share(to_p, 4, m)
-    with pytest.raises(REFUSED) as e:
-        snap.P.receive_share(to_p, 4, m)
-    assert e.value.check == "layer"
+    snap.P.receive_share(to_p)
+    with pytest.raises(ReplayRefused) as e:
+        snap.P.receive_share(to_p)
+    assert e.value.check in ("sender", "index")  # the next layer's client, or index
 
 
 # ---------------------------------------------------------------------- HESV
@@ -400,8 +421,17 @@ def _hre(data: bytes, **meta: Any) -> bytes:
     return fz._encode_loose(msg.kind, {**msg.meta, **meta}, list(msg.blobs))  # noqa: SLF001
 
 
+def _readdress(data: bytes, recipient: str) -> bytes:
+    """An HESV message as a relay that delivers it to ``recipient`` would address it."""
+    from fedsec.protocol.binding import CTX, Context
+
+    ctx = Context.from_meta(wire.decode(data).meta[CTX])
+    return _hre(data, **{CTX: ctx.at(recipient=recipient).to_meta()})
+
+
 def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     from fedsec.errors import PolicyViolation
+    from fedsec.protocol.binding import ReplayRefused
 
     w = hworld
     # a difference request answered twice: refused by its id (nothing else remembers it)
@@ -422,16 +452,19 @@ def test_hesv_client_replays_and_misrouting(hworld: fz.ShapleyWorld) -> None:
     fz.clone_hclient(req.client).decrypt_layer(req.request)  # round 0 is current: fine
     # an honest request delivered to a client that is not its chain member, but that
     # Prop. 6.8 alone would let decrypt (not an owner, nothing of this evaluation seen)
-    meta = wire.decode(req.request).meta
+    meta = fz._hmeta(req.request)  # noqa: SLF001
     asked = req.client.index
     bystander = next(c for c in w.h_clients if c.index not in (asked, meta["owner"])
                      and c.index != meta.get("model_owner"))
     with pytest.raises(PolicyViolation, match="not the chain's decryptor"):
+        fz.clone_hclient(bystander).decrypt_layer(_readdress(req.request, bystander.name))
+    with pytest.raises(ReplayRefused) as e:  # as addressed: to another client
         fz.clone_hclient(bystander).decrypt_layer(req.request)
+    assert e.value.check == "recipient"
 
 
 def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
-    from fedsec.shapley.binding import new_request_id
+    from fedsec.protocol.binding import new_request_id
 
     w = hworld
     for kind in ("hesv/activated", "hesv/predicted", "hesv/count"):
@@ -450,7 +483,7 @@ def test_hesv_server_takes_each_reply_once(hworld: fz.ShapleyWorld) -> None:
 
 # ---------------------------------------------------------------------- set-up inputs
 def _refused(call: Callable[[], Any], check: str) -> None:
-    with pytest.raises(REFUSED) as e:
+    with pytest.raises((ReplayRefused, ProtocolReplayRefused)) as e:
         call()
     assert e.value.check == check, e.value
 
@@ -515,19 +548,20 @@ def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
     mine, other = secretsv[0].setup, secretsv[1].setup
     run = secretsv[0].before[0]
     empty = fz.clone_tserver(run.P)
-    empty.xbound, empty.models, empty.bounds = {}, {}, {}
+    empty._xbound, empty._models, empty._bounds = {}, {}, {}  # noqa: SLF001
     data_p = [p for _, _, p in mine.of("data", receiver="P")]
     data_a = [p for _, _, p in mine.of("data", receiver="A")]
     foreign = other.of("data", receiver="P")[0][2]
     _refused(lambda: fz.clone_tserver(empty).receive_data([foreign, *data_p[1:]]), "session")
-    _refused(lambda: fz.clone_tserver(empty).receive_data([data_a[0], *data_p[1:]]), "step")
+    _refused(lambda: fz.clone_tserver(empty).receive_data([data_a[0], *data_p[1:]]),
+             "recipient")
     fz.clone_tserver(empty).receive_data([rw.splice(foreign, data_p[0]), *data_p[1:]])
     models = [p for _, r, p in mine.of("model", receiver="P")]
     models_a = [p for _, r, p in mine.of("model", receiver="A")]
     n_models = len(models) // 2
     srv = fz.clone_tserver(empty)
     _refused(lambda: srv.receive_model(models[n_models]), "round")
-    _refused(lambda: srv.receive_model(models_a[0]), "step")  # A's share of the model
+    _refused(lambda: srv.receive_model(models_a[0]), "recipient")  # A's share of the model
     _refused(lambda: srv.receive_model(other.of("model", receiver="P")[0][2]), "session")
     srv.receive_model(rw.splice(models_a[0], models[0]))  # accepted without binding
     srv.receive_model(models[0])
@@ -539,7 +573,6 @@ def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:
 def test_clients_refuse_an_earlier_round(secsv: list[rw.Run], secretsv: list[rw.Run]) -> None:
     """After serving round 1, a client refuses a genuine request of round 0 (a fresh client
     -- what every client was before binding -- decrypts it)."""
-    acc = Accounting()
     later, earlier = secsv[0].logs[(1, rw.MAIN)][0], secsv[0].logs[(0, rw.MAIN)][0]
     _, to, req1 = later.of("decrypt")[0]
     req0 = next(p for _, r, p in earlier.of("decrypt") if r == to)
@@ -555,6 +588,6 @@ def test_clients_refuse_an_earlier_round(secsv: list[rw.Run], secretsv: list[rw.
     p0, a0 = outs[k][2], outs[k + 1][2]
     me = int(to.split(":")[1])
     tclient = fz.clone_tclient(secretsv[0].before[1].clients[me])
-    tclient.reconstruct(p1, a1, acc)
-    _refused(lambda: tclient.reconstruct(p0, a0, acc), "round")
-    fz.clone_tclient(secretsv[0].before[1].clients[me]).reconstruct(p0, a0, acc)
+    tclient.reconstruct(p1, a1)
+    _refused(lambda: tclient.reconstruct(p0, a0), "round")
+    fz.clone_tclient(secretsv[0].before[1].clients[me]).reconstruct(p0, a0)

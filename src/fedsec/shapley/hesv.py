@@ -26,6 +26,11 @@ Roles and steps
   returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
   and FSVs follow in the clear.
 
+:func:`hesv_shapley` runs every role in one process over a
+:class:`~fedsec.protocol.network.Network` (role names ``"server"`` and ``"client:<i>"``):
+it relays bytes in the order of these steps and never reads or writes a role's state.
+Each role times its own work (its ``clock``); the network counts the bytes.
+
 Beyond the paper: labels
 ------------------------
 Seed 004's server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
@@ -86,15 +91,17 @@ be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concer
 model it owns, the last output of its own batch, or two consecutive layers of one
 evaluation), so a server that routes wrongly is stopped by the clients.
 
-Replays and splices (:mod:`fedsec.shapley.binding`): every message names the key set-up's
-session, and the decryption-chain messages their round, coalition, batch owner, batch and
-layer. Each layer or difference request carries a fresh 128-bit id; the reply must echo
-the id of the request in flight (the server takes each reply once, of the client it
-asked, for the layer in flight). A client answers each id once, refuses a request of a
-round earlier than one it already served (rounds are evaluated in order within a
-session), and checks that it is the chain's member for the step: the chain is derived on
-both sides from public data (:func:`chain_start`), so a request misrouted to any other
-client is refused (:class:`~fedsec.errors.PolicyViolation`). Metadata are not
+Replays and splices (:mod:`fedsec.protocol.binding`): every message is bound to the key
+set-up's session, its step, sender and recipient; the decryption-chain messages also to
+their round and, as index, their coalition, batch owner, batch and layer. Each layer or
+difference request carries a fresh 128-bit id; the reply must echo the id of the request
+in flight (the server takes each reply once, of the client it asked, for the layer in
+flight). A client refuses a request addressed to another client, answers each id once,
+refuses a request of a round earlier than one it already served (rounds are evaluated in
+order within a session), and checks that it is the chain's member for the step: the
+chain is derived on both sides from public data (:func:`chain_start`), so a request
+misrouted (and readdressed) to any other client is refused
+(:class:`~fedsec.errors.PolicyViolation`). Metadata are not
 authenticated: binding stops genuine bytes used out of context, not a forging server.
 
 Layouts
@@ -151,9 +158,20 @@ from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LinearLayer, ModelSpec, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import popcounts, shapley_values
-from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
-from fedsec.shapley.binding import RE, RID, Answered, ReplayRefused, new_request_id, request_id
+from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Clock
+from fedsec.protocol.binding import (
+    RE,
+    RID,
+    Answered,
+    Binding,
+    ReplayRefused,
+    context_of,
+    new_request_id,
+    request_id,
+)
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 from fedsec.shapley.estimators import (
     group_testing,
     gtg_shapley,
@@ -179,6 +197,13 @@ __all__ = ["HESV_PRESET", "HESVConfig", "HESVClient", "HESVServer", "LayerPlan",
            "chain_start", "decryptor_chain", "security_level", "hesv_shapley"]
 
 HESV_PRESET = "CKKS_128_N4096_DEPTH2_S24"
+#: The protocol name every HESV message's binding context carries.
+PROTOCOL = "hesv"
+#: The server's role name on the network (clients are ``"client:<i>"``).
+SERVER = "server"
+#: The kinds of a client's replies to the server's requests.
+_REPLIES = ("hesv/activated", "hesv/predicted", "hesv/count")
+_MAX_MASK = (1 << 62) - 1
 FloatArray = NDArray[np.float64]
 Progress = Callable[[str], None]
 #: Largest message a client accepts from the server, and the server from a client.
@@ -496,13 +521,6 @@ class HESVConfig:
 
 
 # ---------------------------------------------------------------------- messages
-def _int(meta: dict[str, Any], key: str, lo: int, hi: int) -> int:
-    v = meta.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ProtocolError(f"message field {key!r} is missing or out of range")
-    return v
-
-
 def _cts(ctx: CKKSContext, blobs: Sequence[bytes]) -> list[Ciphertext]:
     return [ctx.deserialize(b) for b in blobs]
 
@@ -529,40 +547,58 @@ class HESVClient:
     def __init__(self, index: int, keys: PartyKeys, spec: ModelSpec, config: HESVConfig,
                  n_clients: int, x: FloatArray, y: NDArray[np.int64], *,
                  level: str = "strong", view: ClientView | None = None) -> None:
-        self.index = index
+        self._index = index
         #: this client's own view under the decryption rule (fedsec.shapley.views); None
         #: under the paper's Prop. 6.8 schedule
-        self.view = view
-        self.name = f"client:{index}"
-        self.keys = keys
-        self.ctx = keys.context
-        self.spec = spec
-        self.config = config
-        self.n_clients = n_clients
-        self.plans = config.plans(spec)
-        self.batch = config.batch_size(spec)
-        self.x, self.y = x, y
-        self.level = level
+        self._view = view
+        self._keys = keys
+        self._ctx = keys.context
+        self._binding = Binding(keys.session, PROTOCOL, f"client:{index}")
+        self._spec = spec
+        self._config = config
+        self._n_clients = n_clients
+        self._plans = config.plans(spec)
+        self._batch = config.batch_size(spec)
+        self._x, self._y = x, y
+        self._level = level
         self._seen: dict[tuple[int, int, int, int], set[int]] = {}
         self._answered = Answered()  # request ids answered (each once)
         self._round = 0  # the newest round asked about: rounds are evaluated in order
-        self.acc = Accounting()
+        #: this client's seconds by kind of work
+        self.clock = Clock()
+
+    @property
+    def index(self) -> int:
+        """This client's id."""
+        return self._index
+
+    @property
+    def name(self) -> str:
+        """This client's role name on the network (``"client:<index>"``)."""
+        return self._binding.me
 
     def handle(self, request: bytes) -> bytes:
         """Answer a server request (a layer output or a label difference)."""
-        msg = wire.decode(request, max_bytes=MAX_MESSAGE_BYTES)
-        if msg.kind == "hesv/diff":
+        kind = wire.peek_kind(request)
+        if kind == "hesv/diff":
             return self.count(request)
-        if msg.kind == "hesv/layer":
+        if kind == "hesv/layer":
             return self.decrypt_layer(request)
-        raise ProtocolError(f"a client answers no {msg.kind[:40]!r} message")
+        raise ProtocolError(f"a client answers no {kind[:40]!r} message")
 
-    def _meta(self, **kw: Any) -> dict[str, Any]:
-        return {"session": self.keys.session, "client": self.index, **kw}
-
-    def _check(self, msg: wire.Message) -> None:
-        if msg.meta.get("session") != self.keys.session:
-            raise ReplayRefused("message from another session", check="session")
+    def _request(self, msg: wire.Message, step: str, layer_hi: int
+                 ) -> tuple[int, int, int, int, int]:
+        """A server request's context, checked (this session, from the server, to this
+        client, of this step): ``(round, mask, owner, batch, layer)``."""
+        ctx = context_of(msg.meta)
+        self._binding.check(msg.meta, step=step, sender=SERVER, round=ctx.round, index=None,
+                            what=f"{step} request")
+        mask, owner, batch, layer = fields.integers({"index": list(ctx.index)}, "index", 0,
+                                                    _MAX_MASK, length=4)
+        if (ctx.round < 0 or owner >= self._n_clients or batch > _MAX_BATCHES
+                or not 1 <= layer <= layer_hi):
+            raise fields.malformed("index")
+        return ctx.round, mask, owner, batch, layer
 
     def _check_chain(self, t: int, mask: int, owner: int, batch: int, mowner: int | None,
                      position: int) -> None:
@@ -571,9 +607,9 @@ class HESVClient:
         if t < self._round:
             raise ReplayRefused("request of an earlier round (a replay)", check="round")
         try:
-            chain = decryptor_chain(self.n_clients, len(self.plans), owner, mowner,
-                                    level=self.level,
-                                    start=chain_start(t, mask, owner, batch, self.n_clients))
+            chain = decryptor_chain(self._n_clients, len(self._plans), owner, mowner,
+                                    level=self._level,
+                                    start=chain_start(t, mask, owner, batch, self._n_clients))
         except ValueError:
             raise ProtocolError("no decryptor chain for this request") from None
         if chain[position] != self.index:
@@ -584,153 +620,160 @@ class HESVClient:
         complex packing two classes per ciphertext, ``[[1{·= 2k} ± i·1{·= 2k+1}]]`` (``−``
         for ``conj``: the predictions, so that the server's product sums the pair in its
         real part). Two classes: ``[[labels]]``."""
-        pid = self.ctx.parms_id_at_level(_LABEL_LEVEL)
-        nc = self.spec.layers[-1].out_features
+        pid = self._ctx.parms_id_at_level(_LABEL_LEVEL)
+        nc = self._spec.layers[-1].out_features
         if nc == 2:
-            return [self.ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
+            return [self._ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
         hot = [(labels == c).astype(np.float64) for c in range(nc)]
-        if not self.config.complex_packing:
-            return [self.ctx.encrypt_to_bytes_at(h, pid) for h in hot]
+        if not self._config.complex_packing:
+            return [self._ctx.encrypt_to_bytes_at(h, pid) for h in hot]
         sign = -1.0 if conj else 1.0
-        return [self.ctx.encrypt_to_bytes_at(
+        return [self._ctx.encrypt_to_bytes_at(
             hot[c] + 1j * sign * (hot[c + 1] if c + 1 < nc else 0.0 * hot[c]), pid)
             for c in range(0, nc, 2)]
 
     def upload_data(self) -> bytes:
         """Encrypted batches ``[[X^(1)]]`` (Matrix-Squaring operands) and one-hot labels
         (one ciphertext per class)."""
-        plan = self.plans[0]
-        blobs: list[bytes] = []
-        sizes = []
-        for start in range(0, len(self.y), self.batch):
-            xb = self.x[start:start + self.batch]
-            yb = np.asarray(self.y[start:start + self.batch], dtype=np.int64)
-            for v in plan.encode_inputs(xb):
-                blobs.append(self.ctx.encrypt_to_bytes(v))
-            blobs.extend(self._one_hot(yb))
-            sizes.append(len(yb))
-        return wire.encode("hesv/data", self._meta(sizes=sizes), blobs)
+        with self.clock("encryption"):
+            plan = self._plans[0]
+            blobs: list[bytes] = []
+            sizes = []
+            for start in range(0, len(self._y), self._batch):
+                xb = self._x[start:start + self._batch]
+                yb = np.asarray(self._y[start:start + self._batch], dtype=np.int64)
+                for v in plan.encode_inputs(xb):
+                    blobs.append(self._ctx.encrypt_to_bytes(v))
+                blobs.extend(self._one_hot(yb))
+                sizes.append(len(yb))
+            meta = self._binding.bind({"sizes": sizes}, step="data", to=SERVER)
+            return wire.encode("hesv/data", meta, blobs)
 
     def upload_model(self, round_index: int, params: Sequence[NDArray[Any]], *,
                      kind: str = "local") -> bytes:
         """Encrypted ``θ`` (every layer as Matrix-Squaring operands)."""
-        blobs: list[bytes] = []
-        for lp, layer in zip(self.plans, self.spec.layers_of(params), strict=True):
-            for vecs in lp.plan.encode_a(lp.matrix(layer)):
-                blobs.extend(self.ctx.encrypt_to_bytes(v) for v in vecs)
-        return wire.encode("hesv/model", self._meta(round=round_index, kind=kind), blobs)
+        with self.clock("encryption"):
+            blobs: list[bytes] = []
+            for lp, layer in zip(self._plans, self._spec.layers_of(params), strict=True):
+                for vecs in lp.plan.encode_a(lp.matrix(layer)):
+                    blobs.extend(self._ctx.encrypt_to_bytes(v) for v in vecs)
+            meta = self._binding.bind({"kind": kind}, step="model", to=SERVER,
+                                      round=round_index)
+            return wire.encode("hesv/model", meta, blobs)
 
     def _refuse(self, why: str) -> PolicyViolation:
         return PolicyViolation(f"{self.name} refuses to decrypt: {why}", check="decryptor")
 
+    @staticmethod
+    def _model_owner(meta: dict[str, Any]) -> int | None:
+        if meta.get("model_owner") is None:
+            return None
+        return fields.integer(meta, "model_owner", 0, _MAX_MASK)
+
+    @receives("hesv/layer")
     def decrypt_layer(self, request: bytes) -> bytes:
         """Decrypt ``[[Ŷ^(l)]]``; return ``[[X^(l+1)]]`` or, after the last layer, the
         encrypted predicted labels."""
         msg = wire.decode(request, expect="hesv/layer", max_bytes=MAX_MESSAGE_BYTES)
-        self._check(msg)
-        n_layers = len(self.plans)
-        layer = _int(msg.meta, "layer", 1, n_layers)
-        t = _int(msg.meta, "round", 0, 1 << 20)
-        mask = _int(msg.meta, "mask", 0, (1 << 62))
-        owner = _int(msg.meta, "owner", 0, self.n_clients - 1)
-        batch = _int(msg.meta, "batch", 0, _MAX_BATCHES)
-        m = _int(msg.meta, "m", 1, self.batch)
-        mowner = msg.meta.get("model_owner")
-        if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
-            raise ProtocolError("message field 'model_owner' is invalid")
+        n_layers = len(self._plans)
+        t, mask, owner, batch, layer = self._request(msg, "layer", n_layers)
+        m = fields.integer(msg.meta, "m", 1, self._batch)
+        mowner = self._model_owner(msg.meta)
         key = (t, mask, owner, batch)
         seen = self._seen.setdefault(key, set())
-        if self.view is not None:  # the decryption rule on its own view
+        if self._view is not None:  # the decryption rule on its own view
             if t < self._round:
                 raise ReplayRefused("request of an earlier round (a replay)", check="round")
-            v = self.view.requested(t, mask)
-            local = owner == self.index and self.view.knows(v)
-            if not local and (layer - 1 in seen or (self.level == "strong" and seen)):
+            v = self._view.requested(t, mask)
+            local = owner == self._index and self._view.knows(v)
+            if not local and (layer - 1 in seen or (self._level == "strong" and seen)):
                 raise self._refuse("it decrypted another layer of the same evaluation")
-            self.view.check(v, [owner * _MAX_BATCHES + batch], [owner],
-                            first_layer=layer == 1, blinded=False)
+            self._view.check(v, [owner * _MAX_BATCHES + batch], [owner],
+                             first_layer=layer == 1, blinded=False)
         else:
             # Prop. 6.8, as far as this client is concerned
-            if mowner == self.index:
+            if mowner == self._index:
                 raise self._refuse("the model under test is its own local model")
-            if owner == self.index and (layer in (1, n_layers) or self.level == "strong"):
+            if owner == self._index and (layer in (1, n_layers) or self._level == "strong"):
                 raise self._refuse("it owns the batch (it would see its own input's output "
                                    "or its predicted labels)")
-            if layer - 1 in seen or (self.level == "strong" and seen):
+            if layer - 1 in seen or (self._level == "strong" and seen):
                 raise self._refuse("it decrypted another layer of the same evaluation")
             self._check_chain(t, mask, owner, batch, mowner, layer - 1)
         rid = request_id(msg.meta, RID)
-        lp = self.plans[layer - 1]
+        lp = self._plans[layer - 1]
         if len(msg.blobs) != lp.plan.row_blocks * len(lp.chunks(m)):
             raise ProtocolError("layer output has the wrong number of ciphertexts")
-        with self.acc.timed("decryption"):
-            cts = _cts(self.ctx, msg.blobs)
+        with self.clock("decryption"):
+            cts = _cts(self._ctx, msg.blobs)
             self._answered.once(rid, what="layer request")
             self._round = t
             seen.add(layer)  # from here on this client knows Ŷ^(l)
-            vals = [self.ctx.decrypt(c).real for c in cts]
-        with self.acc.timed("other"):
+            vals = [self._ctx.decrypt(c).real for c in cts]
+        with self.clock("other"):
             h = activate(lp.activation, lp.decode_outputs(vals, m))
         if not np.isfinite(h).all():
             raise ProtocolError("the decrypted layer output is not finite")
-        meta = self._meta(round=t, mask=mask, owner=owner, batch=batch, layer=layer)
-        meta[RE] = rid
+        index = (mask, owner, batch, layer)
         if layer < n_layers:
-            nxt = self.plans[layer]
-            with self.acc.timed("other"):
+            nxt = self._plans[layer]
+            with self.clock("other"):
                 vecs = nxt.encode_inputs(h)
-            with self.acc.timed("encryption"):
+            with self.clock("encryption"):
                 try:
-                    blobs = [self.ctx.encrypt_to_bytes(v) for v in vecs]
+                    blobs = [self._ctx.encrypt_to_bytes(v) for v in vecs]
                 except ValueError:  # SEAL: beyond what the parameters can encode
                     raise ProtocolError("the decrypted layer output is out of range") from None
+            meta = self._binding.bind({}, step="activated", to=SERVER, round=t, index=index,
+                                      re_=rid)
             return wire.encode("hesv/activated", meta, blobs)
         labels = np.argmax(h, axis=1).astype(np.int64)
         seen.add(n_layers + 1)  # knows the predictions: may not also see which are right
-        with self.acc.timed("encryption"):
+        with self.clock("encryption"):
             blobs = self._one_hot(labels, conj=True)
+        meta = self._binding.bind({}, step="predicted", to=SERVER, round=t, index=index,
+                                  re_=rid)
         return wire.encode("hesv/predicted", meta, blobs)
 
+    @receives("hesv/diff")
     def count(self, request: bytes) -> bytes:
         """Decrypt ``[[Σ_c Y_c·Ŷ_c]]`` (1 where a prediction is right, 0 where it is wrong,
         up to CKKS noise) and return how many predictions are correct. Values that are not
         near 0 or 1 are refused: this client decrypts bits, never label differences."""
         msg = wire.decode(request, expect="hesv/diff", max_bytes=MAX_MESSAGE_BYTES)
-        self._check(msg)
-        t = _int(msg.meta, "round", 0, 1 << 20)
-        mask = _int(msg.meta, "mask", 0, (1 << 62))
-        owner = _int(msg.meta, "owner", 0, self.n_clients - 1)
-        batch = _int(msg.meta, "batch", 0, _MAX_BATCHES)
-        m = _int(msg.meta, "m", 1, self.batch)
-        if owner == self.index:
+        n_layers = len(self._plans)
+        t, mask, owner, batch, layer = self._request(msg, "diff", n_layers + 1)
+        if layer != n_layers + 1:
+            raise fields.malformed("index")
+        m = fields.integer(msg.meta, "m", 1, self._batch)
+        if owner == self._index:
             raise self._refuse("it owns the batch (which predictions are right would "
                                "reveal its predicted labels)")
-        if len(self._seen.get((t, mask, owner, batch), set()) & {len(self.plans) + 1}):
+        if len(self._seen.get((t, mask, owner, batch), set()) & {n_layers + 1}):
             raise self._refuse("it knows the predicted labels (which are right would "
                                "reveal Y)")
-        mowner = msg.meta.get("model_owner")
-        if mowner is not None and (isinstance(mowner, bool) or not isinstance(mowner, int)):
-            raise ProtocolError("message field 'model_owner' is invalid")
-        if self.view is None:
-            self._check_chain(t, mask, owner, batch, mowner, len(self.plans))
+        mowner = self._model_owner(msg.meta)
+        if self._view is None:
+            self._check_chain(t, mask, owner, batch, mowner, n_layers)
         elif t < self._round:
             raise ReplayRefused("request of an earlier round (a replay)", check="round")
         rid = request_id(msg.meta, RID)
         if len(msg.blobs) != 1:
             raise ProtocolError("a correctness message holds one ciphertext")
-        with self.acc.timed("decryption"):
-            ct = self.ctx.deserialize(msg.blobs[0])
+        with self.clock("decryption"):
+            ct = self._ctx.deserialize(msg.blobs[0])
             self._answered.once(rid, what="difference request")
             self._round = t
-            bits = self.ctx.decrypt(ct).real[:m]
+            bits = self._ctx.decrypt(ct).real[:m]
         right = np.rint(bits)
         if not (np.all((right == 0) | (right == 1)) and np.all(np.abs(bits - right) < 0.25)):
             raise ProtocolError("the correctness values are not bits")
-        if self.spec.layers[-1].out_features == 2:  # the server sent (Y − Ŷ)² = 1 − right
+        if self._spec.layers[-1].out_features == 2:  # the server sent (Y − Ŷ)² = 1 − right
             right = 1 - right
         cnt = int(right.sum())
-        return wire.encode("hesv/count", self._meta(round=t, mask=mask, owner=owner,
-                                                    batch=batch, count=cnt, **{RE: rid}))
+        meta = self._binding.bind({"count": cnt}, step="count", to=SERVER, round=t,
+                                  index=(mask, owner, batch, layer), re_=rid)
+        return wire.encode("hesv/count", meta)
 
 
 # ---------------------------------------------------------------------- server
@@ -778,21 +821,21 @@ class HESVServer:
                  session: str, *, level: str = "strong", strict: bool = False) -> None:
         if context.has_secret_key:
             raise ValueError("the server's context must not hold the secret key")
-        self.ctx = context
-        self.spec = spec
-        self.config = config
-        self.n = n_clients
-        self.rounds = list(rounds)
-        self.session = session
-        self.level = level
+        self._ctx = context
+        self._spec = spec
+        self._config = config
+        self._n = n_clients
+        self._rounds = list(rounds)
+        self._binding = Binding(session, PROTOCOL, SERVER)
+        self._level = level
         #: the decryption rule (fedsec.shapley.views); made once the test data are in
-        self.strict = strict
-        self.sched: Scheduler | None = None
+        self._strict = strict
+        self._sched: Scheduler | None = None
         self._sid: dict[tuple[int, int], int] = {}
         self._turn = 0
-        self.plans = config.plans(spec)
-        self.batch = config.batch_size(spec)
-        first = self.plans[0].plan
+        self._plans = config.plans(spec)
+        self._batch = config.batch_size(spec)
+        first = self._plans[0].plan
         if not isinstance(first, SquaringPlan):  # pragma: no cover - planner invariant
             raise ValueError("the first layer is laid out as Matrix-Squaring squares")
         # With a rotate-and-sum (first layer, shortcut only), slots outside each tile's
@@ -805,8 +848,8 @@ class HESVServer:
             for tile in range(first.tiles):
                 v[tile * first.block ** 2:tile * first.block ** 2 + first.rows * first.block] = 1
             self._valid_slots = v
-        self.data: dict[int, list[_Batch]] = {}
-        self.models: dict[tuple[int, int | str], list[list[list[Ciphertext]]]] = {}
+        self._data: dict[int, list[_Batch]] = {}
+        self._models: dict[tuple[int, int | str], list[list[list[Ciphertext]]]] = {}
         self._first: dict[tuple[int, int | str, int, int], list[Ciphertext]] = {}
         self._agg: dict[tuple[int, int], list[list[list[Ciphertext]]]] = {}
         self._weighted: dict[tuple[int, int | str], tuple[list[list[list[Ciphertext]]],
@@ -814,78 +857,87 @@ class HESVServer:
         self._evals: dict[tuple[int, int, int, int], _Eval] = {}
         self._counts: dict[tuple[int, int], int] = {}
         self._pending: dict[tuple[int, int], int] = {}
-        self.acc = Accounting()
-        self.decryptions: dict[int, int] = dict.fromkeys(range(n_clients), 0)
+        self.clock = Clock()
+        self._decryptions: dict[int, int] = dict.fromkeys(range(n_clients), 0)
 
     # ------------------------------------------------------------ uploads
     def _decode(self, data: bytes, kind: str, sender: int) -> wire.Message:
         msg = wire.decode(data, expect=kind, max_bytes=MAX_MESSAGE_BYTES)
-        if msg.meta.get("session") != self.session or msg.meta.get("client") != sender:
-            raise ProtocolError(f"{kind} message from another session or client")
+        self._binding.check(msg.meta, step=kind.split("/")[1], sender=f"client:{sender}",
+                            what=f"{kind} message")
         return msg
 
+    @receives("hesv/data")
     def receive_data(self, sender: int, data: bytes) -> None:
         """Store client ``sender``'s encrypted test batches."""
-        msg = self._decode(data, "hesv/data", sender)
-        sizes = msg.meta.get("sizes")
-        lp = self.plans[0]
-        nc = _label_cts(self.spec.layers[-1].out_features, self.config.complex_packing)
-        if (not isinstance(sizes, list) or len(sizes) > _MAX_BATCHES or any(
-                isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.batch
-                for v in sizes) or len(msg.blobs) != sum(
-                    len(lp.chunks(m)) * lp.plan.b_count + nc for m in sizes)):
-            raise ProtocolError("malformed test-data upload")
-        batches, pos = [], 0
-        for m in sizes:
-            size = len(lp.chunks(m)) * lp.plan.b_count
-            cts = [self.ctx.deserialize(b, at_top=True, scale=self.ctx.scale)
-                   for b in msg.blobs[pos:pos + size]]
-            ys = [self._label_ct(b) for b in msg.blobs[pos + size:pos + size + nc]]
-            pos += size + nc
-            batches.append(_Batch(m, cts, ys))
-        self.data[sender] = batches
+        with self.clock("other"):
+            msg = self._decode(data, "hesv/data", sender)
+            sizes = fields.integers(msg.meta, "sizes", 1, self._batch,
+                                    max_length=_MAX_BATCHES, what="test-data upload")
+            lp = self._plans[0]
+            nc = _label_cts(self._spec.layers[-1].out_features, self._config.complex_packing)
+            if len(msg.blobs) != sum(len(lp.chunks(m)) * lp.plan.b_count + nc for m in sizes):
+                raise ProtocolError("malformed test-data upload")
+            batches, pos = [], 0
+            for m in sizes:
+                size = len(lp.chunks(m)) * lp.plan.b_count
+                cts = [self._ctx.deserialize(b, at_top=True, scale=self._ctx.scale)
+                       for b in msg.blobs[pos:pos + size]]
+                ys = [self._label_ct(b) for b in msg.blobs[pos + size:pos + size + nc]]
+                pos += size + nc
+                batches.append(_Batch(m, cts, ys))
+            self._data[sender] = batches
 
     def _label_ct(self, blob: bytes) -> Ciphertext:
         """One-hot labels travel one level above the lowest (their product is rescaled)."""
-        ct = self.ctx.deserialize(blob, scale=self.ctx.scale)  # fresh: the context's scale
-        if ct.parms_id() != self.ctx.parms_id_at_level(_LABEL_LEVEL):
+        ct = self._ctx.deserialize(blob, scale=self._ctx.scale)  # fresh: the context's scale
+        if ct.parms_id() != self._ctx.parms_id_at_level(_LABEL_LEVEL):
             raise ProtocolError("label ciphertext is not at the label level")
         return ct
 
+    @receives("hesv/model")
     def receive_model(self, sender: int, data: bytes) -> None:
         """Store an encrypted local (or, from client 0, global) model of a round."""
-        msg = self._decode(data, "hesv/model", sender)
-        t = _int(msg.meta, "round", 0, len(self.rounds) - 1)
+        with self.clock("other"):
+            self._receive_model(sender, data)
+
+    def _receive_model(self, sender: int, data: bytes) -> None:
+        msg = wire.decode(data, expect="hesv/model", max_bytes=MAX_MESSAGE_BYTES)
+        t = context_of(msg.meta).round
+        if not 0 <= t < len(self._rounds):
+            raise fields.malformed("round")
+        self._binding.check(msg.meta, step="model", sender=f"client:{sender}", round=t,
+                            what="hesv/model message")
         kind = msg.meta.get("kind")
         if kind == "global" and sender == 0:
             key: int | str = "global"
-        elif kind == "local" and sender in self.rounds[t][0]:
+        elif kind == "local" and sender in self._rounds[t][0]:
             key = sender
         else:
             raise ProtocolError("model upload of an unexpected kind or client")
-        need = [lp.plan.row_blocks * lp.plan.a_count for lp in self.plans]
+        need = [lp.plan.row_blocks * lp.plan.a_count for lp in self._plans]
         if len(msg.blobs) != sum(need):
             raise ProtocolError("model upload has the wrong number of ciphertexts")
-        cts = [self.ctx.deserialize(b, at_top=True, scale=self.ctx.scale) for b in msg.blobs]
+        cts = [self._ctx.deserialize(b, at_top=True, scale=self._ctx.scale) for b in msg.blobs]
         layers, pos = [], 0
-        for lp in self.plans:
+        for lp in self._plans:
             blocks = []
             for _ in range(lp.plan.row_blocks):
                 blocks.append(cts[pos:pos + lp.plan.a_count])
                 pos += lp.plan.a_count
             layers.append(blocks)
-        self.models[(t, key)] = layers
+        self._models[(t, key)] = layers
 
     # ------------------------------------------------------------ arithmetic
     def _weights(self, t: int, mask: int) -> list[tuple[int, float]]:
-        parts, w = self.rounds[t]
+        parts, w = self._rounds[t]
         sel = [j for j in range(len(parts)) if mask >> j & 1]
         total = float(sum(w[j] for j in sel))
         return [(parts[j], float(w[j]) / total) for j in sel]
 
     def _scaled(self, ct: Ciphertext, weight: float) -> Ciphertext:
         # encoded at exactly the prime the rescale divides by: the scale is unchanged
-        return self.ctx.multiply_const(ct, weight, scale=float(self.ctx.rescale_prime(ct)),
+        return self._ctx.multiply_const(ct, weight, scale=float(self._ctx.rescale_prime(ct)),
                                        rescale=True)
 
     def _combine(self, terms: list[tuple[float, list[Ciphertext]]], *,
@@ -893,15 +945,15 @@ class HESVServer:
         if mask is not None:  # weights and the mask of the valid slots in one product
             out = []
             for k in range(len(terms[0][1])):
-                out.append(self.ctx.add_many([self.ctx.multiply_plain(
-                    cts[k], w * mask, scale=float(self.ctx.rescale_prime(cts[k])))
+                out.append(self._ctx.add_many([self._ctx.multiply_plain(
+                    cts[k], w * mask, scale=float(self._ctx.rescale_prime(cts[k])))
                     for w, cts in terms]))
             return out
         if len(terms) == 1:
             return terms[0][1]
         out = []
         for k in range(len(terms[0][1])):
-            out.append(self.ctx.add_many([self._scaled(cts[k], w) for w, cts in terms]))
+            out.append(self._ctx.add_many([self._scaled(cts[k], w) for w, cts in terms]))
         return out
 
     def _weighted_model(self, t: int, key: int | str) -> list[list[list[Ciphertext]]]:
@@ -910,19 +962,19 @@ class HESVServer:
         ``q`` and not rescaled. Once per model upload: the stored copy of those layers is
         released (nothing else reads them); the first layer stays as uploaded (index 0 of
         the result is empty)."""
-        layers = self.models[(t, key)]
+        layers = self._models[(t, key)]
         hit = self._weighted.get((t, key))
         if hit is not None and hit[0] is layers:
             return hit[1]
         if key == "global":
             weight = 1.0
         else:
-            parts, w = self.rounds[t]
+            parts, w = self._rounds[t]
             weight = float(w[parts.index(int(key))]) / float(np.sum(w))
         out: list[list[list[Ciphertext]]] = [[]]
         for li in range(1, len(layers)):
-            out.append([[self.ctx.multiply_const(ct, weight,
-                                                 scale=float(self.ctx.rescale_prime(ct)))
+            out.append([[self._ctx.multiply_const(ct, weight,
+                                                 scale=float(self._ctx.rescale_prime(ct)))
                          for ct in block] for block in layers[li]])
             layers[li] = []
         self._weighted[(t, key)] = (layers, out)
@@ -951,18 +1003,18 @@ class HESVServer:
                 factor = 1.0
             else:
                 ws = [(w, c) for c, w in self._weights(t, mask)]
-                parts, w_all = self.rounds[t]
+                parts, w_all = self._rounds[t]
                 factor = float(np.sum(w_all)) / float(sum(
                     w_all[j] for j in range(len(parts)) if mask >> j & 1))
             agg: list[list[list[Ciphertext]]] = []
-            for li, lp in enumerate(self.plans):
+            for li, lp in enumerate(self._plans):
                 blocks: list[list[Ciphertext]] = []
                 if li == 0:
-                    if not self.config.linear_shortcut:
+                    if not self._config.linear_shortcut:
                         for j in range(lp.plan.row_blocks):
-                            blocks.append([self.ctx.add_many([self.ctx.multiply_const(
-                                self.models[(t, c)][0][j][k], w, scale=float(
-                                    self.ctx.rescale_prime(self.models[(t, c)][0][j][k])))
+                            blocks.append([self._ctx.add_many([self._ctx.multiply_const(
+                                self._models[(t, c)][0][j][k], w, scale=float(
+                                    self._ctx.rescale_prime(self._models[(t, c)][0][j][k])))
                                 for w, c in ws]) for k in range(lp.plan.a_count)])
                     agg.append(blocks)
                     continue
@@ -970,7 +1022,7 @@ class HESVServer:
                 for j in range(lp.plan.row_blocks):
                     row = []
                     for k in range(lp.plan.a_count):
-                        ct = self.ctx.add_many([m[li][j][k] for m in models])  # a new object
+                        ct = self._ctx.add_many([m[li][j][k] for m in models])  # a new object
                         ct.scale = float(ct.scale) / factor
                         row.append(ct)
                     blocks.append(row)
@@ -982,23 +1034,23 @@ class HESVServer:
                  weighted: bool = False) -> list[Ciphertext]:
         """Every chunk's product, chunk after chunk (rescaled once more for a
         :meth:`_model_layer` model)."""
-        plan = self.plans[layer - 1].plan
+        plan = self._plans[layer - 1].plan
         per = plan.b_count
         out: list[Ciphertext] = []
         for k in range(len(b) // per):
-            outs = matrix_product(self.ctx, plan, model, b[k * per:(k + 1) * per])
-            out.extend(self.ctx.rescale(o) for o in outs) if weighted else out.extend(outs)
+            outs = matrix_product(self._ctx, plan, model, b[k * per:(k + 1) * per])
+            out.extend(self._ctx.rescale(o) for o in outs) if weighted else out.extend(outs)
         return out
 
     def _first_layer(self, t: int, mask: int, owner: int, batch: int) -> list[Ciphertext]:
-        data = self.data[owner][batch]
-        if not self.config.linear_shortcut:
+        data = self._data[owner][batch]
+        if not self._config.linear_shortcut:
             return self._product(1, self._model_layer(t, mask, 1), data.b, weighted=True)
 
         def local(key: int | str) -> list[Ciphertext]:
             k = (t, key, owner, batch)
             if k not in self._first:
-                self._first[k] = self._product(1, self.models[(t, key)][0], data.b)
+                self._first[k] = self._product(1, self._models[(t, key)][0], data.b)
             return self._first[k]
 
         valid = self._valid_slots
@@ -1010,7 +1062,7 @@ class HESVServer:
     # ------------------------------------------------------------ Alg. 2
     def _model_owner(self, t: int, mask: int) -> int | None:
         if mask and mask & (mask - 1) == 0:
-            return self.rounds[t][0][mask.bit_length() - 1]
+            return self._rounds[t][0][mask.bit_length() - 1]
         return None
 
     def start(self, t: int, mask: int) -> list[tuple[int, bytes]]:
@@ -1019,134 +1071,139 @@ class HESVServer:
         self._counts[(t, mask)] = 0
         self._pending[(t, mask)] = 0
         mowner = self._model_owner(t, mask)
-        for owner in sorted(self.data):
-            for k, b in enumerate(self.data[owner]):
-                if self.strict:
+        for owner in sorted(self._data):
+            for k, b in enumerate(self._data[owner]):
+                if self._strict:
                     chain = self._strict_chain(t, mask, owner, k)
                 else:
-                    salt = chain_start(t, mask, owner, k, self.n)
-                    chain = decryptor_chain(self.n, len(self.plans), owner, mowner,
-                                            level=self.level, start=salt)
+                    salt = chain_start(t, mask, owner, k, self._n)
+                    chain = decryptor_chain(self._n, len(self._plans), owner, mowner,
+                                            level=self._level, start=salt)
                 ev = _Eval(t, mask, owner, k, b.m, chain, mowner)
                 self._evals[(t, mask, owner, k)] = ev
                 self._pending[(t, mask)] += 1
-                with self.acc.timed("arithmetic"), refuse_transparent():
+                with self.clock("arithmetic"), refuse_transparent():
                     cts = self._first_layer(t, mask, owner, k)
                 out.append(self._layer_request(ev, cts))
         return out
 
     def scheduler(self) -> Scheduler:
         """The decryption rule's scheduler over the batches received (one id each)."""
-        if self.sched is None:
-            keys = [(o, k) for o in sorted(self.data) for k in range(len(self.data[o]))]
+        if self._sched is None:
+            keys = [(o, k) for o in sorted(self._data) for k in range(len(self._data[o]))]
             self._sid = {key: i for i, key in enumerate(keys)}
-            space = ModelSpace.of((p, w) for p, w in self.rounds)
-            self.sched = Scheduler(space, self.n, np.array([o for o, _ in keys],
+            space = ModelSpace.of((p, w) for p, w in self._rounds)
+            self._sched = Scheduler(space, self._n, np.array([o for o, _ in keys],
                                                            dtype=np.int64))
-        return self.sched
+        return self._sched
 
     def plan_round(self, t: int) -> None:
         """Place every coalition of round ``t`` on every batch before any work (exact
         SSVs); raises :class:`~fedsec.shapley.views.UnsafeSchedule`."""
         sched = self.scheduler()
-        masks = list(range(1 << len(self.rounds[t][0])))
+        masks = list(range(1 << len(self._rounds[t][0])))
         for sid in self._sid.values():
             sched.plan(t, masks, [sid])
 
     def _strict_chain(self, t: int, mask: int, owner: int, batch: int) -> tuple[int, ...]:
         sched = self.scheduler()
         self._turn += 1
-        chain = sched.chain(t, mask, [self._sid[(owner, batch)]], len(self.plans),
+        chain = sched.chain(t, mask, [self._sid[(owner, batch)]], len(self._plans),
                             self._turn)
         last = chain[-1]
-        for k in range(self.n):  # i_{L+2}: neither the owner nor who knows the labels
-            c = (self._turn + k) % self.n
+        for k in range(self._n):  # i_{L+2}: neither the owner nor who knows the labels
+            c = (self._turn + k) % self._n
             if c not in (owner, last):
                 return (*chain, c)
         raise UnsafeSchedule("no client may count the predictions")  # n < 3
 
-    def _layer_request(self, ev: _Eval, cts: list[Ciphertext]) -> tuple[int, bytes]:
-        with self.acc.timed("other"):
+    def _request(self, kind: str, ev: _Eval, to: int, cts: list[Ciphertext]
+                 ) -> tuple[int, bytes]:
+        """A request to client ``to`` (a fresh id), for the evaluation's current layer."""
+        with self.clock("other"):
             ev.rid = new_request_id()
-            meta = {"session": self.session, "round": ev.t, "mask": ev.mask, "owner": ev.owner,
-                    "batch": ev.batch, "m": ev.m, "layer": ev.layer,
-                    "model_owner": ev.model_owner, RID: ev.rid}
-            msg = wire.encode("hesv/layer", meta, [self.ctx.serialize(c) for c in cts])
-        to = ev.chain[ev.layer - 1]
-        self.decryptions[to] += 1
+            meta = self._binding.bind({"m": ev.m, "model_owner": ev.model_owner},
+                                      step=kind.split("/")[1], to=f"client:{to}", round=ev.t,
+                                      index=(ev.mask, ev.owner, ev.batch, ev.layer),
+                                      rid=ev.rid)
+            msg = wire.encode(kind, meta, [self._ctx.serialize(c) for c in cts])
+        self._decryptions[to] += 1
         return to, msg
 
+    def _layer_request(self, ev: _Eval, cts: list[Ciphertext]) -> tuple[int, bytes]:
+        return self._request("hesv/layer", ev, ev.chain[ev.layer - 1], cts)
+
     def _eval_of(self, msg: wire.Message, sender: int) -> _Eval:
-        if msg.meta.get("session") != self.session or msg.meta.get("client") != sender:
-            raise ProtocolError("reply from another session or client")
-        key = (_int(msg.meta, "round", 0, 1 << 20), _int(msg.meta, "mask", 0, 1 << 62),
-               _int(msg.meta, "owner", 0, self.n - 1), _int(msg.meta, "batch", 0, _MAX_BATCHES))
-        ev = self._evals.get(key)
+        """The evaluation in flight a reply names, checked: this session, from ``sender``
+        to the server, the step its kind names; the client asked; the layer in flight;
+        the id of the request in flight."""
+        if msg.kind not in _REPLIES:
+            raise ProtocolError(f"unexpected {msg.kind!r} reply")
+        ctx = self._binding.check(msg.meta, step=msg.kind.split("/")[1],
+                                  sender=f"client:{sender}", round=context_of(msg.meta).round,
+                                  index=None, what="reply")
+        mask, owner, batch, layer = fields.integers({"index": list(ctx.index)}, "index", 0,
+                                                    _MAX_MASK, length=4)
+        ev = self._evals.get((ctx.round, mask, owner, batch))
         if ev is None:
             raise ProtocolError("reply to no evaluation in flight")
+        expected = ev.chain[ev.layer - 1] if msg.kind != "hesv/count" else ev.chain[-1]
+        if sender != expected:
+            raise ProtocolError("reply from a client that was not asked")
+        if layer != ev.layer:
+            raise ReplayRefused("reply to another layer of this evaluation (a replay)",
+                                check="layer")
+        if request_id(msg.meta, RE) != ev.rid:
+            raise ReplayRefused("reply to a request not in flight (stale or duplicated "
+                                "request id)", check="request-id")
         return ev
 
+    @receives(*_REPLIES)
     def step(self, sender: int, reply: bytes) -> tuple[int, bytes] | None:
         """Process a client's reply; return the next request, or None when a batch's
         count is in."""
-        with self.acc.timed("other"):
+        with self.clock("other"):
             msg = wire.decode(reply, max_bytes=MAX_MESSAGE_BYTES)
             ev = self._eval_of(msg, sender)
-            expected = ev.chain[ev.layer - 1] if msg.kind != "hesv/count" else ev.chain[-1]
-            if sender != expected:
-                raise ProtocolError("reply from a client that was not asked")
-            if msg.kind != "hesv/count" and msg.meta.get("layer") != ev.layer:
-                raise ReplayRefused("reply to another layer of this evaluation (a replay)",
-                                    check="layer")
-            if request_id(msg.meta, RE) != ev.rid:
-                raise ReplayRefused("reply to a request not in flight (stale or duplicated "
-                                    "request id)", check="request-id")
-        n_layers = len(self.plans)
+        n_layers = len(self._plans)
         if msg.kind == "hesv/activated" and ev.layer < n_layers:
-            lp = self.plans[ev.layer]
+            lp = self._plans[ev.layer]
             if len(msg.blobs) != lp.plan.b_count * len(lp.chunks(ev.m)):
                 raise ProtocolError("activated features have the wrong number of ciphertexts")
-            with self.acc.timed("other"):
-                b = [self.ctx.deserialize(x, at_top=True, scale=self.ctx.scale)
+            with self.clock("other"):
+                b = [self._ctx.deserialize(x, at_top=True, scale=self._ctx.scale)
                      for x in msg.blobs]
             ev.layer += 1
-            with self.acc.timed("arithmetic"), refuse_transparent():
+            with self.clock("arithmetic"), refuse_transparent():
                 cts = self._product(ev.layer, self._model_layer(ev.t, ev.mask, ev.layer), b,
                                     weighted=True)
             return self._layer_request(ev, cts)
         if msg.kind == "hesv/predicted" and ev.layer == n_layers:
-            if len(msg.blobs) != _label_cts(self.spec.layers[-1].out_features,
-                                            self.config.complex_packing):
+            if len(msg.blobs) != _label_cts(self._spec.layers[-1].out_features,
+                                            self._config.complex_packing):
                 raise ProtocolError("predicted labels must be one ciphertext per class")
-            with self.acc.timed("other"):
+            with self.clock("other"):
                 pred = [self._label_ct(b) for b in msg.blobs]
-            ys = self.data[ev.owner][ev.batch].y
-            with self.acc.timed("arithmetic"):
+            ys = self._data[ev.owner][ev.batch].y
+            with self.clock("arithmetic"):
                 if len(pred) == 1:  # two classes: (Y − Ŷ)², 0 where right, else 1
-                    diff = self.ctx.square(self.ctx.sub(ys[0], pred[0]))
-                elif self.spec.layers[-1].out_features > len(pred):  # complex pairs
+                    diff = self._ctx.square(self._ctx.sub(ys[0], pred[0]))
+                elif self._spec.layers[-1].out_features > len(pred):  # complex pairs
                     # (y + i y')(ŷ − i ŷ') = y ŷ + y' ŷ' + i (y' ŷ − y ŷ'): the imaginary
                     # part would show a wrong pair's labels; w + conj(w) keeps twice the
                     # real part only (halved for free). Conjugated before the rescale:
                     # at the lowest level the key switch's noise reaches the bit.
-                    w = self.ctx.add_many([self.ctx.multiply(y, p, rescale=False)
+                    w = self._ctx.add_many([self._ctx.multiply(y, p, rescale=False)
                                            for y, p in zip(ys, pred, strict=True)])
-                    diff = self.ctx.with_value_factor(self.ctx.rescale(
-                        self.ctx.add(w, self.ctx.conjugate(w))), 0.5)
+                    diff = self._ctx.with_value_factor(self._ctx.rescale(
+                        self._ctx.add(w, self._ctx.conjugate(w))), 0.5)
                 else:  # Σ_c Y_c·Ŷ_c: 1 where right, else 0
-                    diff = self.ctx.add_many([self.ctx.multiply(y, p) for y, p in zip(
+                    diff = self._ctx.add_many([self._ctx.multiply(y, p) for y, p in zip(
                         ys, pred, strict=True)])
             ev.layer += 1
-            ev.rid = new_request_id()
-            with self.acc.timed("other"):
-                meta = {"session": self.session, "round": ev.t, "mask": ev.mask,
-                        "owner": ev.owner, "batch": ev.batch, "m": ev.m,
-                        "model_owner": ev.model_owner, RID: ev.rid}
-                out = wire.encode("hesv/diff", meta, [self.ctx.serialize(diff)])
-            self.decryptions[ev.chain[-1]] += 1
-            return ev.chain[-1], out
+            return self._request("hesv/diff", ev, ev.chain[-1], [diff])
         if msg.kind == "hesv/count" and ev.layer == n_layers + 1:
-            cnt = _int(msg.meta, "count", 0, ev.m)
+            cnt = fields.integer(msg.meta, "count", 0, ev.m)
             self._counts[(ev.t, ev.mask)] += cnt
             self._pending[(ev.t, ev.mask)] -= 1
             del self._evals[(ev.t, ev.mask, ev.owner, ev.batch)]
@@ -1157,43 +1214,38 @@ class HESVServer:
         """``v(θ_S^t)`` once every batch's count is in."""
         if self._pending.get((t, mask)) != 0:
             raise ProtocolError("not every batch of this coalition has been counted")
-        total = sum(b.m for bs in self.data.values() for b in bs)
+        total = sum(b.m for bs in self._data.values() for b in bs)
         return self._counts[(t, mask)] / total
 
     def end_round(self, t: int) -> None:
         """Drop a round's products and models (memory)."""
         self._first = {k: v for k, v in self._first.items() if k[0] != t}
         self._agg = {}
-        self.models = {k: v for k, v in self.models.items() if k[0] != t}
+        self._models = {k: v for k, v in self._models.items() if k[0] != t}
         self._weighted = {k: v for k, v in self._weighted.items() if k[0] != t}
 
 
 # ---------------------------------------------------------------------- driver
-def _key_setup(n: int, spec: KeySpec, acc: Accounting) -> tuple[KeySetupAggregator,
-                                                                 list[PartyKeys]]:
-    """The signed key set-up, every message counted."""
+def _key_setup(n: int, spec: KeySpec, net: Network) -> tuple[KeySetupAggregator,
+                                                             list[PartyKeys]]:
+    """The signed key set-up (the server relays), every message over ``net``."""
     identities = [Identity(f"client-{i}") for i in range(n)]
     roster = Roster.of(identities)
     parties = [KeySetupParty(i, roster, spec, min_parties=n) for i in identities]
     agg = KeySetupAggregator(roster, spec, min_parties=n)
-    hellos = [acc.message(f"client:{i}", "server", "keys/hello", p.hello())
-              for i, p in enumerate(parties)]
-    holder, request = agg.request(hellos)
+    names = [f"client:{i}" for i in range(n)]
+    holder, request = agg.request(net.gather(names, SERVER, [p.hello() for p in parties]))
     by_name = {p.name: (i, p) for i, p in enumerate(parties)}
     hi, hp = by_name[agg.names[holder]]
-    acc.message("server", f"client:{hi}", "keys/request", request)
-    offer = acc.message(f"client:{hi}", "server", "keys/offer", hp.offer(request))
-    deliveries = agg.accept(offer)
-    confirms = []
-    for name, d in zip(agg.names, deliveries, strict=True):
-        i, p = by_name[name]
-        acc.message("server", f"client:{i}", "keys/delivery", d)
-        confirms.append(acc.message(f"client:{i}", "server", "keys/confirm", p.receive(d)))
+    request = net.send(SERVER, names[hi], request)
+    deliveries = agg.accept(net.send(names[hi], SERVER, hp.offer(request)))
+    order = [by_name[name][0] for name in agg.names]
+    got = net.scatter(SERVER, [names[i] for i in order], deliveries)
+    confirms = net.gather([names[i] for i in order], SERVER,
+                          [parties[i].receive(d) for i, d in zip(order, got, strict=True)])
     confirmed = agg.confirm(confirms)
-    keys = {}
-    for name in agg.names:
-        i, p = by_name[name]
-        keys[i] = p.finish(acc.message("server", f"client:{i}", "keys/confirmed", confirmed))
+    got = net.broadcast(SERVER, [names[i] for i in order], confirmed)
+    keys = {i: parties[i].finish(c) for i, c in zip(order, got, strict=True)}
     return agg, [keys[i] for i in range(n)]
 
 
@@ -1285,40 +1337,34 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
                         batch_hint=max(len(y) for _, y in sets),
                         complex_packing=complex_packing)
     t0 = time.perf_counter()
-    acc = Accounting()
-    with acc.timed("other"):
-        agg, keys = _key_setup(n, config.key_spec(spec), acc)
+    net = Network()
+    setup = Clock()
+    with setup("other"):  # Alg. 1, steps 1-2: the clients' key set-up, relayed by the server
+        agg, keys = _key_setup(n, config.key_spec(spec), net)
     server_ctx = agg.context
     if server_ctx is None:  # pragma: no cover - set once confirm() succeeded
         raise ProtocolError("key set-up did not complete")
     rounds = [(r.participants, np.asarray(r.weights, dtype=np.float64)) for r in record.rounds]
     server = HESVServer(server_ctx, spec, config, n, rounds, agg.session, level=level,
                         strict=strict)
-    server.acc = acc
     space = ModelSpace.of_record(record)
     clients = [HESVClient(i, keys[i], spec, config, n, x, y, level=level,
                           view=ClientView(space, i) if strict else None)
                for i, (x, y) in enumerate(sets)]
-    for c in clients:
-        if len(c.y) == 0:
-            continue
-        with acc.timed("encryption"):
-            up = c.upload_data()
-        with acc.timed("other"):
-            server.receive_data(c.index, acc.message(c.name, "server", "hesv/data", up))
+    for i, c in enumerate(clients):  # step 3: test data, once
+        if len(sets[i][1]):
+            server.receive_data(i, net.send(c.name, SERVER, c.upload_data()))
     if strict and estimator == "exact":  # refuse before any model is encrypted
         for t in range(record.n_rounds):
             server.plan_round(t)
 
-    def run(t: int, mask: int) -> float:
+    def run(t: int, mask: int) -> float:  # Alg. 2: test θ_S^t on every batch
         queue = server.start(t, mask)
         while queue:
             to, req = queue.pop()
-            acc.message("server", f"client:{to}", "hesv/request", req)
             client = clients[to]
-            reply = client.handle(req)
-            acc.message(client.name, "server", "hesv/reply", reply)
-            nxt = server.step(to, reply)
+            reply = client.handle(net.send(SERVER, client.name, req))
+            nxt = server.step(to, net.send(client.name, SERVER, reply))
             if nxt is not None:
                 queue.append(nxt)
         return server.utility(t, mask)
@@ -1327,15 +1373,12 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     tables: list[FloatArray] = []
     models_tested = samples = 0
     total = sum(len(y) for _, y in sets)
-    for t, rnd in enumerate(record.rounds):
-        with acc.timed("encryption"):
-            ups = [(0, clients[0].upload_model(t, rnd.global_params, kind="global"))]
-            ups += [(cid, clients[cid].upload_model(t, p, kind="local"))
-                    for cid, p in zip(rnd.participants, rnd.local_params, strict=True)]
+    for t, rnd in enumerate(record.rounds):  # step 3: every round's models
+        ups = [(0, clients[0].upload_model(t, rnd.global_params, kind="global"))]
+        ups += [(cid, clients[cid].upload_model(t, p, kind="local"))
+                for cid, p in zip(rnd.participants, rnd.local_params, strict=True)]
         for cid, up in ups:
-            with acc.timed("other"):
-                server.receive_model(cid, acc.message(f"client:{cid}", "server", "hesv/model",
-                                                      up))
+            server.receive_model(cid, net.send(clients[cid].name, SERVER, up))
         k = len(rnd.participants)
 
         def value(mask: int, t: int = t) -> float:
@@ -1360,8 +1403,9 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
         server.end_round(t)
         if progress is not None:
             progress(f"round {t + 1}/{record.n_rounds}: {len(game.cache)} models tested")
-    for c in clients:
-        acc.merge(c.acc)
+    acc = net.accounting
+    for clock in (setup, server.clock, *(c.clock for c in clients)):
+        acc.add_clock(clock)
     seconds = time.perf_counter() - t0
     return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget, False,
                                tables if estimator == "exact" else None,

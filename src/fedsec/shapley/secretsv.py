@@ -31,22 +31,52 @@ knows; runs the rule cannot place are refused up front), or Prop. 6.8 only with
 other clients' samples). Shares and triples come from the
 operating system's CSPRNG. A fresh triple serves every product (never reused).
 
-Replays and splices (:mod:`fedsec.shapley.binding`): SecretSV has no keys, hence no key
+Roles and steps
+---------------
+* :class:`SecretSVClient` -- shares its test data (:meth:`~SecretSVClient.share_data`) and
+  its models (:meth:`~SecretSVClient.share_model`) between P and A; reconstructs one
+  layer's output when P and A ask it (:meth:`~SecretSVClient.reconstruct`), activates and
+  re-shares it, or at the last layer deals the zero test of its predicted labels.
+* :class:`SecretSVPrincipal` (P) -- gathers the session
+  (:meth:`~SecretSVPrincipal.gather`), orders the samples into batch groups
+  (:meth:`~SecretSVPrincipal.order_batches`), schedules who reconstructs what, announces
+  each evaluation to A (:meth:`~SecretSVPrincipal.announce_eval`), asks the dealer for each
+  layer's triple (:meth:`~SecretSVPrincipal.triple_request`) and at the end opens whether
+  each prediction is right (:meth:`~SecretSVPrincipal.label_mask`,
+  :meth:`~SecretSVPrincipal.compare`).
+* :class:`SecretSVAuxiliary` (A) -- follows P's batch order and evaluations
+  (:meth:`~SecretSVAuxiliary.receive_order`, :meth:`~SecretSVAuxiliary.open_eval`) and
+  answers the zero test (:meth:`~SecretSVAuxiliary.label_diff`).
+* Both servers (:class:`SecretSVServer`), per layer: Beaver step 1
+  (:meth:`~SecretSVServer.open_share`, on their own aggregated model share and input
+  share), step 2 (:meth:`~SecretSVServer.beaver`: their share of ``W·X + b`` for the
+  reconstructing client), then take the client's re-share
+  (:meth:`~SecretSVServer.receive_share`).
+* :class:`Dealer` -- one Beaver matrix triple per product P asks for
+  (:meth:`~Dealer.triple`).
+
+:func:`secretsv_shapley` runs every role in one process over a
+:class:`~fedsec.protocol.network.Network` (role names ``"P"``, ``"A"``, ``"dealer"``,
+``"client:<i>"``): it relays bytes and never reads or writes a role's state. Each role
+times its own work (its ``clock``); the network counts the bytes.
+
+Replays and splices (:mod:`fedsec.protocol.binding`): SecretSV has no keys, hence no key
 set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer).
 Each role draws its own (:mod:`secrets`) and sends it to P in a ``secretsv/hello``; P
 sends every role the list (``secretsv/session``); each role derives the session id from
-that list itself and refuses to act unless its own nonce is in it -- so no role can be
-put into a session it did not take part in, or an old one (the runner only relays).
-Every message is bound to the session and its round, coalition, batch
-group, layer and step (data, model, triple and opening shares name their recipient or
-sender); each server checks what it reads against its own state: A decodes P's batch
-order and each announced evaluation (fresh id, this round, rows of one group); a triple
-must be of the evaluation and layer in flight and its id unused (a re-used triple would
-let the other server difference two openings); an opening must be the *other* server's
-(a server's own opening reflected back is refused); re-shares and label shares are taken
-once per layer of the evaluation in flight. A client reconstructs each (evaluation,
-layer) once, never an adjacent layer of an evaluation it served, and nothing of a round
-earlier than one it served.
+that list itself (:func:`~fedsec.protocol.binding.session_from_nonces`) and refuses to act
+unless its own nonce is in it (:func:`~fedsec.protocol.binding.check_nonce`) -- so no role
+can be put into a session it did not take part in, or an old one (the runner only
+relays). Every message is bound (:class:`~fedsec.protocol.binding.Binding`) to the session,
+its step, sender and recipient, its round and, as index, its coalition, batch group and
+layer; each server checks what it reads against its own state: A decodes P's batch order
+and each announced evaluation (fresh id, this round, rows of one group); a triple must be
+of the evaluation and layer in flight, addressed to this server, and its id unused (a
+re-used triple would let the other server difference two openings); an opening must be the
+*other* server's (a server's own opening reflected back is refused); re-shares and label
+shares are taken once per layer of the evaluation in flight, from the client asked. A
+client reconstructs each (evaluation, layer) once, never an adjacent layer of an
+evaluation it served, and nothing of a round earlier than one it served.
 """
 
 from __future__ import annotations
@@ -68,22 +98,23 @@ from fedsec.crypto.drbg import SystemRandomSource
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import ModelSpec, Params, activate
 from fedsec.learning.record import TrainingRecord
-from fedsec.protocol import wire
-from fedsec.protocol.accounting import Accounting
-from fedsec.shapley.binding import (
+from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Accounting, Clock
+from fedsec.protocol.binding import (
     RE,
     RID,
+    Binding,
     Context,
     ReplayRefused,
-    bind,
-    check_context,
+    check_nonce,
     context_of,
     new_nonce,
     new_request_id,
-    open_evaluation,
     request_id,
     session_from_nonces,
 )
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -101,10 +132,13 @@ from fedsec.shapley.secure_game import (
 )
 from fedsec.shapley.views import ClientView, ModelSpace, Scheduler, check_schedule
 
-__all__ = ["secretsv_shapley", "Dealer"]
+__all__ = ["secretsv_shapley", "SecretSVClient", "SecretSVServer", "SecretSVPrincipal",
+           "SecretSVAuxiliary", "Dealer", "SecretSVRun",
+           "open_session"]
 
 U64 = NDArray[np.uint64]
 BoolArray = NDArray[np.bool_]
+Rounds = Sequence[tuple[Sequence[int], Any]]
 Q = sh.RING64
 L = sh.LABEL_PRIME  # labels are shared modulo a prime: the zero test needs a field
 _FRAC_MODEL = 20
@@ -112,54 +146,55 @@ _FRAC_DATA = 20
 _FRAC_HIDDEN = 16
 _MAX = 1 << 63
 _MAX_ROWS = 1 << 24  # test samples per client a server accepts
+_MAX_DIM = 1 << 24  # a triple's dimensions the dealer accepts ...
+_MAX_TRIPLE = 1 << 28  # ... and its entries in all
 PROTOCOL = "secretsv"
 EV = "ev"
 _NONCE_BYTES = 16
 _MAX_ROLES = (1 << 16) + 3  # clients (a data share names one of 2^16) plus P, A, dealer
+_MAX_MASK = (1 << 62) - 1
+_KEY = r"global|c[0-9]{1,5}"  # a model: the global one, or client i's local one
 
 
-def _hello(role: str, nonce: bytes) -> bytes:
+def _hello(nonce: bytes) -> bytes:
     """A role's fresh session nonce, for P to gather."""
-    return wire.encode("secretsv/hello", {"role": role}, [nonce])
+    return wire.encode("secretsv/hello", {}, [nonce])
 
 
-def _join(data: bytes, nonce: bytes, n_roles: int | None) -> str:
-    """The session id of P's ``secretsv/session`` message (every role's nonce), derived
-    here; ``ReplayRefused`` unless this role's own ``nonce`` is among them."""
+def _join(data: bytes, nonce: bytes, n_roles: int | None, me: str) -> Binding:
+    """This role's binding in the session of P's ``secretsv/session`` message (every
+    role's nonce), derived here; ``ReplayRefused`` unless its own ``nonce`` is among them."""
     msg = wire.decode(data, expect="secretsv/session", max_bytes=64 * _MAX_ROLES)
     nonces = list(msg.blobs)
     if (n_roles is not None and len(nonces) != n_roles) or not 3 <= len(nonces) <= \
             _MAX_ROLES or any(len(v) != _NONCE_BYTES for v in nonces) \
             or len(set(nonces)) != len(nonces):
         raise ProtocolError("malformed session: nonces")
-    if nonce not in nonces:
-        raise ReplayRefused("a session without this role's nonce (a replayed or foreign "
-                            "session)", check="session")
-    return session_from_nonces(PROTOCOL, nonces)
+    check_nonce(nonce, nonces)
+    return Binding(session_from_nonces(PROTOCOL, nonces), PROTOCOL, me)
 
 
-def _need_session(session: str) -> str:
-    if not session:
+def _need(binding: Binding | None) -> Binding:
+    if binding is None:
         raise ProtocolError("no session joined yet")
-    return session
+    return binding
 
 
 def _pow2_ceil(v: int) -> int:
     return 1 if v <= 1 else 1 << math.ceil(math.log2(v))
 
 
-def _arr(data: bytes, shape: tuple[int, ...], what: str) -> U64:
-    n = int(np.prod(shape))
-    if len(data) != 8 * n:
-        raise ProtocolError(f"malformed {what}: expected {8 * n} bytes, got {len(data)}")
-    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(shape)
+def _u64(data: bytes, shape: tuple[int, ...], what: str) -> U64:
+    out: U64 = fields.array(data, np.uint64, shape, what=what)
+    return out
 
 
-def _one_blob(data: bytes, kind: str) -> bytes:
-    msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
-    if len(msg.blobs) != 1:
-        raise ProtocolError(f"malformed {kind} message")
-    return msg.blobs[0]
+def _index(ctx: Context) -> tuple[int, int, int]:
+    """A context's index ``(coalition, batch group, layer)`` (layer -1: the evaluation)."""
+    if len(ctx.index) != 3 or ctx.index[0] < 0 or ctx.index[1] < 0:
+        raise fields.malformed("index")
+    mask, group, layer = ctx.index
+    return mask, group, layer
 
 
 def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
@@ -173,556 +208,850 @@ def _layers(spec: ModelSpec, params: Params) -> list[tuple[NDArray[np.float64],
     return out
 
 
+def _client_name(i: int) -> str:
+    return f"client:{i}"
+
+
+# ====================================================================== dealer
 class Dealer:
     """Produces Beaver matrix triples ``(U, V, U·V)`` and sends one share to each server.
 
-    Each triple carries a fresh id and the context of the product it is for (session,
-    round, coalition, batch, layer); a server uses a triple id once (a re-used triple
-    would let the other server difference two openings). Like every SecretSV role, the
-    dealer draws its own session nonce (:meth:`hello`) and deals only once it has joined
-    a session that hashes it in (:meth:`join`)."""
+    Each triple answers P's request for one product (its round, coalition, batch group and
+    layer) and carries a fresh id; a server uses a triple id once (a re-used triple would
+    let the other server difference two openings). Like every SecretSV role, the dealer
+    draws its own session nonce (:meth:`hello`) and deals only once it has joined a
+    session that hashes it in (:meth:`join`)."""
 
     def __init__(self) -> None:
         self._rng = SystemRandomSource()
-        self.nonce = new_nonce()
-        self.session = ""
+        self._nonce = new_nonce()
+        self._binding: Binding | None = None
+        #: the dealer's seconds by kind of work
+        self.clock = Clock()
+
+    @property
+    def name(self) -> str:
+        return "dealer"
 
     def hello(self) -> bytes:
         """This dealer's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello("dealer", self.nonce)
+        return _hello(self._nonce)
 
+    @receives("secretsv/session")
     def join(self, data: bytes) -> None:
         """Take the session P announces, if it holds this dealer's nonce."""
-        if self.session:
+        if self._binding is not None:
             raise ProtocolError("already in a session")
-        self.session = _join(data, self.nonce, None)
+        self._binding = _join(data, self._nonce, None, self.name)
 
-    def triple(self, d_out: int, d_in: int, m: int, acc: Accounting,
-               ctx: Context | None = None) -> tuple[bytes, bytes]:
-        """A triple for a ``d_out × d_in`` by ``d_in × m`` product in ``ctx`` (round,
-        mask, batch, layer; the dealer's session is used)."""
-        session = _need_session(self.session)
-        ctx = (ctx or Context(session, PROTOCOL)).at(session=session, protocol=PROTOCOL)
-        with acc.timed("share_generation"):
+    @receives("secretsv/triple-request")
+    def triple(self, request: bytes) -> tuple[bytes, bytes]:
+        """P's request for a triple of a ``d_out × d_in`` by ``d_in × m`` product: the
+        ``secretsv/triple`` shares for P and for A (same id and context)."""
+        b = _need(self._binding)
+        msg = wire.decode(request, expect="secretsv/triple-request", max_bytes=1 << 12)
+        ctx = b.check(msg.meta, step="triple-request", sender="P",
+                      round=context_of(msg.meta).round, index=None, what="triple request")
+        _index(ctx)
+        d_out, d_in, m = fields.integers(msg.meta, "shape", 1, _MAX_DIM, length=3)
+        if d_out * d_in + d_in * m + d_out * m > _MAX_TRIPLE:
+            raise fields.malformed("shape")
+        with self.clock("share_generation"):
             u = sh.uniform_mod(Q, (d_out, d_in), self._rng)
             v = sh.uniform_mod(Q, (d_in, m), self._rng)
             c = u @ v
             parts = [sh.share(a, Q, self._rng) for a in (u, v, c)]
         meta = {"shape": [d_out, d_in, m]}
         tid = new_request_id()
-        return (wire.encode("secretsv/triple", bind(meta, ctx.at(step="triple/P"), rid=tid),
-                            [p[0].tobytes() for p in parts]),
-                wire.encode("secretsv/triple", bind(meta, ctx.at(step="triple/A"), rid=tid),
-                            [p[1].tobytes() for p in parts]))
+        return tuple(  # type: ignore[return-value]
+            wire.encode("secretsv/triple", b.bind(meta, step="triple", to=to,
+                                                  round=ctx.round, index=ctx.index, rid=tid),
+                        [p[k].tobytes() for p in parts])
+            for k, to in enumerate(("P", "A")))
 
 
+# ====================================================================== servers
 @dataclass
 class _Eval:
     """One (round, coalition, batch group) evaluation in flight at a server."""
 
-    ctx: Context  # round, mask, batch (group); layer -1, step ""
+    round: int
+    mask: int
+    group: int
     ev: str  # P's evaluation id
     rows: NDArray[np.int64]
+    chain: list[int]  # the reconstructing client of each layer
+    owners: list[int]  # the batch group's clients
+    mowners: list[int]  # the owner of the model under test (a local model), or none
+    keys: list[str]  # the models aggregated ...
+    q: list[int]  # ... with these integer weights
+    x: U64  # this server's share of the current layer's input (d_in × m)
+    xb: int  # its bound
     layer: int = 0  # the layer being computed (advances with each re-share)
     opened: bool = False  # this layer's triple consumed
+    uvc: tuple[U64, U64, U64] | None = None  # this layer's triple shares
+    ef: tuple[U64, U64] | None = None  # this server's shares of E and F
+    wb: tuple[U64, U64] | None = None  # its aggregated model share (W, b) of this layer
     g: U64 | None = None  # (P) its share of r·(Ŷ − b) from the labels, until A answers
     #: per layer, the (bound, weight sum, scale bits) its output request announced
     announced: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
-
-def _rows_list(value: Any, n_samples: int) -> NDArray[np.int64]:
-    if not isinstance(value, list) or not 1 <= len(value) <= n_samples or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_samples
-            for v in value) or len(set(value)) != len(value):
-        raise ProtocolError("malformed sample ids")
-    return np.asarray(value, dtype=np.int64)
+    def index(self, layer: int | None = None) -> tuple[int, int, int]:
+        return (self.mask, self.group, self.layer if layer is None else layer)
 
 
-@dataclass
-class _Server:
-    """P or A: model and data shares; Beaver products on them.
+class SecretSVServer:
+    """What P and A share (:class:`SecretSVPrincipal`, :class:`SecretSVAuxiliary`): model
+    and data shares, and the Beaver products on them.
 
-    Every message a server reads is checked against its own state (see
-    :mod:`fedsec.shapley.binding`): data and model shares addressed to it, of this session
-    (and, for models, the current round); A's batch order and each evaluation P announces
-    (fresh id, current round, rows of one announced group); per layer one fresh triple of
-    this evaluation and layer, the other server's opening (never its own reflected), the
-    client's re-share of this layer, and finally the label share."""
+    Every message a server reads is checked against its own state (see the module
+    docstring): data and model shares addressed to it, of this session (and, for models,
+    the current round); A's batch order and each evaluation P announces (fresh id,
+    current round, rows of one announced group); per layer one fresh triple of this
+    evaluation and layer, the other server's opening (never its own reflected), the
+    asked client's re-share of this layer, and finally the label share.
 
-    name: str
-    spec: ModelSpec
-    x: U64 = field(default_factory=lambda: np.zeros((0, 0), np.uint64))
-    y: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
-    owner: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    xbound: dict[int, int] = field(default_factory=dict)
-    models: dict[tuple[int, str], list[tuple[U64, U64]]] = field(default_factory=dict)
-    bounds: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
-    n_clients: int | None = None  # when set, data shares must come from exactly these
-    round: int = -1
-    eval: _Eval | None = None
-    order: list[NDArray[np.int64]] = field(default_factory=list)  # per group (A)
-    evals_seen: set[str] = field(default_factory=set)
-    triples_used: set[str] = field(default_factory=set)
-    nonce: bytes = field(default_factory=new_nonce, init=False, repr=False)
-    session: str = field(default="", init=False)
+    Parameters
+    ----------
+    name : {"P", "A"}
+    spec : ModelSpec
+    rounds : sequence of (participants, weights)
+        ``I^t`` and FedAvg's weights (public training metadata): which models a coalition
+        aggregates, with which integer weights.
+    n_clients : int, optional
+        When set, data shares must come from exactly these clients.
+    space : ModelSpace, optional
+        The decryption rule of :mod:`fedsec.shapley.views` (``schedule="strict"``): P
+        schedules the reconstructions by it, and both servers send the reconstructing
+        client the sample ids (it checks its own view). None: Prop. 6.8's chains.
+    """
+
+    def __init__(self, name: str, spec: ModelSpec, rounds: Rounds = (), *,
+                 n_clients: int | None = None, space: ModelSpace | None = None) -> None:
+        if name not in ("P", "A"):
+            raise ValueError(f"The 'name' parameter of SecretSVServer must be 'P' or 'A'. "
+                             f"Got {name!r} instead.")
+        self._name = name
+        self._spec = spec
+        self._rounds = [(tuple(int(c) for c in p), np.asarray(w)) for p, w in rounds]
+        self._n = n_clients
+        self._nonce = new_nonce()
+        self._binding: Binding | None = None
+        self._x: U64 = np.zeros((0, 0), np.uint64)
+        self._y: U64 = np.zeros(0, np.uint64)
+        self._owner: NDArray[np.int64] = np.zeros(0, np.int64)
+        self._xbound: dict[int, int] = {}
+        self._models: dict[tuple[int, str], list[tuple[U64, U64]]] = {}
+        self._bounds: dict[tuple[int, str], list[tuple[int, int]]] = {}
+        self._round = -1
+        self._eval: _Eval | None = None
+        self._order: list[NDArray[np.int64]] = []  # per batch group, the shuffled rows
+        self._groups: list[list[int]] = []
+        self._strong = True
+        self._space = space
+        self._sched: Scheduler | None = None  # (P) the decryption rule; None: Prop. 6.8
+        self._turn = 0  # (P) rotates the reconstructing clients
+        self._evals_seen: set[str] = set()
+        self._triples_used: set[str] = set()
+        #: this server's seconds by kind of work
+        self.clock = Clock()
+
+    # ------------------------------------------------------------- session
+    @property
+    def name(self) -> str:
+        return self._name
 
     @property
-    def other(self) -> str:
-        return "A" if self.name == "P" else "P"
+    def _other(self) -> str:
+        return "A" if self._name == "P" else "P"
 
-    def _ctx(self, **kw: Any) -> Context:
-        return Context(_need_session(self.session), PROTOCOL, **kw)
+    @property
+    def _b(self) -> Binding:
+        return _need(self._binding)
+
+    def _n_roles(self) -> int | None:
+        return None if self._n is None else self._n + 3
 
     def hello(self) -> bytes:
         """This server's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello(self.name, self.nonce)
+        return _hello(self._nonce)
 
-    def gather(self, hellos: Sequence[bytes]) -> bytes:
-        """(P) Every other role's ``secretsv/hello``: the ``secretsv/session`` message
-        for every role (their nonces and this server's)."""
-        nonces = [self.nonce]
-        for data in hellos:
-            msg = wire.decode(data, expect="secretsv/hello", max_bytes=1 << 10)
-            if len(msg.blobs) != 1 or len(msg.blobs[0]) != _NONCE_BYTES:
-                raise ProtocolError("malformed hello: nonce")
-            nonces.append(msg.blobs[0])
-        if (self.n_clients is not None and len(nonces) != self.n_clients + 3) or len(
-                set(nonces)) != len(nonces) or len(nonces) > _MAX_ROLES:
-            raise ProtocolError("hellos must come from every role, once each")
-        return wire.encode("secretsv/session", {}, sorted(nonces))
-
+    @receives("secretsv/session")
     def join(self, data: bytes) -> None:
         """Take the session P announces, if it holds this server's nonce."""
-        if self.session:
+        if self._binding is not None:
             raise ProtocolError("already in a session")
-        self.session = _join(data, self.nonce,
-                             None if self.n_clients is None else self.n_clients + 3)
+        self._binding = _join(data, self._nonce, self._n_roles(), self._name)
 
-    def order_message(self, order: Sequence[NDArray[np.int64]]) -> bytes:
-        """(P) The shuffled sample order per batch group, for A."""
-        return wire.encode("secretsv/batches", bind({"order": [o.tolist() for o in order]},
-                                                    self._ctx(step="batches")))
+    # ------------------------------------------------------------- shares
+    @receives("secretsv/data")
+    def receive_data(self, blobs: Sequence[bytes]) -> None:
+        """Every client's share of its test data and labels (once each)."""
+        with self.clock("other"):
+            self._receive_data(blobs)
 
-    def _need_eval(self) -> _Eval:
-        if self.eval is None:
-            raise ProtocolError(f"{self.name}: no evaluation in flight")
-        return self.eval
+    def _receive_data(self, blobs: Sequence[bytes]) -> None:
+        xs, ys, ow = [], [], []
+        d = self._spec.in_features
+        xbound: dict[int, int] = {}
+        for data in blobs:
+            msg = wire.decode(data, expect="secretsv/data", max_bytes=1 << 34)
+            c = fields.integer(msg.meta, "client", 0, (self._n or 1 << 16) - 1,
+                               what="data share")
+            self._b.check(msg.meta, step="data", sender=_client_name(c), what="data share")
+            rows = fields.integer(msg.meta, "rows", 0, _MAX_ROWS, what="data share")
+            bound = fields.integer(msg.meta, "bound", 1, _MAX - 1, what="data share")
+            if len(msg.blobs) != 2 or c in xbound:
+                raise ProtocolError("malformed data share")
+            xbound[c] = bound
+            xs.append(_u64(msg.blobs[0], (rows, d), "data share"))
+            ys.append(fields.array(msg.blobs[1], np.uint64, (rows,), hi=L - 1,
+                                   what="data share: label share"))
+            ow.append(np.full(rows, c, dtype=np.int64))
+        if not xs or (self._n is not None and sorted(xbound) != list(range(self._n))):
+            raise ProtocolError("data shares must come from every client, once each")
+        self._xbound = xbound
+        self._x, self._y, self._owner = np.concatenate(xs), np.concatenate(ys), \
+            np.concatenate(ow)
 
     def start_round(self, t: int) -> None:
         """Accept models (and evaluations) of round ``t`` from now on."""
-        self.round = t
-        self.eval = None
+        self._round = t
+        self._eval = None
 
-    def receive_data(self, blobs: Sequence[bytes]) -> None:
-        xs, ys, ow = [], [], []
-        d = self.spec.in_features
-        for data in blobs:
-            msg = wire.decode(data, expect="secretsv/data", max_bytes=1 << 34)
-            check_context(msg.meta, self._ctx(step=f"data/{self.name}"), what="data share")
-            c, rows, bound = (msg.meta.get(k) for k in ("client", "rows", "bound"))
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                       for v in (c, rows, bound)) or len(msg.blobs) != 2 or c in self.xbound:
-                raise ProtocolError("malformed data share")
-            assert isinstance(c, int) and isinstance(rows, int) and isinstance(bound, int)
-            if rows > _MAX_ROWS or not 0 < bound < _MAX or c >= (self.n_clients or 1 << 16):
-                raise ProtocolError("malformed data share: client, rows or bound out of range")
-            self.xbound[c] = bound
-            xs.append(_arr(msg.blobs[0], (rows, d), "data share"))
-            ys.append(_arr(msg.blobs[1], (rows,), "label share"))
-            if rows and int(ys[-1].max()) >= L:
-                raise ProtocolError("malformed data share: label share out of range")
-            ow.append(np.full(rows, c, dtype=np.int64))
-        if not xs or (self.n_clients is not None
-                      and sorted(self.xbound) != list(range(self.n_clients))):
-            raise ProtocolError("data shares must come from every client, once each")
-        self.x, self.y, self.owner = np.concatenate(xs), np.concatenate(ys), np.concatenate(ow)
+    def end_round(self, t: int) -> None:
+        """Drop the model shares of round ``t``."""
+        for key in [k for k in self._models if k[0] == t]:
+            del self._models[key]
 
+    @receives("secretsv/model")
     def receive_model(self, data: bytes) -> None:
-        msg = wire.decode(data, expect="secretsv/model", max_bytes=1 << 34)
-        check_context(msg.meta, self._ctx(round=self.round, step=f"model/{self.name}"),
-                      what="model share")
-        rnd, key, bounds = msg.meta.get("round"), msg.meta.get("key"), msg.meta.get("bounds")
-        shapes = [s for ly in self.spec.layers for s in
-                  ((ly.out_features, ly.in_features), (ly.out_features,))]
-        if isinstance(rnd, bool) or not isinstance(rnd, int) or not 0 <= rnd < 1 << 20 \
-                or not isinstance(key, str) or not isinstance(bounds, list) or len(
-                bounds) != len(self.spec.layers) or len(msg.blobs) != len(shapes):
-            raise ProtocolError("malformed model share")
-        if rnd != self.round:
-            raise ReplayRefused("model share of another round", check="round")
-        if not all(isinstance(b, list) and len(b) == 2 and all(
-                isinstance(v, int) and not isinstance(v, bool) and 1 <= v < _MAX for v in b)
-                for b in bounds):
-            raise ProtocolError("malformed model bounds")
-        arrs = [_arr(b, s, "model share") for b, s in zip(msg.blobs, shapes, strict=True)]
-        self.models[(rnd, key)] = [(arrs[2 * k], arrs[2 * k + 1])
-                                   for k in range(len(self.spec.layers))]
-        self.bounds[(rnd, key)] = [(int(b[0]), int(b[1])) for b in bounds]
+        """A client's share of a model of the current round (the global model, or its own
+        local model), with the model's bounds."""
+        with self.clock("other"):
+            msg = wire.decode(data, expect="secretsv/model", max_bytes=1 << 34)
+            sender = context_of(msg.meta).sender
+            key = fields.text(msg.meta, "key", pattern=_KEY, what="model share")
+            if key != "global" and sender != _client_name(int(key[1:])):
+                raise ReplayRefused("model share of another client's model", check="sender")
+            if not sender.startswith("client:"):
+                raise ReplayRefused("model share from a role that is no client",
+                                    check="sender")
+            self._b.check(msg.meta, step="model", sender=sender, round=self._round,
+                          what="model share")
+            shapes = [s for ly in self._spec.layers for s in
+                      ((ly.out_features, ly.in_features), (ly.out_features,))]
+            bounds = msg.meta.get("bounds")
+            if not isinstance(bounds, list) or len(bounds) != len(self._spec.layers) \
+                    or len(msg.blobs) != len(shapes):
+                raise ProtocolError("malformed model share")
+            pairs = [fields.integers({"bounds": b}, "bounds", 1, _MAX - 1, length=2,
+                                     what="model bounds") for b in bounds]
+            arrs = [_u64(b, s, "model share") for b, s in zip(msg.blobs, shapes, strict=True)]
+            self._models[(self._round, key)] = [(arrs[2 * k], arrs[2 * k + 1])
+                                                for k in range(len(self._spec.layers))]
+            self._bounds[(self._round, key)] = [(int(b[0]), int(b[1])) for b in pairs]
 
-    def aggregated(self, rnd: int, keys: Sequence[str], q: Sequence[int], layer: int
-                   ) -> tuple[U64, U64]:
-        w = np.zeros_like(self.models[(rnd, keys[0])][layer][0])
-        b = np.zeros_like(self.models[(rnd, keys[0])][layer][1])
-        for k, qi in zip(keys, q, strict=True):
-            wk, bk = self.models[(rnd, k)][layer]
+    def _rows(self, meta: dict[str, Any]) -> NDArray[np.int64]:
+        n = len(self._y)
+        return np.asarray(fields.integers(meta, "rows", 0, n - 1, min_length=1,
+                                          max_length=n, distinct=True, what="sample ids"),
+                          dtype=np.int64)
+
+    # ------------------------------------------------------------- evaluations
+    def _coalition(self, mask: int) -> tuple[list[str], list[int], list[int]]:
+        """The models coalition ``mask`` of the current round aggregates, their integer
+        weights, and the owner of the model when it is one client's local model."""
+        if not 0 <= self._round < len(self._rounds):
+            raise ProtocolError(f"{self._name}: no round in progress")
+        parts, weights = self._rounds[self._round]
+        if mask >> len(parts):
+            raise ProtocolError("malformed evaluation: coalition")
+        if mask == 0:
+            return ["global"], [1], []
+        qa = integer_weights(weights)
+        sel = [j for j in range(len(parts)) if mask >> j & 1]
+        mowners = [parts[sel[0]]] if len(sel) == 1 else []
+        return [f"c{parts[j]}" for j in sel], [int(qa[j]) for j in sel], mowners
+
+    def _start(self, mask: int, group: int, ev: str, rows: NDArray[np.int64],
+               chain: list[int], owners: list[int]) -> _Eval:
+        keys, q, mowners = self._coalition(mask)
+        xb = max(self._xbound.get(c, 1) for c in owners)
+        x: U64 = self._x[rows].T.copy()
+        return _Eval(self._round, mask, group, ev, rows, chain, owners, mowners, keys, q,
+                     x, xb)
+
+    def _need_eval(self) -> _Eval:
+        if self._eval is None:
+            raise ProtocolError(f"{self._name}: no evaluation in flight")
+        return self._eval
+
+    def _aggregated(self, ev: _Eval) -> tuple[U64, U64]:
+        first = self._models.get((ev.round, ev.keys[0]))
+        if first is None or any((ev.round, k) not in self._models for k in ev.keys):
+            raise ProtocolError(f"{self._name}: a model of the coalition is missing")
+        w = np.zeros_like(first[ev.layer][0])
+        b = np.zeros_like(first[ev.layer][1])
+        for k, qi in zip(ev.keys, ev.q, strict=True):
+            wk, bk = self._models[(ev.round, k)][ev.layer]
             w = w + np.uint64(qi) * wk
             b = b + np.uint64(qi) * bk
         return w, b
 
-    # ------------------------------------------------------------- evaluations
-    def receive_order(self, data: bytes) -> None:
-        """(A) P's shuffled sample order per batch group: every sample exactly once."""
-        msg = wire.decode(data, expect="secretsv/batches", max_bytes=1 << 28)
-        check_context(msg.meta, self._ctx(step="batches"), what="batch order")
-        lists = msg.meta.get("order")
-        n = len(self.y)
-        if not isinstance(lists, list) or not 1 <= len(lists) <= max(n, 1):
-            raise ProtocolError("malformed batch order")
-        order = [_rows_list(o, n) for o in lists]
-        every = np.concatenate(order)
-        if len(every) != n or len(np.unique(every)) != n:
-            raise ProtocolError("the batch order must hold every sample exactly once")
-        self.order = order
+    def _bound(self, ev: _Eval) -> int:
+        """The a-priori bound of this layer's output in fixed point."""
+        bound = sum(qi * (self._bounds[(ev.round, k)][ev.layer][0] * ev.xb
+                          + self._bounds[(ev.round, k)][ev.layer][1])
+                    for k, qi in zip(ev.keys, ev.q, strict=True))
+        if bound >= _MAX:
+            raise sh.FixedPointOverflow("a linear output may exceed 2^63 in fixed "
+                                        "point; SecretSV refuses rather than wrap")
+        return int(bound)
 
-    def announce_eval(self, mask: int, group: int, rows: NDArray[np.int64]) -> bytes:
-        """(P) Start evaluating coalition ``mask`` of the current round on ``rows`` of
-        group ``group``; the ``secretsv/eval`` message for A (fresh evaluation id)."""
-        ctx = self._ctx(round=self.round, mask=mask, batch=group)
-        ev = new_request_id()
-        self.eval = _Eval(ctx, ev, rows)
-        return wire.encode("secretsv/eval", bind({"rows": [int(r) for r in rows]},
-                                                 ctx.at(step="eval"), rid=ev))
-
-    def open_eval(self, data: bytes) -> None:
-        """(A) Start the evaluation P announces: this session and round, a fresh id, rows
-        of the announced group."""
-        msg = wire.decode(data, expect="secretsv/eval", max_bytes=1 << 28)
-        ctx, ev = open_evaluation(msg.meta, self._ctx(round=self.round), self.evals_seen)
-        if ctx.batch >= len(self.order):
-            raise ProtocolError("malformed evaluation: context")
-        rows = _rows_list(msg.meta.get("rows"), len(self.y))
-        if not np.isin(rows, self.order[ctx.batch]).all():
-            raise ProtocolError("evaluation rows outside the announced group")
-        self.evals_seen.add(ev)
-        self.eval = _Eval(ctx.at(step=""), ev, rows)
-
-    def batch_input(self) -> U64:
-        """This server's share of the evaluation's input (d_in × m)."""
-        out: U64 = self.x[self._need_eval().rows].T.copy()
-        return out
-
-    def open_share(self, w: U64, x: U64, triple: bytes) -> tuple[bytes, tuple[U64, U64, U64]]:
-        """Beaver step 1: this server's shares of ``E = W − U`` and ``F = X − V``."""
+    @receives("secretsv/triple")
+    def open_share(self, triple: bytes) -> bytes:
+        """Beaver step 1: this server's shares of ``E = W − U`` and ``F = X − V`` for the
+        current layer (its aggregated model share ``W``, its input share ``X``), with the
+        dealer's ``triple``; the ``secretsv/open`` message for the other server."""
         ev = self._need_eval()
         msg = wire.decode(triple, expect="secretsv/triple", max_bytes=1 << 34)
-        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"triple/{self.name}"),
-                      what="triple")
+        self._b.check(msg.meta, step="triple", sender="dealer", round=ev.round,
+                      index=ev.index(), what="triple")
         tid = request_id(msg.meta, RID)
-        if tid in self.triples_used or ev.opened:
+        if tid in self._triples_used or ev.opened:
             raise ReplayRefused("triple already used (a replayed triple)", check="request-id")
+        self._bound(ev)  # refuse before computing
+        with self.clock("arithmetic"):
+            w, bias = self._aggregated(ev)
+        x = ev.x
         if msg.meta.get("shape") != [*w.shape, x.shape[1]] or w.shape[1] != x.shape[0] \
                 or len(msg.blobs) != 3:
             raise ProtocolError("triple does not fit the product")
         (d_out, d_in), m = w.shape, x.shape[1]
-        u = _arr(msg.blobs[0], (d_out, d_in), "triple")
-        v = _arr(msg.blobs[1], (d_in, m), "triple")
-        c = _arr(msg.blobs[2], (d_out, m), "triple")
-        self.triples_used.add(tid)
+        u = _u64(msg.blobs[0], (d_out, d_in), "triple")
+        v = _u64(msg.blobs[1], (d_in, m), "triple")
+        c = _u64(msg.blobs[2], (d_out, m), "triple")
+        self._triples_used.add(tid)
         ev.opened = True
-        out = wire.encode("secretsv/open", bind({}, ev.ctx.at(
-            layer=ev.layer, step=f"open/{self.name}"), re_=ev.ev),
-            [(w - u).tobytes(), (x - v).tobytes()])
-        return out, (u, v, c)
+        with self.clock("arithmetic"):
+            e, f = w - u, x - v
+        ev.uvc, ev.ef, ev.wb = (u, v, c), (e, f), (w, bias)
+        return wire.encode("secretsv/open", self._b.bind(
+            {}, step="open", to=self._other, round=ev.round, index=ev.index(), re_=ev.ev),
+            [e.tobytes(), f.tobytes()])
 
-    def _opening(self, data: bytes, who: str) -> wire.Message:
+    @receives("secretsv/open")
+    def beaver(self, theirs: bytes) -> tuple[str, bytes]:
+        """Beaver step 2: this server's share of ``W·X + b`` from the other server's
+        opening of this evaluation and layer; returns the reconstructing client's name and
+        the ``secretsv/output`` message for it."""
         ev = self._need_eval()
-        msg = wire.decode(data, expect="secretsv/open", max_bytes=1 << 34)
-        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"open/{who}"),
-                      what=f"opening of {who}")
+        msg = wire.decode(theirs, expect="secretsv/open", max_bytes=1 << 34)
+        self._b.check(msg.meta, step="open", sender=self._other, round=ev.round,
+                      index=ev.index(), what=f"opening of {self._other}")
         if request_id(msg.meta, RE) != ev.ev:
             raise ReplayRefused("opening of another evaluation", check="request-id")
-        return msg
-
-    def beaver(self, mine: bytes, theirs: bytes, uvc: tuple[U64, U64, U64], bias: U64,
-               principal: bool) -> U64:
-        """Beaver step 2: this server's share of ``W·X + b`` (``theirs`` must be the
-        other server's opening of this evaluation and layer)."""
-        u, v, c = uvc
-        a = self._opening(mine, self.name)
-        b = self._opening(theirs, self.other)
-        if len(a.blobs) != 2 or len(b.blobs) != 2:
+        if ev.uvc is None or ev.ef is None or ev.wb is None or not ev.opened:
+            raise ProtocolError("an opening before this server's own")
+        if len(msg.blobs) != 2:
             raise ProtocolError("malformed opening: two blobs expected")
-        e = _arr(a.blobs[0], u.shape, "opening") + _arr(b.blobs[0], u.shape, "opening")
-        f = _arr(a.blobs[1], v.shape, "opening") + _arr(b.blobs[1], v.shape, "opening")
-        z: U64 = e @ v + u @ f + c + bias[:, None]
-        if principal:
-            z = z + e @ f
-        return z
+        u, v, c = ev.uvc
+        with self.clock("arithmetic"):
+            e = ev.ef[0] + _u64(msg.blobs[0], u.shape, "opening")
+            f = ev.ef[1] + _u64(msg.blobs[1], v.shape, "opening")
+            z: U64 = e @ v + u @ f + c + ev.wb[1][:, None]
+            if self._name == "P":
+                z = z + e @ f
+        ev.uvc = ev.ef = ev.wb = None
+        return self._output(ev, z)
 
-    def output(self, z: U64, meta: dict[str, Any]) -> bytes:
-        """This server's share of the layer output for the reconstructing client."""
-        ev = self._need_eval()
-        if all(isinstance(meta.get(k), int) for k in ("bound", "weight_sum", "scale_bits")):
-            ev.announced[ev.layer] = (meta["bound"], meta["weight_sum"], meta["scale_bits"])
-        return wire.encode("secretsv/output", bind({**meta, EV: ev.ev}, ev.ctx.at(
-            layer=ev.layer, step="output")), [z.tobytes()])
+    def _output(self, ev: _Eval, z: U64) -> tuple[str, bytes]:
+        layer = ev.layer
+        ly = self._spec.layers[layer]
+        fx = _FRAC_DATA if layer == 0 else _FRAC_HIDDEN
+        bound = self._bound(ev)
+        wsum, scale = int(sum(ev.q)), _FRAC_MODEL + fx
+        meta: dict[str, Any] = {
+            "layer": layer, "d": ly.out_features, "m": len(ev.rows), "bound": bound,
+            "scale_bits": scale, "weight_sum": wsum, "batch_owners": ev.owners,
+            "model_owners": ev.mowners, "previous": ev.chain[layer - 1] if layer else -1}
+        if self._space is not None:
+            meta["samples"] = [int(v) for v in ev.rows]  # the client checks its view
+        meta[EV] = ev.ev
+        ev.announced[layer] = (bound, wsum, scale)
+        to = _client_name(ev.chain[layer])
+        return to, wire.encode("secretsv/output", self._b.bind(
+            meta, step="output", to=to, round=ev.round, index=ev.index()), [z.tobytes()])
 
     def _answer(self, data: bytes, kind: str, shape: tuple[int, ...], n_blobs: int = 1
                 ) -> tuple[U64, wire.Message]:
+        """The asked client's answer to this layer's output (a re-share or label shares);
+        the layer is done."""
         ev = self._need_eval()
         msg = wire.decode(data, expect=kind, max_bytes=1 << 34)
-        step = kind.split("/")[1]
-        check_context(msg.meta, ev.ctx.at(layer=ev.layer, step=f"{step}/{self.name}"),
-                      what=kind)
+        self._b.check(msg.meta, step=kind.split("/")[1],
+                      sender=_client_name(ev.chain[ev.layer]), round=ev.round,
+                      index=ev.index(), what=kind)
         if request_id(msg.meta, RE) != ev.ev or not ev.opened:
             raise ReplayRefused(f"{kind} answers no output of this evaluation and layer",
                                 check="request-id")
         if len(msg.blobs) != n_blobs:
             raise ProtocolError(f"malformed {kind} message")
-        x = _arr(msg.blobs[0], shape, kind)
+        x = _u64(msg.blobs[0], shape, kind)
         ev.layer += 1
         ev.opened = False
         return x, msg
 
-    def receive_share(self, data: bytes, d: int, m: int) -> tuple[U64, int]:
-        """The client's re-share of this layer's activated output, and its bound."""
-        x, msg = self._answer(data, "secretsv/reshare", (d, m))
-        nb = msg.meta.get("bound")
-        if isinstance(nb, bool) or not isinstance(nb, int) or not 0 < nb < _MAX:
-            raise ProtocolError("malformed re-share bound")
-        layer = self._need_eval().layer - 1  # the layer this re-share follows
-        cap = reshare_cap(self._need_eval().announced.get(layer),
-                          self.spec.layers[layer].activation, _FRAC_HIDDEN)
+    @receives("secretsv/reshare")
+    def receive_share(self, data: bytes) -> None:
+        """The client's re-share of this layer's activated output (the next layer's input)
+        and its bound."""
+        ev = self._need_eval()
+        layer = ev.layer  # the layer this re-share follows
+        if layer >= len(self._spec.layers) - 1:
+            raise ProtocolError("a re-share after the last layer")
+        x, msg = self._answer(data, "secretsv/reshare",
+                              (self._spec.layers[layer].out_features, len(ev.rows)))
+        nb = fields.integer(msg.meta, "bound", 1, _MAX - 1, what="re-share")
+        cap = reshare_cap(ev.announced.get(layer), self._spec.layers[layer].activation,
+                          _FRAC_HIDDEN)
         if cap is not None and nb > cap:  # a bound no honest activation reaches
             raise ProtocolError("re-share bound beyond what the layer's output allows")
-        return x, nb
+        ev.x, ev.xb = x, nb
 
+    def _last(self, ev: _Eval) -> None:
+        if ev.layer != len(self._spec.layers) - 1:
+            raise ProtocolError("label shares before the last layer")
+
+
+class SecretSVPrincipal(SecretSVServer):
+    """The principal server P: gathers the session, orders the batches, schedules the
+    reconstructions, announces each evaluation, asks the dealer for triples, and learns
+    which predictions are right (the zero test) -- see :class:`SecretSVServer`."""
+
+    def __init__(self, spec: ModelSpec, rounds: Rounds = (), *, n_clients: int | None = None,
+                 space: ModelSpace | None = None) -> None:
+        super().__init__("P", spec, rounds, n_clients=n_clients, space=space)
+
+    @receives("secretsv/hello")
+    def gather(self, hellos: Sequence[bytes]) -> bytes:
+        """(P) Every other role's ``secretsv/hello``: the ``secretsv/session`` message
+        for every role (their nonces and this server's)."""
+        nonces = [self._nonce]
+        for data in hellos:
+            msg = wire.decode(data, expect="secretsv/hello", max_bytes=1 << 10)
+            if len(msg.blobs) != 1 or len(msg.blobs[0]) != _NONCE_BYTES:
+                raise ProtocolError("malformed hello: nonce")
+            nonces.append(msg.blobs[0])
+        n_roles = self._n_roles()
+        if (n_roles is not None and len(nonces) != n_roles) or len(
+                set(nonces)) != len(nonces) or len(nonces) > _MAX_ROLES:
+            raise ProtocolError("hellos must come from every role, once each")
+        return wire.encode("secretsv/session", {}, sorted(nonces))
+
+    # ------------------------------------------------------------- batches (P, A)
+    def order_batches(self, groups: Sequence[Sequence[int]], *, strong: bool = True
+                      ) -> bytes:
+        """(P) Shuffle each batch group's samples (``groups`` of clients) and make the
+        schedule of reconstructions (the decryption rule, or Prop. 6.8's chains, ``strong``
+        or not). The ``secretsv/batches`` message for A."""
+        self._groups = [list(g) for g in groups]
+        self._strong = strong
+        self._order = [shuffle(np.flatnonzero(np.isin(self._owner, g))) for g in groups]
+        if self._space is not None:
+            self._sched = Scheduler(self._space, len(self._xbound), self._owner)
+        meta = self._b.bind({"order": [o.tolist() for o in self._order]}, step="batches",
+                            to="A")
+        return wire.encode("secretsv/batches", meta)
+
+    def plan_rounds(self) -> None:
+        """(P, decryption rule) Place every coalition of every round on every batch before
+        any work (exact SSVs); raises :class:`~fedsec.shapley.views.UnsafeSchedule`."""
+        if self._sched is None:
+            return
+        for t, (parts, _) in enumerate(self._rounds):
+            for o in self._order:
+                self._sched.plan(t, list(range(1 << len(parts))), [int(v) for v in o])
+
+    def announce_eval(self, mask: int, group: int, rows: NDArray[np.int64] | None
+                      ) -> bytes | None:
+        """(P) Start evaluating coalition ``mask`` of the current round on batch group
+        ``group`` (its samples among ``rows``, or all): choose who reconstructs each layer
+        and return the ``secretsv/eval`` message for A (fresh evaluation id), or None when
+        the group has no such sample."""
+        n_layers = len(self._spec.layers)
+        order = self._order[group]
+        if rows is not None:
+            todo = np.zeros(len(self._y), dtype=bool)
+            todo[rows] = True
+            order = order[todo[order]]
+        if order.size == 0:
+            return None
+        members = self._groups[group]
+        _, _, mowners = self._coalition(mask)
+        n = len(self._xbound)
+        if self._sched is None:
+            chain = decryptor_chain(n, n_layers, members, mowners, self._strong, self._turn)
+        else:
+            chain = self._sched.chain(self._round, mask, order, n_layers, self._turn)
+        self._turn += 1
+        ev = new_request_id()
+        self._eval = self._start(mask, group, ev, order, [int(c) for c in chain], members)
+        meta = {"rows": [int(r) for r in order], "chain": self._eval.chain,
+                "owners": members}
+        return wire.encode("secretsv/eval", self._b.bind(
+            meta, step="eval", to="A", round=self._round, index=(mask, group, -1), rid=ev))
+
+    def triple_request(self) -> bytes:
+        """(P) Ask the dealer for the triple of the current layer's product."""
+        ev = self._need_eval()
+        ly = self._spec.layers[ev.layer]
+        meta = {"shape": [ly.out_features, ly.in_features, len(ev.rows)]}
+        return wire.encode("secretsv/triple-request", self._b.bind(
+            meta, step="triple-request", to="dealer", round=ev.round, index=ev.index()))
+
+    @receives("secretsv/labels")
     def label_mask(self, to_p: bytes) -> bytes:
-        """(P) The client's zero-test part ``(b', g')`` (:func:`fedsec.crypto.sharing.
+        """The client's zero-test part ``(b', g')`` (:func:`fedsec.crypto.sharing.
         zero_test_deal`, modulo the prime ``2^61 − 1``): P keeps ``g'`` and sends A
         ``f' = Y' − b'`` (uniform to A, which lacks ``b'``)."""
         ev = self._need_eval()
+        self._last(ev)
         m = len(ev.rows)
         b_p, msg = self._answer(to_p, "secretsv/labels", (m,), n_blobs=2)
-        g_p = _arr(msg.blobs[1], (m,), "label share")
+        g_p = _u64(msg.blobs[1], (m,), "label share")
         if m and max(int(b_p.max()), int(g_p.max())) >= L:
             raise ProtocolError("malformed secretsv/labels message: share out of range")
         ev.g = g_p
-        return wire.encode("secretsv/label-mask", bind({}, ev.ctx.at(
-            layer=ev.layer - 1, step="label-mask"), re_=ev.ev),
-            [sh.zero_test_mask(self.y[ev.rows], b_p, L).tobytes()])
+        with self.clock("arithmetic"):
+            f_p = sh.zero_test_mask(self._y[ev.rows], b_p, L)
+        return wire.encode("secretsv/label-mask", self._b.bind(
+            {}, step="label-mask", to="A", round=ev.round, index=ev.index(ev.layer - 1),
+            re_=ev.ev), [f_p.tobytes()])
 
-    def label_diff(self, data: bytes, mask_p: bytes) -> bytes:
-        """(A) Its zero-test share ``z'' = g'' − r·(Y − b)`` of ``r·(Ŷ − Y)`` for P, from
-        the client's ``(r, b'', g'')`` and P's ``f'`` -- never ``Ŷ'' − Y''``, which would
-        give P the exact error (and, with it, the label)."""
-        ev = self._need_eval()
-        m = len(ev.rows)
-        r, msg = self._answer(data, "secretsv/labels", (m,), n_blobs=3)
-        b_a = _arr(msg.blobs[1], (m,), "label share")
-        g_a = _arr(msg.blobs[2], (m,), "label share")
-        pm = wire.decode(mask_p, expect="secretsv/label-mask", max_bytes=1 << 34)
-        check_context(pm.meta, ev.ctx.at(layer=ev.layer - 1, step="label-mask"),
-                      what="label mask")
-        if request_id(pm.meta, RE) != ev.ev:
-            raise ReplayRefused("label mask of another evaluation", check="request-id")
-        if len(pm.blobs) != 1:
-            raise ProtocolError("malformed secretsv/label-mask message")
-        f_p = _arr(pm.blobs[0], (m,), "label mask")
-        if m and (int(r.min()) == 0 or max(int(r.max()), int(b_a.max()), int(g_a.max()),
-                                           int(f_p.max())) >= L):
-            raise ProtocolError("label shares out of range (or a zero multiplier)")
-        z_a = sh.zero_test_respond(f_p, self.y[ev.rows], r, b_a, g_a, L)
-        self.eval = None
-        return wire.encode("secretsv/label-diff", bind({}, ev.ctx.at(
-            layer=ev.layer - 1, step="label-diff"), re_=ev.ev), [z_a.tobytes()])
-
-    def compare(self, diff_a: bytes) -> BoolArray:
-        """(P) A's zero-test share: True where ``r·(Ŷ − Y) = 0`` (a right prediction).
-        P learns this bit only: for a wrong one the value is uniform over ``[1, L)``."""
+    @receives("secretsv/label-diff")
+    def compare(self, diff_a: bytes) -> tuple[NDArray[np.int64], BoolArray]:
+        """A's zero-test share: the evaluation's sample ids and, for each, True where
+        ``r·(Ŷ − Y) = 0`` (a right prediction). P learns this bit only: for a wrong one
+        the value is uniform over ``[1, L)``."""
         ev = self._need_eval()
         msg = wire.decode(diff_a, expect="secretsv/label-diff", max_bytes=1 << 34)
-        check_context(msg.meta, ev.ctx.at(layer=ev.layer - 1, step="label-diff"),
-                      what="label difference")
+        self._b.check(msg.meta, step="label-diff", sender="A", round=ev.round,
+                      index=ev.index(ev.layer - 1), what="label difference")
         if request_id(msg.meta, RE) != ev.ev:
             raise ReplayRefused("label difference of another evaluation", check="request-id")
         if ev.g is None:
             raise ProtocolError("a label difference before the labels")
         if len(msg.blobs) != 1:
             raise ProtocolError("malformed label difference")
-        z_a = _arr(msg.blobs[0], (len(ev.rows),), "label diff")
+        z_a = _u64(msg.blobs[0], (len(ev.rows),), "label diff")
         if z_a.size and int(z_a.max()) >= L:
             raise ProtocolError("malformed label difference: out of range")
-        out: BoolArray = sh.zero_test_open(ev.g, z_a, L)
-        self.eval = None
-        return out
+        with self.clock("arithmetic"):
+            out: BoolArray = sh.zero_test_open(ev.g, z_a, L)
+        self._eval = None
+        return ev.rows, out
 
 
-@dataclass
-class _Client:
-    index: int
-    n: int
-    spec: ModelSpec
-    x: NDArray[np.float64]
-    y: NDArray[np.int64]
-    rng: SystemRandomSource = field(default_factory=SystemRandomSource)
-    answered: set[tuple[str, int]] = field(default_factory=set)  # (evaluation id, layer)
-    seen: dict[tuple[int, int, int], set[int]] = field(default_factory=dict)
-    served_round: int = 0  # the newest round served: rounds are evaluated in order
-    #: its own view under the decryption rule (fedsec.shapley.views); None: Prop. 6.8
-    view: ClientView | None = None
-    nonce: bytes = field(default_factory=new_nonce, init=False, repr=False)
-    session: str = field(default="", init=False)
+class SecretSVAuxiliary(SecretSVServer):
+    """The auxiliary server A: follows P's batch order and evaluations and answers the
+    zero test -- see :class:`SecretSVServer`."""
 
-    def _ctx(self, **kw: Any) -> Context:
-        return Context(_need_session(self.session), PROTOCOL, **kw)
+    def __init__(self, spec: ModelSpec, rounds: Rounds = (), *, n_clients: int | None = None,
+                 space: ModelSpace | None = None) -> None:
+        super().__init__("A", spec, rounds, n_clients=n_clients, space=space)
+
+    @receives("secretsv/batches")
+    def receive_order(self, data: bytes) -> None:
+        """(A) P's shuffled sample order per batch group: every sample exactly once."""
+        msg = wire.decode(data, expect="secretsv/batches", max_bytes=1 << 28)
+        self._b.check(msg.meta, step="batches", sender="P", what="batch order")
+        lists = msg.meta.get("order")
+        n = len(self._y)
+        if not isinstance(lists, list) or not 1 <= len(lists) <= max(n, 1):
+            raise ProtocolError("malformed batch order")
+        order = [self._rows({"rows": o}) for o in lists]
+        every = np.concatenate(order)
+        if len(every) != n or len(np.unique(every)) != n:
+            raise ProtocolError("the batch order must hold every sample exactly once")
+        self._order = order
+
+    @receives("secretsv/eval")
+    def open_eval(self, data: bytes) -> None:
+        """(A) Start the evaluation P announces: this session and round, a fresh id, rows
+        of the announced group, its reconstructing clients."""
+        msg = wire.decode(data, expect="secretsv/eval", max_bytes=1 << 28)
+        ctx = self._b.check(msg.meta, step="eval", sender="P", round=self._round,
+                            index=None, what="evaluation")
+        mask, group, layer = _index(ctx)
+        if layer != -1 or group >= len(self._order):
+            raise ProtocolError("malformed evaluation: context")
+        ev = request_id(msg.meta, RID)
+        if ev in self._evals_seen:
+            raise ReplayRefused("evaluation already opened (a replayed announcement)",
+                                check="request-id")
+        rows = self._rows(msg.meta)
+        if not np.isin(rows, self._order[group]).all():
+            raise ProtocolError("evaluation rows outside the announced group")
+        n = len(self._xbound)
+        chain = fields.integers(msg.meta, "chain", 0, n - 1,
+                                length=len(self._spec.layers), what="evaluation")
+        owners = fields.integers(msg.meta, "owners", 0, n - 1, min_length=1, max_length=n,
+                                 distinct=True, what="evaluation")
+        if not np.isin(self._owner[rows], owners).all():
+            raise ProtocolError("evaluation rows of clients outside its owners")
+        new = self._start(mask, group, ev, rows, list(chain), list(owners))
+        self._evals_seen.add(ev)
+        self._eval = new
+
+    @receives("secretsv/labels", "secretsv/label-mask")
+    def label_diff(self, data: bytes, mask_p: bytes) -> bytes:
+        """Its zero-test share ``z'' = g'' − r·(Y − b)`` of ``r·(Ŷ − Y)`` for P, from the
+        client's ``(r, b'', g'')`` and P's ``f'`` -- never ``Ŷ'' − Y''``, which would give
+        P the exact error (and, with it, the label)."""
+        ev = self._need_eval()
+        self._last(ev)
+        m = len(ev.rows)
+        r, msg = self._answer(data, "secretsv/labels", (m,), n_blobs=3)
+        b_a = _u64(msg.blobs[1], (m,), "label share")
+        g_a = _u64(msg.blobs[2], (m,), "label share")
+        pm = wire.decode(mask_p, expect="secretsv/label-mask", max_bytes=1 << 34)
+        self._b.check(pm.meta, step="label-mask", sender="P", round=ev.round,
+                      index=ev.index(ev.layer - 1), what="label mask")
+        if request_id(pm.meta, RE) != ev.ev:
+            raise ReplayRefused("label mask of another evaluation", check="request-id")
+        if len(pm.blobs) != 1:
+            raise ProtocolError("malformed secretsv/label-mask message")
+        f_p = _u64(pm.blobs[0], (m,), "label mask")
+        if m and (int(r.min()) == 0 or max(int(r.max()), int(b_a.max()), int(g_a.max()),
+                                           int(f_p.max())) >= L):
+            raise ProtocolError("label shares out of range (or a zero multiplier)")
+        with self.clock("arithmetic"):
+            z_a = sh.zero_test_respond(f_p, self._y[ev.rows], r, b_a, g_a, L)
+        self._eval = None
+        return wire.encode("secretsv/label-diff", self._b.bind(
+            {}, step="label-diff", to="P", round=ev.round, index=ev.index(ev.layer - 1),
+            re_=ev.ev), [z_a.tobytes()])
+
+
+# ====================================================================== client
+class SecretSVClient:
+    """A client: shares its test data and models between P and A, and reconstructs the
+    layer outputs it is asked to (under Prop. 6.8's rules or its own view).
+
+    Parameters
+    ----------
+    index : int
+        This client's id (position in the record).
+    n_clients : int
+    spec : ModelSpec
+    x, y : arrays
+        This client's test data.
+    view : ClientView, optional
+        Its own view under the decryption rule (:mod:`fedsec.shapley.views`); None:
+        Prop. 6.8's checks only.
+    """
+
+    def __init__(self, index: int, n_clients: int, spec: ModelSpec, x: NDArray[np.float64],
+                 y: NDArray[np.int64], *, view: ClientView | None = None) -> None:
+        self._index = index
+        self._n = n_clients
+        self._spec = spec
+        self._x, self._y = x, y
+        self._view = view
+        self._rng = SystemRandomSource()
+        self._answered: set[tuple[str, int]] = set()  # (evaluation id, layer)
+        self._seen: dict[tuple[int, int, int], set[int]] = {}
+        self._served_round = 0  # the newest round served: rounds are evaluated in order
+        self._nonce = new_nonce()
+        self._binding: Binding | None = None
+        #: this client's seconds by kind of work
+        self.clock = Clock()
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        """This client's role name on the network (``"client:<index>"``)."""
+        return _client_name(self._index)
 
     def hello(self) -> bytes:
         """This client's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello(f"client:{self.index}", self.nonce)
+        return _hello(self._nonce)
 
+    @receives("secretsv/session")
     def join(self, data: bytes) -> None:
         """Take the session P announces, if it holds this client's nonce."""
-        if self.session:
+        if self._binding is not None:
             raise ProtocolError("already in a session")
-        self.session = _join(data, self.nonce, self.n + 3)
+        self._binding = _join(data, self._nonce, self._n + 3, self.name)
 
-    def share_model(self, rnd: int, key: str, params: Params, acc: Accounting
-                    ) -> tuple[bytes, bytes]:
+    def share_model(self, rnd: int, key: str, params: Params) -> tuple[bytes, bytes]:
+        """Shares of a model of round ``rnd`` (``key``: ``"global"`` or ``"c<index>"``,
+        its own local model) for P and A, with its fixed-point bounds."""
+        b = _need(self._binding)
         p_blobs: list[bytes] = []
         a_blobs: list[bytes] = []
         bounds = []
-        for k, (w, b) in enumerate(_layers(self.spec, params)):
+        for k, (w, bias) in enumerate(_layers(self._spec, params)):
             fx = _FRAC_DATA if k == 0 else _FRAC_HIDDEN
             wq = np.rint(np.ldexp(w, _FRAC_MODEL)).astype(np.int64)
-            bq = np.rint(np.ldexp(b, _FRAC_MODEL + fx)).astype(np.int64)
+            bq = np.rint(np.ldexp(bias, _FRAC_MODEL + fx)).astype(np.int64)
             bounds.append([_pow2_ceil(int(np.abs(wq).sum(axis=1).max())),
                            _pow2_ceil(int(np.abs(bq).max()) if bq.size else 0)])
-            with acc.timed("share_generation"):
+            with self.clock("share_generation"):
                 for arr in (wq, bq):
-                    s1, s2 = sh.share(sh.to_residues(arr, Q), Q, self.rng)
+                    s1, s2 = sh.share(sh.to_residues(arr, Q), Q, self._rng)
                     p_blobs.append(s1.tobytes())
                     a_blobs.append(s2.tobytes())
-        meta = {"round": rnd, "key": key, "bounds": bounds}
-        return (wire.encode("secretsv/model", bind(meta, self._ctx(round=rnd,
-                                                                  step="model/P")), p_blobs),
-                wire.encode("secretsv/model", bind(meta, self._ctx(round=rnd,
-                                                                  step="model/A")), a_blobs))
+        meta = {"key": key, "bounds": bounds}
+        return (wire.encode("secretsv/model", b.bind(meta, step="model", to="P", round=rnd),
+                            p_blobs),
+                wire.encode("secretsv/model", b.bind(meta, step="model", to="A", round=rnd),
+                            a_blobs))
 
-    def share_data(self, acc: Accounting) -> tuple[bytes, bytes]:
-        xq = sh.encode_fixed(self.x, _FRAC_DATA, Q)
+    def share_data(self) -> tuple[bytes, bytes]:
+        """Shares of its test data (fixed point, modulo ``2^64``) and labels (modulo the
+        label prime) for P and A."""
+        b = _need(self._binding)
+        xq = sh.encode_fixed(self._x, _FRAC_DATA, Q)
         bound = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
-        with acc.timed("share_generation"):
-            x1, x2 = sh.share(xq, Q, self.rng)
-            y1, y2 = sh.share(self.y.astype(np.uint64), L, self.rng)
-        meta = {"client": self.index, "rows": len(self.y), "bound": bound}
-        return (wire.encode("secretsv/data", bind(meta, self._ctx(step="data/P")),
+        with self.clock("share_generation"):
+            x1, x2 = sh.share(xq, Q, self._rng)
+            y1, y2 = sh.share(self._y.astype(np.uint64), L, self._rng)
+        meta = {"client": self._index, "rows": len(self._y), "bound": bound}
+        return (wire.encode("secretsv/data", b.bind(meta, step="data", to="P"),
                             [x1.tobytes(), y1.tobytes()]),
-                wire.encode("secretsv/data", bind(meta, self._ctx(step="data/A")),
+                wire.encode("secretsv/data", b.bind(meta, step="data", to="A"),
                             [x2.tobytes(), y2.tobytes()]))
 
-    def reconstruct(self, from_p: bytes, from_a: bytes, acc: Accounting
-                    ) -> tuple[bytes, bytes]:
+    def _request(self, from_p: bytes, from_a: bytes) -> tuple[Context, dict[str, Any],
+                                                               bytes, bytes]:
+        """The output request both servers sent (the same but for the sender)."""
+        b = _need(self._binding)
+        a = wire.decode(from_p, expect="secretsv/output", max_bytes=1 << 34)
+        o = wire.decode(from_a, expect="secretsv/output", max_bytes=1 << 34)
+        got = context_of(a.meta)
+        ctx = b.check(a.meta, step="output", sender="P", round=got.round, index=None,
+                      what="output")
+        ctx_a = b.check(o.meta, step="output", sender="A", round=got.round, index=None,
+                        what="output")
+        rest = {k: v for k, v in a.meta.items() if k != "ctx"}
+        if ctx_a.at(sender="P") != ctx or rest != {k: v for k, v in o.meta.items()
+                                                   if k != "ctx"}:
+            raise ProtocolError("the servers sent different requests")
+        if len(a.blobs) != 1 or len(o.blobs) != 1:
+            raise ProtocolError("malformed output request")
+        return ctx, rest, a.blobs[0], o.blobs[0]
+
+    @receives("secretsv/output")
+    def reconstruct(self, from_p: bytes, from_a: bytes) -> tuple[bytes, bytes]:
         """Reconstruct a layer's output, check, activate and re-share (or share labels).
 
         Both shares must be of this session, for the layer they name, of an evaluation
         (id, layer) not answered before; this client refuses a layer of an evaluation of
         which it reconstructed the same or an adjacent layer (its own memory)."""
-        a = wire.decode(from_p, expect="secretsv/output", max_bytes=1 << 34)
-        b = wire.decode(from_a, expect="secretsv/output", max_bytes=1 << 34)
-        if a.meta != b.meta:
-            raise ProtocolError("the servers sent different requests")
-        meta = a.meta
-        layer, d, m, bound = (meta.get(k) for k in ("layer", "d", "m", "bound"))
-        scale, wsum = meta.get("scale_bits"), meta.get("weight_sum")
-        n_layers = len(self.spec.layers)
-        if not all(isinstance(v, int) and not isinstance(v, bool)
-                   for v in (layer, d, m, bound, scale, wsum)):
-            raise ProtocolError("malformed output request")
-        assert isinstance(layer, int) and isinstance(d, int) and isinstance(m, int)
-        assert isinstance(bound, int) and isinstance(scale, int) and isinstance(wsum, int)
-        if not 0 <= layer < n_layers or d != self.spec.layers[layer].out_features \
-                or not 1 <= m <= 1 << 24 or not 0 < bound < _MAX or not 1 <= wsum <= 1 << 40 \
+        ctx, meta, blob_p, blob_a = self._request(from_p, from_a)
+        n_layers = len(self._spec.layers)
+        what = "output request"
+        layer = fields.integer(meta, "layer", 0, n_layers - 1, what=what)
+        d = fields.integer(meta, "d", 1, 1 << 24, what=what)
+        m = fields.integer(meta, "m", 1, 1 << 24, what=what)
+        bound = fields.integer(meta, "bound", 1, _MAX - 1, what=what)
+        wsum = fields.integer(meta, "weight_sum", 1, 1 << 40, what=what)
+        scale = fields.integer(meta, "scale_bits", 0, 64, what=what)
+        if d != self._spec.layers[layer].out_features \
                 or scale != _FRAC_MODEL + (_FRAC_DATA if layer == 0 else _FRAC_HIDDEN):
             raise ProtocolError("malformed output request")
-        owners, mowners, previous = (meta.get("batch_owners"), meta.get("model_owners"),
-                                     meta.get("previous"))
-        if not (isinstance(owners, list) and isinstance(mowners, list)
-                and isinstance(previous, int) and len(a.blobs) == 1 and len(b.blobs) == 1
-                and all(isinstance(v, int) for v in owners + mowners)):
-            raise ProtocolError("malformed output request")
-        got = context_of(meta)
-        ctx = check_context(meta, self._ctx(round=got.round, mask=got.mask, batch=got.batch,
-                                            layer=layer, step="output"), what="output")
-        if min(ctx.round, ctx.mask, ctx.batch) < 0:
+        owners = list(fields.integers(meta, "batch_owners", 0, self._n - 1, what=what))
+        mowners = list(fields.integers(meta, "model_owners", 0, self._n - 1, what=what))
+        previous = fields.integer(meta, "previous", -1, self._n - 1, what=what)
+        mask, group, ctx_layer = _index(ctx)
+        if ctx.round < 0 or ctx_layer != layer:
             raise ProtocolError("malformed output request: context")
         local = False
-        if self.view is None:
-            check_decryptor(self.index, layer, n_layers, owners, mowners, previous)
+        if self._view is None:
+            check_decryptor(self._index, layer, n_layers, owners, mowners, previous)
         else:
-            local = self.view.check_request(ctx.round, ctx.mask, meta.get("samples"), owners,
-                                            m, first_layer=layer == 0)
+            local = self._view.check_request(ctx.round, mask, meta.get("samples"), owners,
+                                             m, first_layer=layer == 0)
         ev = request_id(meta, EV)
-        if ctx.round < self.served_round:
+        if ctx.round < self._served_round:
             raise ReplayRefused("output of an earlier round (a replay)", check="round")
-        if (ev, layer) in self.answered:
+        if (ev, layer) in self._answered:
             raise ReplayRefused("output already reconstructed (a replay)", check="request-id")
-        key = (ctx.round, ctx.mask, ctx.batch)
-        seen = self.seen.get(key, set())
+        key = (ctx.round, mask, group)
+        seen = self._seen.get(key, set())
         if layer in seen:
             raise ReplayRefused("this layer of the evaluation was already reconstructed "
                                 "here (a replay)", check="layer")
         if {layer - 1, layer + 1} & seen and not local:
             raise ProtocolError("refusing to reconstruct two consecutive layers "
                                 "(i_{l+1} = i_l; this client did an adjacent layer)")
-        p_share = _arr(a.blobs[0], (d, m), "output share")
-        a_share = _arr(b.blobs[0], (d, m), "output share")
-        self.answered.add((ev, layer))
-        self.served_round = ctx.round
-        self.seen.setdefault(key, set()).add(layer)
-        with acc.timed("decryption"):
+        p_share = _u64(blob_p, (d, m), "output share")
+        a_share = _u64(blob_a, (d, m), "output share")
+        self._answered.add((ev, layer))
+        self._served_round = ctx.round
+        self._seen.setdefault(key, set()).add(layer)
+        with self.clock("decryption"):
             vals = sh.reconstruct(p_share, a_share, Q)
         if vals.size and max(int(vals.max()), -int(vals.min())) > bound:  # |-2^63| wraps
             raise ProtocolError("reconstructed values exceed the announced bound")
         real = vals.astype(np.float64) / (float(wsum) * 2.0 ** scale)
-        out = activate(self.spec.layers[layer].activation, real)
+        out = activate(self._spec.layers[layer].activation, real)
+        b = _need(self._binding)
         if layer < n_layers - 1:
             xq = sh.encode_fixed(out, _FRAC_HIDDEN, Q)
             xb = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
-            with acc.timed("share_generation"):
-                s1, s2 = sh.share(xq, Q, self.rng)
-            m2 = {"bound": xb}
-            return (wire.encode("secretsv/reshare", bind(m2, ctx.at(step="reshare/P"), re_=ev),
-                                [s1.tobytes()]),
-                    wire.encode("secretsv/reshare", bind(m2, ctx.at(step="reshare/A"), re_=ev),
-                                [s2.tobytes()]))
+            with self.clock("share_generation"):
+                s1, s2 = sh.share(xq, Q, self._rng)
+            return tuple(  # type: ignore[return-value]
+                wire.encode("secretsv/reshare", b.bind(
+                    {"bound": xb}, step="reshare", to=to, round=ctx.round, index=ctx.index,
+                    re_=ev), [s.tobytes()]) for to, s in (("P", s1), ("A", s2)))
         labels = np.argmax(out, axis=0).astype(np.uint64)
-        with acc.timed("share_generation"):  # the zero test's correlated randomness
-            to_p, to_a = sh.zero_test_deal(labels, L, self.rng)
-        return (wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/P"), re_=ev),
-                            [v.tobytes() for v in to_p]),
-                wire.encode("secretsv/labels", bind({}, ctx.at(step="labels/A"), re_=ev),
-                            [v.tobytes() for v in to_a]))
+        with self.clock("share_generation"):  # the zero test's correlated randomness
+            to_p, to_a = sh.zero_test_deal(labels, L, self._rng)
+        return tuple(  # type: ignore[return-value]
+            wire.encode("secretsv/labels", b.bind(
+                {}, step="labels", to=to, round=ctx.round, index=ctx.index, re_=ev),
+                [v.tobytes() for v in vs]) for to, vs in (("P", to_p), ("A", to_a)))
+
+
+# ====================================================================== runner
+def open_session(net: Network, clients: Sequence[SecretSVClient], P: SecretSVPrincipal,
+                 A: SecretSVAuxiliary, dealer: Dealer) -> None:
+    """Every role's nonce to P, P's session message to every role (each role derives the
+    session id and checks that its own nonce is hashed into it)."""
+    others: list[SecretSVClient | SecretSVAuxiliary | Dealer] = [*clients, A, dealer]
+    names = [r.name for r in others]
+    offer = P.gather(net.gather(names, "P", [r.hello() for r in others]))
+    P.join(offer)
+    for role, data in zip(others, net.broadcast("P", names, offer), strict=True):
+        role.join(data)
 
 
 @dataclass
-class _Run:
-    record: TrainingRecord
-    acc: Accounting
-    clients: list[_Client]
-    P: _Server
-    A: _Server
-    dealer: Dealer
-    groups: list[list[int]]
-    strong: bool
-    order: list[NDArray[np.int64]]  # per group, the shuffled sample order
-    leader: int
-    turn: int = 0
-    sched: Scheduler | None = None  # the decryption rule (None: Prop. 6.8's schedule)
+class SecretSVRun:
+    """The in-process run of :func:`secretsv_shapley` after the set-up: the round loop of
+    :func:`fedsec.shapley.secure_game.run_rounds` calls :meth:`upload_round`,
+    :meth:`evaluate` and :meth:`end_round`; each relays bytes between the roles over
+    ``net`` in the order of the protocol's steps."""
 
-    @property
-    def n_samples(self) -> int:
-        return len(self.P.y)
+    record: TrainingRecord
+    net: Network
+    clients: list[SecretSVClient]
+    P: SecretSVPrincipal
+    A: SecretSVAuxiliary
+    dealer: Dealer
+    n_groups: int
+    n_samples: int
+    leader: int  # the client that shares the global model (every client knows it)
+    #: the round loop's own seconds (SampleSkip's search at P)
+    acc: Accounting = field(default_factory=Accounting)
 
     def upload_round(self, t: int) -> None:
         rnd = self.record.rounds[t]
@@ -732,107 +1061,57 @@ class _Run:
         jobs += [(c, f"c{c}", p) for c, p in zip(rnd.participants, rnd.local_params,
                                                    strict=True)]
         for owner, key, params in jobs:
-            bp, ba = self.clients[owner].share_model(t, key, params, self.acc)
-            self.P.receive_model(self.acc.message(f"client:{owner}", "P", "model", bp))
-            self.A.receive_model(self.acc.message(f"client:{owner}", "A", "model", ba))
+            client = self.clients[owner]
+            to_p, to_a = self.net.scatter(client.name, ["P", "A"],
+                                          list(client.share_model(t, key, params)))
+            self.P.receive_model(to_p)
+            self.A.receive_model(to_a)
 
     def end_round(self, t: int) -> None:
-        for srv in (self.P, self.A):
-            for key in [k for k in srv.models if k[0] == t]:
-                del srv.models[key]
+        self.P.end_round(t)
+        self.A.end_round(t)
 
     def evaluate(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> BoolArray:
-        rnd = self.record.rounds[t]
-        if mask == 0:
-            keys, q, mowners = ["global"], [1], []
-        else:
-            qa = integer_weights(rnd.weights)
-            sel = [j for j in range(len(rnd.participants)) if mask >> j & 1]
-            keys = [f"c{rnd.participants[j]}" for j in sel]
-            q = [int(qa[j]) for j in sel]
-            mowners = [rnd.participants[sel[0]]] if len(sel) == 1 else []
-        todo = np.zeros(self.n_samples, dtype=bool)
-        todo[np.arange(self.n_samples) if rows is None else rows] = True
+        """Test coalition ``mask`` of round ``t`` on every batch group (on ``rows`` only,
+        or all samples): which predictions are right (P's result)."""
+        net, P, A = self.net, self.P, self.A
+        clients = {c.name: c for c in self.clients}
         correct = np.zeros(self.n_samples, dtype=bool)
         n_layers = len(self.record.spec.layers)
-        for g, members in enumerate(self.groups):
-            brows = self.order[g][todo[self.order[g]]]
-            if brows.size == 0:
+        for g in range(self.n_groups):
+            announcement = P.announce_eval(mask, g, rows)
+            if announcement is None:
                 continue
-            if self.sched is None:
-                chain = decryptor_chain(len(self.clients), n_layers, members, mowners,
-                                        self.strong, self.turn)
-            else:
-                chain = self.sched.chain(t, mask, brows, n_layers, self.turn)
-            self.turn += 1
-            self.A.open_eval(self.acc.message("P", "A", "eval",
-                                              self.P.announce_eval(mask, g, brows)))
-            x_p, x_a = self.P.batch_input(), self.A.batch_input()
-            xb = max(self.P.xbound.get(c, 1) for c in members)
-            previous, m = -1, len(brows)
-            for layer, ly in enumerate(self.record.spec.layers):
-                fx = _FRAC_DATA if layer == 0 else _FRAC_HIDDEN
-                bound = sum(qi * (self.P.bounds[(t, k)][layer][0] * xb
-                                  + self.P.bounds[(t, k)][layer][1])
-                            for k, qi in zip(keys, q, strict=True))
-                if bound >= _MAX:
-                    raise sh.FixedPointOverflow("a linear output may exceed 2^63 in fixed "
-                                                "point; SecretSV refuses rather than wrap")
-                tp, ta = self.dealer.triple(ly.out_features, ly.in_features, m, self.acc,
-                                            Context(self.dealer.session, PROTOCOL, t, mask,
-                                                    g, layer))
-                tp = self.acc.message("dealer", "P", "triple", tp)
-                ta = self.acc.message("dealer", "A", "triple", ta)
-                with self.acc.timed("arithmetic"):
-                    wp, bp = self.P.aggregated(t, keys, q, layer)
-                    wa, ba = self.A.aggregated(t, keys, q, layer)
-                    op, uvc_p = self.P.open_share(wp, x_p, tp)
-                    oa, uvc_a = self.A.open_share(wa, x_a, ta)
-                op = self.acc.message("P", "A", "open", op)
-                oa = self.acc.message("A", "P", "open", oa)
-                with self.acc.timed("arithmetic"):
-                    zp = self.P.beaver(op, oa, uvc_p, bp, True)
-                    za = self.A.beaver(oa, op, uvc_a, ba, False)
-                meta = {"layer": layer, "d": ly.out_features, "m": m, "bound": int(bound),
-                        "scale_bits": _FRAC_MODEL + fx, "weight_sum": int(sum(q)),
-                        "batch_owners": members, "model_owners": mowners,
-                        "previous": previous}
-                if self.sched is not None:  # the client checks its view per sample
-                    meta["samples"] = [int(v) for v in brows]
-                dec = chain[layer]
-                fp = self.acc.message("P", f"client:{dec}", "output", self.P.output(zp, meta))
-                fa = self.acc.message("A", f"client:{dec}", "output", self.A.output(za, meta))
-                to_p, to_a = self.clients[dec].reconstruct(fp, fa, self.acc)
-                to_p = self.acc.message(f"client:{dec}", "P", "share", to_p)
-                to_a = self.acc.message(f"client:{dec}", "A", "share", to_a)
-                previous = dec
+            A.open_eval(net.send("P", "A", announcement))
+            for layer in range(n_layers):
+                # Beaver: the dealer's triple, both servers open, each its share of W·X + b
+                request = net.send("P", "dealer", P.triple_request())
+                tp, ta = net.scatter("dealer", ["P", "A"], list(self.dealer.triple(request)))
+                op, oa = P.open_share(tp), A.open_share(ta)
+                op = net.send("P", "A", op)
+                oa = net.send("A", "P", oa)
+                to, out_p = P.beaver(oa)
+                to_a, out_a = A.beaver(op)
+                # the reconstructing client: re-shares the activated output, or labels
+                out_p = net.send("P", to, out_p)
+                out_a = net.send("A", to_a, out_a)
+                client = clients[to]
+                to_p, to_a2 = net.scatter(to, ["P", "A"],
+                                          list(client.reconstruct(out_p, out_a)))
                 if layer < n_layers - 1:
-                    x_p, xb = self.P.receive_share(to_p, ly.out_features, m)
-                    x_a, _ = self.A.receive_share(to_a, ly.out_features, m)
-                else:
-                    with self.acc.timed("arithmetic"):
-                        mask_p = self.acc.message("P", "A", "label-mask",
-                                                  self.P.label_mask(to_p))
-                        diff_a = self.acc.message("A", "P", "label-diff",
-                                                  self.A.label_diff(to_a, mask_p))
-                    with self.acc.timed("arithmetic"):
-                        correct[brows] = self.P.compare(diff_a)
-        return correct[todo] if rows is not None else correct
+                    P.receive_share(to_p)
+                    A.receive_share(to_a2)
+                else:  # the zero test: P learns which predictions are right
+                    mask_p = net.send("P", "A", P.label_mask(to_p))
+                    diff_a = net.send("A", "P", A.label_diff(to_a2, mask_p))
+                    batch_rows, ok = P.compare(diff_a)
+                    correct[batch_rows] = ok
+        return correct[rows] if rows is not None else correct
 
-
-def open_session(acc: Accounting, clients: Sequence[_Client], P: _Server, A: _Server,
-                 dealer: Dealer) -> None:
-    """Relay every role's nonce to P and P's session message to every role (each role
-    derives the session id and checks its own nonce is hashed into it)."""
-    hellos = [acc.message(f"client:{c.index}", "P", "hello", c.hello()) for c in clients]
-    hellos += [acc.message("A", "P", "hello", A.hello()),
-               acc.message("dealer", "P", "hello", dealer.hello())]
-    offer = P.gather(hellos)
-    P.join(offer)
-    for c in clients:
-        c.join(acc.message("P", f"client:{c.index}", "session", offer))
-    A.join(acc.message("P", "A", "session", offer))
-    dealer.join(acc.message("P", "dealer", "session", offer))
+    def clocks(self) -> list[Clock]:
+        """Every role's clock."""
+        return [self.P.clock, self.A.clock, self.dealer.clock,
+                *(c.clock for c in self.clients)]
 
 
 def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
@@ -885,38 +1164,36 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         warnings.warn(f"SecretSV with {n} clients and a {n_layers}-layer model cannot keep "
                       f"all {n_layers + 2} parties of a reconstruction chain distinct (seed "
                       "004, Prop. 6.8): two clients alternate.", PrivacyWarning, stacklevel=2)
-    acc = Accounting()
     t0 = time.perf_counter()
+    net = Network()
+    rounds = [(r.participants, np.asarray(r.weights)) for r in record.rounds]
     with threadpool_limits(limits=1, user_api="blas"):
         # No keys, so no key set-up: the session is the hash of a fresh nonce per role
         # (clients, P, A, dealer, each drawing and checking its own); binding every
-        # message to it stops replays from other runs (fedsec.shapley.binding)
-        clients = [_Client(i, n, record.spec, x, y,
-                           view=ClientView(space, i) if strict else None)
+        # message to it stops replays from other runs (fedsec.protocol.binding)
+        clients = [SecretSVClient(i, n, record.spec, x, y,
+                                  view=ClientView(space, i) if strict else None)
                    for i, (x, y) in enumerate(sets)]
-        P = _Server("P", record.spec, n_clients=n)
-        A = _Server("A", record.spec, n_clients=n)
+        P = SecretSVPrincipal(record.spec, rounds, n_clients=n,
+                              space=space if strict else None)
+        A = SecretSVAuxiliary(record.spec, rounds, n_clients=n,
+                              space=space if strict else None)
         dealer = Dealer()
-        open_session(acc, clients, P, A, dealer)
-        to_p, to_a = [], []
-        for c in clients:
-            bp, ba = c.share_data(acc)
-            to_p.append(acc.message(f"client:{c.index}", "P", "data", bp))
-            to_a.append(acc.message(f"client:{c.index}", "A", "data", ba))
-        P.receive_data(to_p)
-        A.receive_data(to_a)
-        order = [shuffle(np.flatnonzero(np.isin(P.owner, g))) for g in groups]
-        A.receive_order(acc.message("P", "A", "batches", P.order_message(order)))
-        run = _Run(record, acc, clients, P, A, dealer, groups, strong, order,
-                   leader=secrets.randbelow(n),
-                   sched=Scheduler(space, n, P.owner) if strict else None)
-        if run.sched is not None and estimator == "exact" and not sample_skip:
-            for t, rnd in enumerate(record.rounds):  # refuse before any work
-                for o in order:
-                    run.sched.plan(t, list(range(1 << len(rnd.participants))),
-                                   [int(v) for v in o])
+        open_session(net, clients, P, A, dealer)
+        names = [c.name for c in clients]
+        shares = [c.share_data() for c in clients]
+        P.receive_data(net.gather(names, "P", [s[0] for s in shares]))
+        A.receive_data(net.gather(names, "A", [s[1] for s in shares]))
+        A.receive_order(net.send("P", "A", P.order_batches(groups, strong=strong)))
+        if strict and estimator == "exact" and not sample_skip:
+            P.plan_rounds()  # refuse before any work
+        run = SecretSVRun(record, net, clients, P, A, dealer, len(groups),
+                          sum(len(y) for _, y in sets), leader=secrets.randbelow(n))
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress,
                             "secretsv")
     result.seconds = time.perf_counter() - t0
-    result.accounting = acc
+    for clock in run.clocks():
+        net.accounting.add_clock(clock)
+    net.accounting.add_clock(run.acc.seconds)
+    result.accounting = net.accounting
     return result
