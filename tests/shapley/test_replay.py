@@ -163,7 +163,7 @@ def _misdeliver(r: Any, how: Misdelivery, splice: bool) -> None:
         def reflect(old: bytes) -> bytes:
             mine = own[victim]
             return rw.splice(mine, old) if splice else mine
-        r.acc.swaps = {("open", k): reflect}
+        fz.recorder_of(r).swaps = {("open", k): reflect}
         return
     owners = [r.dealer] if method == "triple" else r.clients
     for o in owners:
