@@ -1,5 +1,5 @@
 """A cheating aggregator during key set-up, built from the bytes it relays
-(:mod:`fedsec.crypto.keysetup_attacks`): every attack ends with the party check that stops
+(:mod:`fedsec.testing.keysetup`): every attack ends with the party check that stops
 it, never with a party holding keys the aggregator knows or keys that differ from its
 peers'. Where cheap, the same attack is played against parties that lack the defence, to
 show the test can fail."""
@@ -12,7 +12,7 @@ import pytest
 
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySpec
-from fedsec.crypto.keysetup_attacks import (
+from fedsec.testing.keysetup import (
     KEYSETUP_ATTACKS,
     ForgedDelivery,
     KeySetupOutcome,

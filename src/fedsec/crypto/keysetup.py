@@ -44,8 +44,9 @@ session (each party's fresh nonce and X25519 key are in the transcript).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,14 +60,18 @@ from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal
 from fedsec.crypto.params import get_preset
 from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.protocol import wire
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
-__all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator",
+__all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator", "run_key_setup",
+           "party_role", "AGGREGATOR",
            "PARTY_MAX_MESSAGE_BYTES", "AGGREGATOR_MAX_MESSAGE_BYTES"]
 
 NONCE_BYTES = 16
 PARTY_MAX_MESSAGE_BYTES = 64 << 20       # what a party accepts from the aggregator
 AGGREGATOR_MAX_MESSAGE_BYTES = 512 << 20  # the offer carries Galois keys
 _MAX_ROTATIONS = 64
+_ROLE_NAME = re.compile(r"\A[A-Za-z0-9_.@+-]{1,64}\Z")
 
 
 def _h(*parts: bytes) -> bytes:
@@ -377,6 +382,7 @@ class KeySetupParty:
         return hellos, _transcript(self.roster, self.spec.digest(), hellos)
 
     # -------------------------------------------------------------- round 3 (holder)
+    @receives("keys/request")
     def offer(self, request: bytes) -> bytes:
         """Generate the key set (this party is the transcript's key holder)."""
         msg = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
@@ -409,6 +415,7 @@ class KeySetupParty:
                            [public, header, sig, *boxes, *extra])
 
     # -------------------------------------------------------------- round 4
+    @receives("keys/deliver")
     def receive(self, delivery: bytes) -> bytes:
         """Check the relayed transcript, open this party's box; return a confirmation."""
         msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self.max_message_bytes)
@@ -479,6 +486,7 @@ class KeySetupParty:
         return wire.encode("keys/confirm", {"name": self.name}, [final, sig_c])
 
     # -------------------------------------------------------------- round 5
+    @receives("keys/confirmed")
     def finish(self, confirmed: bytes) -> PartyKeys:
         """Check that every participant confirmed the same transcript; return the keys."""
         if self._pending is None or self._final is None:
@@ -537,6 +545,7 @@ class KeySetupAggregator:
         self._header: tuple[bytes, bytes] | None = None
         self._final: bytes | None = None
 
+    @receives("keys/hello")
     def request(self, hellos: Sequence[bytes]) -> tuple[int, bytes]:
         """Check the hellos; return the key holder's index (in :attr:`names`) and its
         request. Bad hellos are left out and recorded in :attr:`rejected` (by position)."""
@@ -573,6 +582,7 @@ class KeySetupAggregator:
         self._request = wire.encode("keys/request", {}, [h.raw for h in ordered])
         return self.holder, self._request
 
+    @receives("keys/offer")
     def accept(self, offer: bytes) -> list[bytes]:
         """Keep the public material; return one delivery per party (in :attr:`names`)."""
         if self.holder is None or self._request is None:
@@ -604,6 +614,7 @@ class KeySetupAggregator:
         return [wire.encode("keys/deliver", {}, [self._request, header, sig, box, *extra])
                 for box in boxes]
 
+    @receives("keys/confirm")
     def confirm(self, confirmations: Sequence[bytes]) -> bytes:
         """Bundle every party's confirmation (in :attr:`names` order) for every party."""
         if self._final is None:
@@ -627,11 +638,23 @@ class KeySetupAggregator:
         return wire.encode("keys/confirmed", {}, [by_name[n] for n in self.names])
 
 
+def party_role(name: str) -> str:
+    """A party's role name on the network and in message bindings: ``"party:<name>"``
+    (a name with characters a role name cannot hold is replaced by its hash)."""
+    if _ROLE_NAME.match(name):
+        return "party:" + name
+    return "party:" + hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+#: The aggregator's role name.
+AGGREGATOR = "aggregator"
+
+
 def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec, *,
                   min_parties: int | None = None,
-                  tamper: Callable[[str, Any], Any] | None = None,
                   max_offer_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES,
-                  party_max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES
+                  party_max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES,
+                  network: Network | None = None
                   ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
     """Play key set-up in one process; return the aggregator side and each party's keys
     (in the order of ``identities``).
@@ -640,23 +663,32 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     relinearization keys at ring 2^15 are ~100 MB each); ``party_max_message_bytes``
     what a party accepts.
 
-    ``tamper(step, value)`` lets tests play a cheating aggregator: it may rewrite
-    ``("keys/hellos", list)``, ``("keys/request", bytes)``, ``("keys/deliveries", list)``
-    (one per party, in :attr:`KeySetupAggregator.names` order) and ``("keys/confirmed",
-    bytes or list)`` (a list sends each party its own bundle).
+    Every message crosses ``network`` (a fresh :class:`~fedsec.protocol.network.Network`
+    if none) between the roles ``"aggregator"`` and ``"party:<name>"``
+    (:func:`party_role`); pass one to count the bytes or to observe or intercept the
+    traffic (tests and benchmarks play a cheating aggregator there).
     """
-    edit = tamper or (lambda _step, value: value)
+    net = network if network is not None else Network()
     parties = [KeySetupParty(i, roster, spec, min_parties=min_parties,
                              max_message_bytes=party_max_message_bytes) for i in identities]
     agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2,
                              max_message_bytes=max_offer_bytes)
-    holder, request = agg.request(edit("keys/hellos", [p.hello() for p in parties]))
     by_name = {p.name: p for p in parties}
-    deliveries = edit("keys/deliveries",
-                      agg.accept(by_name[agg.names[holder]].offer(edit("keys/request",
-                                                                       request))))
-    confirms = [by_name[n].receive(d) for n, d in zip(agg.names, deliveries, strict=True)]
-    confirmed = edit("keys/confirmed", agg.confirm(confirms))
-    bundles = confirmed if isinstance(confirmed, list) else [confirmed] * len(agg.names)
+    # 1. hello: every party to the aggregator
+    hellos = net.gather([party_role(p.name) for p in parties], AGGREGATOR,
+                        [p.hello() for p in parties])
+    # 2. request: the aggregator relays the hellos to the transcript's key holder
+    holder_idx, request = agg.request(hellos)
+    holder = agg.names[holder_idx]
+    got = net.send(AGGREGATOR, party_role(holder), request)
+    # 3. offer: the key holder's keys and sealed boxes, to the aggregator
+    offer = net.send(party_role(holder), AGGREGATOR, by_name[holder].offer(got))
+    # 4. deliver / confirm
+    roles = [party_role(n) for n in agg.names]
+    deliveries = net.scatter(AGGREGATOR, roles, agg.accept(offer))
+    confirms = net.gather(roles, AGGREGATOR, [by_name[n].receive(d) for n, d
+                                              in zip(agg.names, deliveries, strict=True)])
+    # 5. confirmed: every confirmation to every party
+    bundles = net.broadcast(AGGREGATOR, roles, agg.confirm(confirms))
     keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}
     return agg, [keys[p.name] for p in parties]
