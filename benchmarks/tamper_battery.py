@@ -41,12 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.testing.auc import (
-    ATTACKS,
-    Observed,
-    TamperHarness,
-    adaptive_blind_shift,
-)
 from fedsec.auc.fhauc_malicious import (
     DEFAULT_RUNS,
     DEFAULT_TOLERANCE,
@@ -56,10 +50,16 @@ from fedsec.auc.fhauc_malicious import (
 )
 from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.testing.keysetup import KEYSETUP_ATTACKS, run_attack
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.datasets import breast_cancer_federation
 from fedsec.errors import FedsecError
+from fedsec.testing.auc import (
+    ATTACKS,
+    Observed,
+    TamperHarness,
+    adaptive_blind_shift,
+)
+from fedsec.testing.keysetup import KEYSETUP_ATTACKS, run_attack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -12,6 +12,8 @@ import pytest
 
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySpec
+from fedsec.errors import ProtocolError, TamperingDetected
+from fedsec.protocol import wire
 from fedsec.testing.keysetup import (
     KEYSETUP_ATTACKS,
     ForgedDelivery,
@@ -21,8 +23,6 @@ from fedsec.testing.keysetup import (
     play,
     run_attack,
 )
-from fedsec.errors import ProtocolError, TamperingDetected
-from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]

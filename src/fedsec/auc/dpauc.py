@@ -56,6 +56,7 @@ from fedsec.crypto.dpnoise import (
 )
 from fedsec.errors import PrivacyWarning, ProtocolError, UndefinedMetricError
 from fedsec.metrics.roc import as_decision_points, confusion_counts
+from fedsec.protocol.network import Network
 
 __all__ = [
     "Mechanism",
@@ -522,9 +523,13 @@ class DPAUCServer:
 def dpauc(
     parties: Sequence[tuple[Any, Any]], *, epsilon: float, decision_points: Any = 100,
     mechanism: str = "laplace", delta: float | None = None,
-    score_epsilon: float | None = None, clip: bool = False,
+    score_epsilon: float | None = None, clip: bool = False, network: Network | None = None,
 ) -> DPAUCResult:
     """Run one DPAUC evaluation over in-process parties (one call, roles and bytes inside).
+
+    The parties (``"party:party-<i>"``) and the aggregator (``"aggregator"``) exchange
+    nothing but bytes, through ``network`` (default: a fresh
+    :class:`~fedsec.protocol.network.Network`; pass one to count or intercept them).
 
     The noise (Laplace, Gaussian, label flips, score noise) always comes from the operating
     system's cryptographic generator (:mod:`fedsec.crypto.dpnoise`); it cannot be seeded, so
@@ -545,6 +550,8 @@ def dpauc(
     clip : bool, default=False
         Clip the estimate into ``[0, 1]`` (post-processing, no privacy cost). Under heavy
         noise the raw estimate can lie far outside; ``result.raw_auc`` keeps it.
+    network : Network, optional
+        The network the submissions cross (tests and benchmarks observe or intercept it).
 
     Returns
     -------
@@ -589,7 +596,8 @@ def dpauc(
                             f"pairs. Got {type(pair).__name__} for party {i + 1} instead.")
         checked.append(check_labels_scores(pair[0], pair[1], f"dpauc (party {i + 1})"))
     as_decision_points(decision_points)
-    subs: list[bytes] = []
+    net = network if network is not None else Network()
+    roles: list[DPAUCClient | RRClient] = []
     for y, s in checked:
         if mech == "rr":
             c: DPAUCClient | RRClient = RRClient(
@@ -600,7 +608,10 @@ def dpauc(
                 raise ValueError("score_epsilon applies only to mechanism='rr'.")
             c = DPAUCClient(y, s, epsilon=epsilon, decision_points=decision_points,
                             mechanism=mech, delta=delta)
-        subs.append(c.submit())
+        roles.append(c)
+    names = [f"party:party-{i}" for i in range(len(roles))]
+    # seed 003 step 3: every party sends its (noisy) statistics; steps 4-6: the aggregator
+    subs = net.gather(names, "aggregator", [c.submit() for c in roles])
     return DPAUCServer().aggregate(subs, clip=clip)
 
 

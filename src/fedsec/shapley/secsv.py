@@ -1644,16 +1644,24 @@ def _key_setup(n: int, acc: Accounting, cfg: SecSVConfig) -> tuple[list[BFVConte
     identities, roster = local_federation(names)
     spec = KeySpec.create("CKKS_128_N8192_DEPTH1", (), False)
 
-    def count(step: str, value: Any) -> Any:
-        items = value if isinstance(value, list) else [value]
-        for b in items:
-            if isinstance(b, bytes | bytearray):
-                acc.message("client" if step == "keys/hellos" else "P",
-                            "P" if step == "keys/hellos" else "client", step, bytes(b))
-        return value
+    from fedsec.protocol.network import Network
 
+    # what key set-up's aggregator (P) relays, counted as before: the hellos, the request,
+    # the deliveries and one copy of the confirmation bundle
+    steps = {"keys/hello": "keys/hellos", "keys/request": "keys/request",
+             "keys/deliver": "keys/deliveries", "keys/confirmed": "keys/confirmed"}
+
+    def count(batch: list[Any]) -> None:
+        step = steps.get(batch[0].kind) if batch else None
+        if step is not None:
+            for env in batch[:1] if step == "keys/confirmed" else batch:
+                acc.message("client" if step == "keys/hellos" else "P",
+                            "P" if step == "keys/hellos" else "client", step, env.payload)
+
+    net = Network()
+    net.intercept(count)
     with acc.timed("other"):
-        agg, keys = run_key_setup(identities, roster, spec, tamper=count)
+        agg, keys = run_key_setup(identities, roster, spec, network=net)
     ctxs = []
     with acc.timed("encryption"):
         for k in keys:
