@@ -466,7 +466,12 @@ def sh_swap(agg: FHAUCAggregator, obs: Observed) -> bytes:
 
 
 def sh_permute(agg: FHAUCAggregator, obs: Observed) -> bytes:
-    return _sh_honest(agg, obs, obs.present(), rotate_first=1)
+    """Rotate one submission by one decision point (:data:`~fedsec.auc.fhauc.POINT_STRIDE`
+    slots: the semi-honest keys carry no rotation by 1 since the 4-slot layout, which made
+    this attack raise ``ValueError`` in the battery)."""
+    from fedsec.auc.fhauc import POINT_STRIDE
+
+    return _sh_honest(agg, obs, obs.present(), rotate_first=POINT_STRIDE)
 
 
 def sh_reencrypt(agg: FHAUCAggregator, obs: Observed) -> bytes:
