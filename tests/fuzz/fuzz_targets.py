@@ -401,8 +401,11 @@ class Forge:
             if f2 is None:
                 return f.encode()
             f = f2
+        # the signature covers the key set-up session and the configuration (the message
+        # carries them in its binding context): re-signed with this session's
         return self._resign(f, "fhauc-m/commit", 1, lambda meta, blobs: _commit_payload(
-            meta["session"], meta["config"], meta["name"], blobs[0]), self.w.identities[i])
+            sess.keys[0].session, sess.m_cfg.digest(), meta["name"], blobs[0]),
+            self.w.identities[i])
 
     def confirm(self, m: Mutator, sess: Session, i: int | None = None) -> bytes:
         i = m.rng.randrange(len(sess.confirms)) if i is None else i
@@ -1282,7 +1285,7 @@ def meta_cases(world: World) -> dict[str, MetaCase]:
     hello0 = signed(A.hellos[0], "keys/hello", 2, lambda m, b: _hello_payload(
         w.roster.digest(), w.spec.digest(), m["name"], b[0], b[1]))
     commit0 = signed(A.commits[0], "fhauc-m/commit", 1, lambda m, b: _commit_payload(
-        m["session"], m["config"], m["name"], b[0]))
+        A.keys[0].session, A.m_cfg.digest(), m["name"], b[0]))
     confirm0 = signed(A.confirms[0], "keys/confirm", 1, lambda m, b: _confirm_payload(
         m["name"], b[0]))
     offer = wire.decode(A.offer)
