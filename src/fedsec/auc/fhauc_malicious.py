@@ -589,7 +589,11 @@ class MaliciousParty:
             raise TamperingDetected(f"unreadable result: {exc}", check="format") from None
         check_bound(self.binding, msg.meta, step="result", sender=AGGREGATOR,
                     broadcast=True, what="result", tampering=True)
-        if msg.meta.get("parties") != self._participants:
+        try:
+            parties = list(fields.integers(msg.meta, "parties", 0, self.keys.n_parties - 1))
+        except ProtocolError:
+            parties = None
+        if parties != self._participants:
             raise TamperingDetected("the result does not cover exactly the parties that "
                                     "started this evaluation", check="participants")
         runs, stride = self.config.runs, self.config.stride

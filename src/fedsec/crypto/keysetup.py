@@ -59,7 +59,7 @@ from fedsec.crypto.identity import Identity, Roster, check_party_name
 from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.params import get_preset
 from fedsec.errors import ProtocolError, TamperingDetected
-from fedsec.protocol import wire
+from fedsec.protocol import fields, wire
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
@@ -170,13 +170,16 @@ class PartyKeys:
         msg = wire.decode(data, expect="keys/party-state")
         if len(msg.blobs) != 2 or len(msg.blobs[1]) != SEED_BYTES:
             raise ProtocolError("malformed party key state")
-        session, names, index = (msg.meta.get("session"), msg.meta.get("names"),
-                                 msg.meta.get("index"))
-        if not isinstance(session, str) or not isinstance(names, list) or not all(
-                isinstance(n, str) for n in names) or isinstance(index, bool) \
-                or not isinstance(index, int) or not 0 <= index < len(names):
-            raise ProtocolError("malformed party key state")
-        if msg.meta.get("public") is True:
+        try:
+            session = fields.text(msg.meta, "session", max_length=1 << 10)
+            names = msg.meta.get("names")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise fields.malformed("names")
+            index = fields.integer(msg.meta, "index", 0, len(names) - 1)
+            public = fields.optional(msg.meta, "public") and fields.flag(msg.meta, "public")
+        except ProtocolError:
+            raise ProtocolError("malformed party key state") from None
+        if public:
             ctx = CKKSContext.from_public_bytes(msg.blobs[0], allow_insecure=allow_insecure)
         else:
             ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
@@ -192,6 +195,22 @@ class _Hello:
     nonce: bytes
 
 
+def _name(meta: Any, key: str = "name") -> str | None:
+    """A party name from ``meta[key]`` (``None`` if it is not one)."""
+    try:
+        return fields.text(meta, key, max_length=1 << 10)
+    except ProtocolError:
+        return None
+
+
+def _hex(meta: Any, key: str) -> str | None:
+    """A digest from ``meta[key]`` (``None`` if it is not one)."""
+    try:
+        return fields.hexid(meta, key, min_length=16, max_length=128)
+    except ProtocolError:
+        return None
+
+
 def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
     return _h(b"hello", roster, spec, name.encode(), x25519, nonce)
 
@@ -200,14 +219,14 @@ def _parse_hello(raw: bytes, roster: Roster, spec: bytes, *, max_bytes: int = 1 
                  ) -> _Hello:
     """Decode and verify one hello; ``ProtocolError`` names the failed rule."""
     msg = wire.decode(raw, expect="keys/hello", max_bytes=max_bytes)
-    name = msg.meta.get("name")
-    if not isinstance(name, str) or name not in roster:
+    name = _name(msg.meta)
+    if name is None or name not in roster:
         raise ProtocolError(f"hello from a party not on the roster ({str(name)[:64]!r})")
     if len(msg.blobs) != 3 or len(msg.blobs[0]) != 32 or len(msg.blobs[1]) != NONCE_BYTES:
         raise ProtocolError(f"malformed hello from {name!r}")
-    if msg.meta.get("roster") != roster.digest().hex():
+    if _hex(msg.meta, "roster") != roster.digest().hex():
         raise ProtocolError(f"{name!r} uses another roster")
-    if msg.meta.get("spec") != spec.hex():
+    if _hex(msg.meta, "spec") != spec.hex():
         raise ProtocolError(f"{name!r} expects other keys (another configuration)")
     x_pk, nonce, sig = msg.blobs
     roster.verify(name, "keys/hello",
@@ -262,8 +281,8 @@ def _parse_header(header: bytes, m: int, extra: int = 0
     """``extra`` trailing hashes follow the boxes' (1 with a fixed holder: the public key
     the other parties receive); they are returned after the box hashes."""
     msg = wire.decode(header, expect="keys/offer-header", max_bytes=1 << 20)
-    holder = msg.meta.get("holder")
-    if not isinstance(holder, str) or len(msg.blobs) != m + 2 + extra or \
+    holder = _name(msg.meta, "holder")
+    if holder is None or len(msg.blobs) != m + 2 + extra or \
             any(len(b) != 32 for b in msg.blobs):
         raise ProtocolError("malformed key offer header")
     return msg.blobs[0], holder, msg.blobs[1], list(msg.blobs[2:])
@@ -338,7 +357,7 @@ class KeySetupParty:
     def from_bytes(cls, data: bytes, *, identity: Identity, roster: Roster, spec: KeySpec,
                    min_parties: int | None = None) -> KeySetupParty:
         msg = wire.decode(data, expect="keys/setup-state")
-        if len(msg.blobs) != 6 or msg.meta.get("name") != identity.name:
+        if len(msg.blobs) != 6 or _name(msg.meta) != identity.name:
             raise ProtocolError("malformed key set-up state")
         out = cls(identity, roster, spec, min_parties=min_parties)
         try:
@@ -499,7 +518,7 @@ class KeySetupParty:
                                     "participants", check="transcript")
         for name, raw in zip(names, msg.blobs, strict=True):
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
-            if c.meta.get("name") != name or len(c.blobs) != 2:
+            if _name(c.meta) != name or len(c.blobs) != 2:
                 raise TamperingDetected("the confirmations do not cover exactly the key "
                                         "set-up's participants", check="transcript")
             final, sig = c.blobs
@@ -622,8 +641,8 @@ class KeySetupAggregator:
         by_name: dict[str, bytes] = {}
         for raw in confirmations:
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
-            name = c.meta.get("name")
-            if not isinstance(name, str) or name not in self.names or name in by_name \
+            name = _name(c.meta)
+            if name is None or name not in self.names or name in by_name \
                     or len(c.blobs) != 2:
                 raise ProtocolError(f"unexpected confirmation from {str(name)[:64]!r}")
             self.roster.verify(name, "keys/confirm", _confirm_payload(name, c.blobs[0]),
