@@ -156,6 +156,7 @@ from fedsec.metrics import (
     trapezoid_terms,
 )
 from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Clock
 from fedsec.protocol.binding import BROADCAST
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
@@ -295,6 +296,8 @@ class FHAUCParty:
         #: This party's role name (``"party:<name>"``) and its side of the binding.
         self.role = party_role(keys.name)
         self.binding = evaluation_binding(keys.session, config.digest(), "fhauc", self.role)
+        #: This party's seconds by kind of work.
+        self.clock = Clock()
         self.included: tuple[str, ...] = ()
         #: The certified bound ``|exact AUC - trapezoid AUC|`` learnt with the AUC
         #: (:func:`fedsec.metrics.trapezoid_error_bound`), set by :meth:`finalize`.
@@ -333,7 +336,8 @@ class FHAUCParty:
     def submit(self) -> bytes:
         """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
         ctx = self.keys.context
-        blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
+        with self.clock("encryption"):
+            blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
         meta = self.binding.bind({"party": self.keys.index, "chunks": len(blobs)},
                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc/submit", meta, blobs)
@@ -364,7 +368,8 @@ class FHAUCParty:
         self.included = tuple(self.keys.names[i] for i in included)
         ratio = float(ratio)
         ctx = self.keys.context
-        z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+        with self.clock("decryption"):
+            z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         _check_uniform_slots(z)
         denom, num, num_b = float(z[0].real), float(z[0].imag), float(z[1].imag)
         if abs(denom) < 0.25 and self._y.any() and not self._y.all():
@@ -419,6 +424,8 @@ class FHAUCAggregator:
         self.names = tuple(names)
         self.session = session
         self.binding = evaluation_binding(session, config.digest(), "fhauc", AGGREGATOR)
+        #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
+        self.clock = Clock()
         self.min_parties = len(self.names) if min_parties is None else int(min_parties)
         self.timing: dict[str, float] = {}
 
@@ -510,11 +517,13 @@ class FHAUCAggregator:
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""
         t0 = time.perf_counter()
-        sums, idx = self._load(submissions)
+        with self.clock("other"):
+            sums, idx = self._load(submissions)
         t1 = time.perf_counter()
-        q, rot = self.combine(sums)
-        out, ratio = self.mask(q, rot)
-        blob = self.context.serialize(out)
+        with self.clock("arithmetic"):
+            q, rot = self.combine(sums)
+            out, ratio = self.mask(q, rot)
+            blob = self.context.serialize(out)
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
         meta = self.binding.bind({"parties": sorted(idx), "ratio": ratio}, step="result",
@@ -645,6 +654,10 @@ def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     if max(bounds) - min(bounds) > 1e-9:
         raise ProtocolError("parties decrypted different error bounds")
     up, down = bytes_per_party(net.accounting, ("fhauc/submit", "fhauc/result"), before)
+    # time: each role's own Clock, summed here (bytes: counted by the network)
+    net.accounting.add_clock(agg.clock)
+    for r in roles:
+        net.accounting.add_clock(r.clock)
     return SecureAUCResult(
         auc=aucs[0], error_bound=bounds[0], parties=len(roles), decision_points=cfg.n_points,
         security="semi-honest", masking=cfg.masking, preset=cfg.preset,

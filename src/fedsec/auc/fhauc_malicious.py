@@ -137,6 +137,7 @@ from fedsec.metrics import (
     trapezoid_terms,
 )
 from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Clock
 from fedsec.protocol.binding import BROADCAST
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
@@ -440,6 +441,8 @@ class MaliciousParty:
         #: This party's role name (``"party:<name>"``) and its side of the binding.
         self.role = party_role(keys.name)
         self.binding = evaluation_binding(keys.session, config.digest(), "fhauc-m", self.role)
+        #: This party's seconds by kind of work.
+        self.clock = Clock()
         self.verification: dict[str, Any] = {}
         self._finalized = False
 
@@ -544,8 +547,10 @@ class MaliciousParty:
         assert self._runs is not None
         cfg = self.config
         row = self._participants.index(self.keys.index)
-        runs = [self._positions(rr, row) for rr in self._runs]
-        bruns = [self._positions(rb, row, bound_channel=True)[0] for rb in self._bound_runs]
+        with self.clock("share_generation"):
+            runs = [self._positions(rr, row) for rr in self._runs]
+            bruns = [self._positions(rb, row, bound_channel=True)[0]
+                     for rb in self._bound_runs]
         per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
         ctx = self.keys.context
         blobs = []
@@ -559,7 +564,8 @@ class MaliciousParty:
                 part_b = bruns[k][c * per:(c + 1) * per]
                 j = first_b + 2 * k
                 vec[j:j + stride * part_b.size:stride] = part_b
-            blobs.append(ctx.encrypt_to_bytes(vec))
+            with self.clock("encryption"):
+                blobs.append(ctx.encrypt_to_bytes(vec))
         meta = self.binding.bind({"party": self.keys.index, "chunks": cfg.n_chunks},
                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc-m/submit", meta, blobs)
@@ -602,7 +608,8 @@ class MaliciousParty:
         ctx = self.keys.context
         tol = self.config.tolerance
         try:
-            slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+            with self.clock("decryption"):
+                slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         except ProtocolError:
             raise TamperingDetected("unreadable ciphertext", check="format") from None
         aucs = []
@@ -693,6 +700,8 @@ class MaliciousAggregator:
         self.names = tuple(names)
         self.session = session
         self.binding = evaluation_binding(session, config.digest(), "fhauc-m", AGGREGATOR)
+        #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
+        self.clock = Clock()
         self.roster = roster
         self.min_parties = len(self.names) if min_parties is None else int(min_parties)
         self.participants: list[int] = []
@@ -792,9 +801,11 @@ class MaliciousAggregator:
         """Steps 9-11: combine every participant's submission and return the masked
         answer (one ciphertext, every run)."""
         t0 = time.perf_counter()
-        sums = self._load(submissions)
+        with self.clock("other"):
+            sums = self._load(submissions)
         t1 = time.perf_counter()
-        blob = self.context.serialize(self.mask(self.combine(sums)))
+        with self.clock("arithmetic"):
+            blob = self.context.serialize(self.mask(self.combine(sums)))
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
         return self.result_message(blob)
@@ -894,6 +905,10 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         raise TamperingDetected("parties obtained different error bounds", check="agreement")
     up, down = bytes_per_party(net.accounting, ("fhauc-m/commit", "fhauc-m/start",
                                                 "fhauc-m/submit", "fhauc-m/result"), before)
+    # time: each role's own Clock, summed here (bytes: counted by the network)
+    net.accounting.add_clock(agg.clock)
+    for r in roles:
+        net.accounting.add_clock(r.clock)
     return SecureAUCResult(
         auc=aucs[0], error_bound=bounds[0], verified=True, cheat_bound_bits=bits,
         parties=len(roles), decision_points=cfg.n_points, security="malicious",
