@@ -91,8 +91,43 @@ def test_dpauc_parties_and_aggregator_exchange_bytes_over_the_network() -> None:
     net = Network(record=True)
     res = dpauc(_parties(), epsilon=8.0, decision_points=10, network=net)
     assert np.isfinite(res.auc)
-    assert [(e.sender, e.recipient) for e in net.transcript] == [
-        (f"party:party-{i}", "aggregator") for i in range(3)]
+    parties = [f"party:party-{i}" for i in range(3)]
+    assert [(e.sender, e.recipient, e.kind) for e in net.transcript] == [
+        *((p, "aggregator", "dpauc/hello") for p in parties),
+        *(("aggregator", p, "dpauc/session") for p in parties),
+        *((p, "aggregator", "dpauc/submit") for p in parties)]
+
+
+def test_dpauc_submissions_are_bound_to_their_session() -> None:
+    """A submission replayed from another evaluation, or sent twice, is refused."""
+    from fedsec.auc.dpauc import DPAUCClient, DPAUCServer
+    from fedsec.protocol.binding import ReplayRefused
+
+    (y0, s0), (y1, s1) = _parties(2)
+
+    def session() -> tuple[DPAUCServer, list[bytes]]:
+        server = DPAUCServer()
+        clients = [DPAUCClient(y, s, epsilon=8.0, decision_points=10)
+                   for y, s in ((y0, s0), (y1, s1))]
+        hellos = [c.hello(f"party:{i}") for i, c in enumerate(clients)]
+        msg = server.open_session(hellos)
+        for c in clients:
+            c.join(msg)
+        return server, [c.submit() for c in clients]
+
+    server, subs = session()
+    _, old = session()
+    assert np.isfinite(server.aggregate(subs).auc)
+    with pytest.raises(ReplayRefused):
+        server.aggregate([subs[0], old[1]])
+    with pytest.raises(ProtocolError, match="repeated"):
+        server.aggregate([subs[0], subs[0]])
+    # a party refuses a session without its own nonce
+    outsider = DPAUCClient(y0, s0, epsilon=8.0, decision_points=10)
+    outsider.hello("party:x")
+    with pytest.raises(ReplayRefused):
+        outsider.join(DPAUCServer().open_session([DPAUCClient(
+            y1, s1, epsilon=8.0, decision_points=10).hello("party:y")]))
 
 
 def test_every_auc_role_marks_what_it_receives() -> None:
@@ -113,3 +148,8 @@ def test_every_auc_role_marks_what_it_receives() -> None:
                                        "keys/confirmed": "finish"}
     assert handlers(KeySetupAggregator) == {"keys/hello": "request", "keys/offer": "accept",
                                             "keys/confirm": "confirm"}
+    from fedsec.auc.dpauc import DPAUCClient, DPAUCServer, RRClient
+
+    assert handlers(DPAUCClient) == handlers(RRClient) == {"dpauc/session": "join"}
+    assert handlers(DPAUCServer) == {"dpauc/hello": "open_session",
+                                     "dpauc/submit": "aggregate"}

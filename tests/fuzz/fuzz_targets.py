@@ -172,6 +172,9 @@ class World:
     dp_subs: list[bytes]
     pools: Pools
     build_seconds: float = 0.0
+    #: A DPAUC session (``dpauc/hello``, ``dpauc/session``, bound ``dpauc/submit``) and
+    #: its roles right before they decode them.
+    dp_session: dict[str, Any] = field(default_factory=dict)
 
     def by_name(self, name: str) -> Identity | None:
         for i in self.identities:
@@ -293,6 +296,18 @@ def build_world(seed: int = 20240601) -> World:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dp.append(RRClient(y, s, epsilon=1.0, decision_points=N_POINTS).submit())
+    dp_server = DPAUCServer()
+    dp_clients = [DPAUCClient(yy, ss, epsilon=1.0, decision_points=N_POINTS)
+                  for yy, ss in data[:2]]
+    dp_hellos = [c.hello(f"party:{n}") for c, n in zip(dp_clients, NAMES, strict=False)]
+    dp_joining = copy.copy(dp_clients[0])
+    dp_session_msg = dp_server.open_session(dp_hellos)
+    for c in dp_clients:
+        c.join(dp_session_msg)
+    dp_bound = [c.submit() for c in dp_clients]
+    dp_session = {"hellos": dp_hellos, "session": dp_session_msg, "bound": dp_bound,
+                  "server": dp_server, "joining": dp_joining}
+    dp_messages = [*dp_hellos, dp_session_msg, *dp_bound]
 
     pools = Pools()
     for sess in (a, b):
@@ -301,10 +316,10 @@ def build_world(seed: int = 20240601) -> World:
                   + sess.fh_subs + [sess.fh_result] + sess.commits + [sess.start]
                   + sess.m_subs + [sess.m_result] + [k.to_bytes() for k in sess.keys]):
             pools.add_message(m)
-    for m in extra_ct + extra_public + dp:
+    for m in extra_ct + extra_public + dp + dp_messages:
         pools.add_message(m)
     world = World(identities, roster, spec, policy, data, a, b, other, extra_ct,
-                  extra_public, dp, pools)
+                  extra_public, dp, pools, dp_session=dp_session)
     world.build_seconds = time.perf_counter() - t0
     return world
 
@@ -1031,6 +1046,32 @@ def make_targets(world: World) -> list[Target]:
             [sub, sub], element=lambda s: _dp_mutate(m, s)))(m.rng.choice(w.dp_subs))),
         ("same", 4, dp_same),
         ("foreign", 1, lambda m: [foreign(m), w.dp_subs[0]]),
+    ], noted=(UndefinedMetricError,)))
+
+    # a DPAUC session: the nonces, and submissions bound to it
+    dps = w.dp_session
+    targets.append(Target("DPAUCServer.open_session",
+                          lambda hellos: DPAUCServer().open_session(hellos), [
+        ("outsider", 8, lambda m: m.message_list(list(dps["hellos"]),
+                                                 element=m.mutate_many)),
+        ("foreign", 2, lambda m: [foreign(m), dps["hellos"][1]]),
+    ]))
+    targets.append(Target("DPAUCClient.join",
+                          lambda msg: copy.copy(dps["joining"]).join(msg), [
+        ("outsider", 8, lambda m: m.mutate_many(dps["session"])),
+        ("foreign", 2, foreign),
+    ]))
+
+    def dp_bound_aggregate(subs: Any) -> Any:
+        res = copy.copy(dps["server"]).aggregate(subs)
+        if not math.isfinite(res.auc):
+            raise AssertionError(f"non-finite AUC {res.auc!r}")
+        return res
+
+    targets.append(Target("DPAUCServer.aggregate/session", dp_bound_aggregate, [
+        ("outsider", 8, lambda m: m.message_list(list(dps["bound"]), element=m.mutate_many)),
+        ("replay", 1, lambda m: [dps["bound"][0], dps["bound"][0]]),
+        ("foreign", 1, lambda m: [foreign(m), dps["bound"][1]]),
     ], noted=(UndefinedMetricError,)))
 
     # -- Flower helpers and the node's state file ---------------------------------------
