@@ -3,6 +3,8 @@ every result-changing forgery raises TamperingDetected."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -132,8 +134,9 @@ def test_run_randomness_is_shared_fresh_and_zero_sum() -> None:
 # The tamper battery's attacks are tested in test_malicious_attacks.py.
 
 
-def _tampered(fn):  # type: ignore[no-untyped-def]
-    """A network whose aggregator rewrites what it relays with ``fn(step, value)``."""
+def _tampered(fn: Any) -> Any:
+    """A network whose aggregator rewrites what it relays with ``fn(step, value)``
+    (an interceptor, :func:`fedsec.testing.auc.tamper_steps`)."""
     from fedsec.protocol.network import Network
     from fedsec.testing.auc import tamper_steps
 
