@@ -11,6 +11,17 @@ learns*). The aggregator must not collude with a party: a party's secret key dec
 submission. A *malicious* aggregator can change the result undetected in this mode (drop a
 party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters.
 
+Roles and messages
+------------------
+:class:`FHAUCParty` (``"party:<name>"``) sends ``fhauc/submit`` to the aggregator;
+:class:`FHAUCAggregator` (``"aggregator"``) answers every party alike with one
+``fhauc/result`` (recipient ``"*"``). Every message carries its binding context
+(:mod:`fedsec.protocol.binding`, protocol ``"fhauc"``) whose session is the hash of the key
+set-up session and the configuration digest (:func:`fedsec.auc.common.evaluation_binding`):
+a message of another key set-up, configuration, step, sender or recipient is refused.
+:func:`secure_auc` is the loop over a :class:`~fedsec.protocol.network.Network` that
+carries them (and counts their bytes).
+
 Packing (what makes it cheap)
 -----------------------------
 The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext

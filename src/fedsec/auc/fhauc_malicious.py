@@ -76,6 +76,14 @@ runs agree only if each lands within the tolerance of the first, so a shift of a
 ``(10*tol/(1e-4 - tol))**(R-1)``: 2^-46.5 at the defaults (tolerance 1e-7, 8 runs).
 Measured honest gaps between runs: 6e-9 at worst (one sample of each class), ~1e-12 from
 100 samples on (``benchmarks/bench_precision.py``).
+
+Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
+and ``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
+with ``fhauc-m/start`` and ``fhauc-m/result`` (recipient ``"*"``). Each carries its binding
+context (protocol ``"fhauc-m"``, :func:`fedsec.auc.common.evaluation_binding`); a result
+out of context is ``TamperingDetected`` (check ``binding``). :func:`secure_auc_malicious` is
+the loop over a :class:`~fedsec.protocol.network.Network`; tests and the tamper battery
+play the cheating aggregator as an interceptor on it (:mod:`fedsec.testing.auc`).
 """
 
 from __future__ import annotations
