@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.auc.adversary import TamperHarness, blind_shift, rot_shift
 from fedsec.auc.fhauc_malicious import derive_run_randomness, tolerance_bound_bits
 from fedsec.auc.policy import PartyPolicy
 from fedsec.data.datasets import breast_cancer_federation
+from fedsec.testing.auc import TamperHarness, blind_shift, rot_shift
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-3

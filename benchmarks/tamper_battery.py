@@ -1,7 +1,7 @@
 """Tamper battery: how often each cheating aggregator is caught, and by which check.
 
-Four parts, every attack built from the bytes an aggregator sees (``fedsec.auc.adversary``,
-``fedsec.crypto.keysetup_attacks``):
+Four parts, every attack built from the bytes an aggregator sees (``fedsec.testing.auc``,
+``fedsec.testing.keysetup``):
 
 * **AUC level** - each attack in ``ATTACKS`` forges the start message or the answer of a
   fresh evaluation (fresh nonces, masks and shares) of one federation under fixed keys, in
@@ -41,12 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.auc.adversary import (
-    ATTACKS,
-    Observed,
-    TamperHarness,
-    adaptive_blind_shift,
-)
 from fedsec.auc.fhauc_malicious import (
     DEFAULT_RUNS,
     DEFAULT_TOLERANCE,
@@ -56,10 +50,16 @@ from fedsec.auc.fhauc_malicious import (
 )
 from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.crypto.keysetup_attacks import KEYSETUP_ATTACKS, run_attack
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.data.datasets import breast_cancer_federation
 from fedsec.errors import FedsecError
+from fedsec.testing.auc import (
+    ATTACKS,
+    Observed,
+    TamperHarness,
+    adaptive_blind_shift,
+)
+from fedsec.testing.keysetup import KEYSETUP_ATTACKS, run_attack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -318,7 +318,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print("\nNo party's labels or scores left its process unencrypted; the aggregator saw "
           "ciphertexts and public keys only.")
 
-    from fedsec.auc.adversary import TamperHarness
+    from fedsec.testing.auc import TamperHarness
     say(f"now a cheating aggregator silently drops {fed.parties[0].name}'s submission")
     print(f"\nA cheating aggregator drops {fed.parties[0].name} and answers as if it had not:")
     for security in ("semi-honest", "malicious"):

@@ -3,6 +3,8 @@ every result-changing forgery raises TamperingDetected."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -132,6 +134,17 @@ def test_run_randomness_is_shared_fresh_and_zero_sum() -> None:
 # The tamper battery's attacks are tested in test_malicious_attacks.py.
 
 
+def _tampered(fn: Any) -> Any:
+    """A network whose aggregator rewrites what it relays with ``fn(step, value)``
+    (an interceptor, :func:`fedsec.testing.auc.tamper_steps`)."""
+    from fedsec.protocol.network import Network
+    from fedsec.testing.auc import tamper_steps
+
+    net = Network()
+    net.intercept(tamper_steps(fn))
+    return net
+
+
 def test_failed_verification_raises_not_returns() -> None:
     rng = np.random.default_rng(6)
     parties = _federation(rng, 3)
@@ -150,7 +163,7 @@ def test_failed_verification_raises_not_returns() -> None:
 
     with pytest.raises(TamperingDetected) as info:
         secure_auc(parties, decision_points=30, security="malicious", preset=TEST_PRESET,
-                   allow_insecure=True, tamper=oracle)
+                   allow_insecure=True, network=_tampered(oracle))
     assert info.value.check == "slot-consistency"
 
 
@@ -167,7 +180,7 @@ def test_tampered_start_message_is_detected() -> None:
 
     with pytest.raises(TamperingDetected) as info:
         secure_auc(parties, decision_points=30, security="malicious", preset=TEST_PRESET,
-                   allow_insecure=True, tamper=drop_nonce)
+                   allow_insecure=True, network=_tampered(drop_nonce))
     assert info.value.check == "nonce"
 
 

@@ -12,13 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedsec.auc.adversary import (
-    ATTACKS,
-    ORACLE_DENOMINATOR,
-    Observed,
-    TamperHarness,
-    adaptive_blind_shift,
-)
 from fedsec.auc.fhauc_malicious import (
     SHIFT_RESOLUTION,
     MaliciousConfig,
@@ -26,6 +19,13 @@ from fedsec.auc.fhauc_malicious import (
 )
 from fedsec.auc.policy import PartyPolicy
 from fedsec.errors import FedsecError, PolicyViolation, ProtocolError, TamperingDetected
+from fedsec.testing.auc import (
+    ATTACKS,
+    ORACLE_DENOMINATOR,
+    Observed,
+    TamperHarness,
+    adaptive_blind_shift,
+)
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 POINTS = 30
@@ -235,7 +235,7 @@ def test_config_equivocation_is_caught_by_the_commits(mal: TamperHarness) -> Non
 
 def _start(agg: Any, commits: list[bytes]) -> bytes:
     from fedsec.protocol import wire
-    meta = {"config": agg.config.digest(), "session": agg.session}
+    meta = agg.binding.bind({}, step="start", to="*")
     return wire.encode("fhauc-m/start", meta, commits)
 
 

@@ -1,5 +1,5 @@
 """A cheating aggregator during key set-up, built from the bytes it relays
-(:mod:`fedsec.crypto.keysetup_attacks`): every attack ends with the party check that stops
+(:mod:`fedsec.testing.keysetup`): every attack ends with the party check that stops
 it, never with a party holding keys the aggregator knows or keys that differ from its
 peers'. Where cheap, the same attack is played against parties that lack the defence, to
 show the test can fail."""
@@ -12,7 +12,9 @@ import pytest
 
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySpec
-from fedsec.crypto.keysetup_attacks import (
+from fedsec.errors import ProtocolError, TamperingDetected
+from fedsec.protocol import wire
+from fedsec.testing.keysetup import (
     KEYSETUP_ATTACKS,
     ForgedDelivery,
     KeySetupOutcome,
@@ -21,8 +23,6 @@ from fedsec.crypto.keysetup_attacks import (
     play,
     run_attack,
 )
-from fedsec.errors import ProtocolError, TamperingDetected
-from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]

@@ -172,6 +172,9 @@ class World:
     dp_subs: list[bytes]
     pools: Pools
     build_seconds: float = 0.0
+    #: A DPAUC session (``dpauc/hello``, ``dpauc/session``, bound ``dpauc/submit``) and
+    #: its roles right before they decode them.
+    dp_session: dict[str, Any] = field(default_factory=dict)
 
     def by_name(self, name: str) -> Identity | None:
         for i in self.identities:
@@ -293,6 +296,18 @@ def build_world(seed: int = 20240601) -> World:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dp.append(RRClient(y, s, epsilon=1.0, decision_points=N_POINTS).submit())
+    dp_server = DPAUCServer()
+    dp_clients = [DPAUCClient(yy, ss, epsilon=1.0, decision_points=N_POINTS)
+                  for yy, ss in data[:2]]
+    dp_hellos = [c.hello(f"party:{n}") for c, n in zip(dp_clients, NAMES, strict=False)]
+    dp_joining = copy.copy(dp_clients[0])
+    dp_session_msg = dp_server.open_session(dp_hellos)
+    for c in dp_clients:
+        c.join(dp_session_msg)
+    dp_bound = [c.submit() for c in dp_clients]
+    dp_session = {"hellos": dp_hellos, "session": dp_session_msg, "bound": dp_bound,
+                  "server": dp_server, "joining": dp_joining}
+    dp_messages = [*dp_hellos, dp_session_msg, *dp_bound]
 
     pools = Pools()
     for sess in (a, b):
@@ -301,10 +316,10 @@ def build_world(seed: int = 20240601) -> World:
                   + sess.fh_subs + [sess.fh_result] + sess.commits + [sess.start]
                   + sess.m_subs + [sess.m_result] + [k.to_bytes() for k in sess.keys]):
             pools.add_message(m)
-    for m in extra_ct + extra_public + dp:
+    for m in extra_ct + extra_public + dp + dp_messages:
         pools.add_message(m)
     world = World(identities, roster, spec, policy, data, a, b, other, extra_ct,
-                  extra_public, dp, pools)
+                  extra_public, dp, pools, dp_session=dp_session)
     world.build_seconds = time.perf_counter() - t0
     return world
 
@@ -401,8 +416,11 @@ class Forge:
             if f2 is None:
                 return f.encode()
             f = f2
+        # the signature covers the key set-up session and the configuration (the message
+        # carries them in its binding context): re-signed with this session's
         return self._resign(f, "fhauc-m/commit", 1, lambda meta, blobs: _commit_payload(
-            meta["session"], meta["config"], meta["name"], blobs[0]), self.w.identities[i])
+            sess.keys[0].session, sess.m_cfg.digest(), meta["name"], blobs[0]),
+            self.w.identities[i])
 
     def confirm(self, m: Mutator, sess: Session, i: int | None = None) -> bytes:
         i = m.rng.randrange(len(sess.confirms)) if i is None else i
@@ -669,7 +687,7 @@ def make_targets(world: World) -> list[Target]:
     def public_context(x: tuple[bytes, bool]) -> Any:
         """Load as the aggregator does, then use every key it holds once."""
         ctx = CKKSContext.from_public_bytes(x[0], allow_insecure=x[1])
-        if ctx._pk is not None:  # noqa: SLF001
+        if ctx.keys.public_key is not None:
             ct = ctx.encrypt([1.0, 2.0])
             if ctx.has_relin_keys:
                 ct = ctx.square(ct, rescale=False)
@@ -1030,6 +1048,32 @@ def make_targets(world: World) -> list[Target]:
         ("foreign", 1, lambda m: [foreign(m), w.dp_subs[0]]),
     ], noted=(UndefinedMetricError,)))
 
+    # a DPAUC session: the nonces, and submissions bound to it
+    dps = w.dp_session
+    targets.append(Target("DPAUCServer.open_session",
+                          lambda hellos: DPAUCServer().open_session(hellos), [
+        ("outsider", 8, lambda m: m.message_list(list(dps["hellos"]),
+                                                 element=m.mutate_many)),
+        ("foreign", 2, lambda m: [foreign(m), dps["hellos"][1]]),
+    ]))
+    targets.append(Target("DPAUCClient.join",
+                          lambda msg: copy.copy(dps["joining"]).join(msg), [
+        ("outsider", 8, lambda m: m.mutate_many(dps["session"])),
+        ("foreign", 2, foreign),
+    ]))
+
+    def dp_bound_aggregate(subs: Any) -> Any:
+        res = copy.copy(dps["server"]).aggregate(subs)
+        if not math.isfinite(res.auc):
+            raise AssertionError(f"non-finite AUC {res.auc!r}")
+        return res
+
+    targets.append(Target("DPAUCServer.aggregate/session", dp_bound_aggregate, [
+        ("outsider", 8, lambda m: m.message_list(list(dps["bound"]), element=m.mutate_many)),
+        ("replay", 1, lambda m: [dps["bound"][0], dps["bound"][0]]),
+        ("foreign", 1, lambda m: [foreign(m), dps["bound"][1]]),
+    ], noted=(UndefinedMetricError,)))
+
     # -- Flower helpers and the node's state file ---------------------------------------
     if NodeStore is None:
         return targets
@@ -1282,7 +1326,7 @@ def meta_cases(world: World) -> dict[str, MetaCase]:
     hello0 = signed(A.hellos[0], "keys/hello", 2, lambda m, b: _hello_payload(
         w.roster.digest(), w.spec.digest(), m["name"], b[0], b[1]))
     commit0 = signed(A.commits[0], "fhauc-m/commit", 1, lambda m, b: _commit_payload(
-        m["session"], m["config"], m["name"], b[0]))
+        A.keys[0].session, A.m_cfg.digest(), m["name"], b[0]))
     confirm0 = signed(A.confirms[0], "keys/confirm", 1, lambda m, b: _confirm_payload(
         m["name"], b[0]))
     offer = wire.decode(A.offer)

@@ -32,7 +32,8 @@ TARGETS = [
     "KeySetupParty.receive", "KeySetupAggregator.confirm", "KeySetupParty.finish",
     "FHAUCAggregator.aggregate", "FHAUCParty.finalize", "MaliciousAggregator.start",
     "MaliciousAggregator.aggregate", "MaliciousParty.submit", "MaliciousParty.finalize",
-    "dpauc.parse_submission", "DPAUCServer.aggregate", "flower_io.get_blobs",
+    "dpauc.parse_submission", "DPAUCServer.aggregate", "DPAUCServer.open_session",
+    "DPAUCClient.join", "DPAUCServer.aggregate/session", "flower_io.get_blobs",
     "NodeStore.load",
 ]
 

@@ -373,8 +373,13 @@ def test_fixed_holder_key_setup_gives_clients_no_secret_key() -> None:
                 out.append(wire.encode(m.kind, m.meta, m.blobs))
             return out
         return value
+    from fedsec.protocol.network import Network
+    from fedsec.testing.auc import tamper_steps
+
+    net = Network()
+    net.intercept(tamper_steps(swap))
     with pytest.raises(TamperingDetected):
-        run_key_setup(ids, roster, spec, tamper=swap)
+        run_key_setup(ids, roster, spec, network=net)
 
 
 def test_config_validation() -> None:

@@ -2,7 +2,8 @@
 
 The deployment tests start a real SuperLink and three SuperNodes on 127.0.0.1 with
 TLS (a throw-away CA, harness in ``conftest.py``), submit the app in
-``examples/flower_standin`` with ``flwr run``, and read the JSON the ServerApp
+``src/fedsec/testing/flower_standin`` (a test scaffold, moved out of ``examples/``) with
+``flwr run``, and read the JSON the ServerApp
 writes to the ``result-path`` run-config value. Every wait is bounded and every
 process started (and each one they spawn: SuperExec, ServerApp, ClientApp) is
 killed at teardown.
@@ -35,7 +36,7 @@ with warnings.catch_warnings():
 from fedsec.runtime import flower_io  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-APP_DIR = REPO / "examples" / "flower_standin"
+APP_DIR = REPO / "src" / "fedsec" / "testing" / "flower_standin"
 
 SECRETS = [7, -1234567, 2**40 + 3]
 PAD_BYTES = 200_000  # each hello carries ~200 KB, like a CKKS ciphertext

@@ -19,11 +19,16 @@ from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_labels_scores
 from fedsec.crypto.identity import Identity, Roster
+from fedsec.crypto.keysetup import AGGREGATOR, party_role
 from fedsec.errors import ProtocolError, UndefinedMetricError
+from fedsec.protocol import fields
+from fedsec.protocol.accounting import Accounting
+from fedsec.protocol.binding import Binding, ReplayRefused
 
 __all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
            "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
-           "DEFAULT_MAX_TOTAL_SAMPLES",
+           "DEFAULT_MAX_TOTAL_SAMPLES", "AGGREGATOR", "party_role", "evaluation_binding",
+           "check_bound", "party_index", "bytes_per_party",
            "MAX_DECISION_POINTS"]
 
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
@@ -219,3 +224,71 @@ def finish_auc(num: float, denom: float, ratio: float) -> float:
         raise ProtocolError("the decrypted AUC is outside [0, 1]: the federation exceeds "
                             "max_total_samples or the response is corrupt")
     return min(1.0, max(0.0, auc))
+
+
+# ---------------------------------------------------------------- binding and accounting
+def evaluation_binding(keys_session: str, config_digest: str, protocol: str,
+                       me: str) -> Binding:
+    """One role's :class:`~fedsec.protocol.binding.Binding` for an evaluation of
+    ``protocol`` (``"fhauc"``, ``"fhauc-m"``, ``"fhauc-exact"``) under the keys of
+    ``keys_session`` with the configuration ``config_digest``: the binding's session is
+    the hash of both, so a message of another key set-up *or* another configuration is
+    "another session" (a replay or a splice)."""
+    h = hashlib.sha256(b"fedsec/auc/session|" + protocol.encode() + b"|"
+                       + keys_session.encode() + b"|" + config_digest.encode())
+    return Binding(h.hexdigest(), protocol, me)
+
+
+def check_bound(binding: Binding, meta: Any, *, step: str, sender: str, what: str,
+                round: int = -1, broadcast: bool = False,
+                tampering: bool = False) -> None:
+    """``binding.check`` with AUC's words: ``"<what> belongs to another configuration or
+    session"`` (a :class:`~fedsec.protocol.binding.ReplayRefused`, or with ``tampering``
+    a :class:`~fedsec.errors.TamperingDetected` whose check is ``"binding"``)."""
+    from fedsec.errors import TamperingDetected
+
+    try:
+        binding.check(meta, step=step, sender=sender, round=round, broadcast=broadcast,
+                      what=what)
+    except ReplayRefused as exc:
+        text = f"{what} belongs to another configuration or session (check: {exc.check})"
+        if tampering:
+            raise TamperingDetected(text, check="binding") from None
+        raise ReplayRefused(text, check=exc.check) from None
+    except ProtocolError as exc:
+        if tampering:
+            raise TamperingDetected(f"{what}: {exc}", check="binding") from None
+        raise
+
+
+def party_index(meta: Any, n: int) -> int:
+    """The ``party`` field of a submission: an index into the key set-up's names."""
+    try:
+        return fields.integer(meta, "party", 0, n - 1)
+    except ProtocolError:
+        raise ProtocolError(f"invalid or duplicate party index "
+                            f"{str(meta.get('party'))[:32]!r}") from None
+
+
+def bytes_per_party(acc: Accounting, kinds: Sequence[str],
+                    since: dict[tuple[str, str, str], int] | None = None) -> tuple[int, int]:
+    """The most bytes one party sent to the aggregator, and received from it, in messages
+    of ``kinds`` (counted by the network; ``since``: a copy of ``bytes_by_message`` taken
+    before the evaluation, whose bytes are not counted)."""
+    up: dict[str, int] = {}
+    down: dict[str, int] = {}
+    base = since or {}
+    for key, total in acc.bytes_by_message.items():
+        snd, rcv, kind = key
+        n = total - base.get(key, 0)
+        if kind not in kinds or n <= 0:
+            continue
+        if rcv == AGGREGATOR and snd != AGGREGATOR:
+            up[snd] = up.get(snd, 0) + n
+        elif snd == AGGREGATOR and rcv != AGGREGATOR:
+            down[rcv] = down.get(rcv, 0) + n
+    return max(up.values(), default=0), max(down.values(), default=0)
+
+
+# re-exported for the AUC roles
+_ = (AGGREGATOR, party_role)

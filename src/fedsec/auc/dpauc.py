@@ -7,6 +7,15 @@ Roles exchange bytes, as every fedsec protocol does::
     result = DPAUCServer().aggregate([submission, ...])
     result.auc
 
+In :func:`dpauc` the roles first make a **session** (protocol ``"dpauc"``): every party
+sends a fresh nonce (``dpauc/hello``), the aggregator adds its own and returns them all
+(``dpauc/session``); each party checks that its nonce is in and binds its submission
+(``dpauc/submit``) to ``SHA-256`` of the nonces, its role and the aggregator
+(:mod:`fedsec.protocol.binding`). The aggregator then accepts one submission per party
+that said hello, of this session only: a submission replayed from another evaluation, or
+counted twice, is refused. Nothing is signed (DPAUC has no identities): the binding stops
+replays of genuine bytes, not a party that lies.
+
 Mechanisms
 ----------
 ``"laplace"`` (DPAUC_Lap, seed 003): every one of the ``4N`` local statistics gets
@@ -37,6 +46,7 @@ give AUCs far outside ``[0, 1]``.
 from __future__ import annotations
 
 import math
+import re
 import struct
 import warnings
 from collections.abc import Sequence
@@ -56,6 +66,16 @@ from fedsec.crypto.dpnoise import (
 )
 from fedsec.errors import PrivacyWarning, ProtocolError, UndefinedMetricError
 from fedsec.metrics.roc import as_decision_points, confusion_counts
+from fedsec.protocol import fields, wire
+from fedsec.protocol.binding import (
+    Binding,
+    check_nonce,
+    context_of,
+    new_nonce,
+    session_from_nonces,
+)
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
 __all__ = [
     "Mechanism",
@@ -92,6 +112,12 @@ _KINDS: dict[str, int] = {"laplace": 1, "gaussian": 2, "rr": 3}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _HEADER = struct.Struct(">4sBBIdd")  # magic, version, kind, N, epsilon, delta
 _MAX_POINTS = 1 << 16
+#: The binding protocol name; the aggregator's role name.
+PROTOCOL = "dpauc"
+AGGREGATOR = "aggregator"
+#: Most parties one DPAUC session admits.
+_MAX_PARTIES = 1 << 16
+_ROLE_RE = r"party:[A-Za-z0-9_.@+-]{1,64}"
 #: Largest statistic accepted (a count plus noise): far below it, the sums and rates of any
 #: number of parties stay finite.
 _MAX_ABS_STATISTIC = 1e150
@@ -333,9 +359,49 @@ def parse_submission(data: bytes) -> Submission:
 
 
 # ----------------------------------------------------------------------------- roles
+class _Party:
+    """A DPAUC party's side of the session (nonces, binding); its data in subclasses.
+
+    Used alone (no :meth:`hello`), :meth:`submit` returns the bare statistics message
+    (:func:`parse_submission`); after :meth:`hello` and :meth:`join` it returns a
+    ``dpauc/submit`` message bound to the session, for the aggregator's role only (a
+    replay into another evaluation or a message from another party is refused).
+    """
+
+    _nonce: bytes | None = None
+    _role: str = ""
+    _binding: Binding | None = None
+
+    def hello(self, role: str) -> bytes:
+        """This party's fresh nonce for the session, under its role name
+        (``"party:<name>"``)."""
+        if not isinstance(role, str) or not re.fullmatch(_ROLE_RE, role):
+            raise ValueError(f"not a party role name: {role!r}")
+        self._nonce, self._role, self._binding = new_nonce(), role, None
+        return wire.encode("dpauc/hello", {"role": role}, [self._nonce])
+
+    @receives("dpauc/session")
+    def join(self, session: bytes) -> None:
+        """Check that the session carries this party's nonce and bind to it."""
+        if self._nonce is None:
+            raise ProtocolError("join() before hello()")
+        msg = wire.decode(session, expect="dpauc/session", max_bytes=1 << 22)
+        nonces = fields.blobs(msg.blobs, least=2, most=_MAX_PARTIES + 1)
+        if any(len(n) != 16 for n in nonces) or len(set(nonces)) != len(nonces):
+            raise ProtocolError("malformed message: field 'nonces'")
+        check_nonce(self._nonce, nonces)
+        self._binding = Binding(session_from_nonces(PROTOCOL, nonces), PROTOCOL, self._role)
+
+    def _message(self, body: bytes) -> bytes:
+        if self._binding is None:
+            return body
+        meta = self._binding.bind({}, step="submit", to=AGGREGATOR)
+        return wire.encode("dpauc/submit", meta, [body])
 
 
-class DPAUCClient:
+
+
+class DPAUCClient(_Party):
     """A party of DPAUC_Lap (or its Gaussian variant).
 
     Every :meth:`submit` draws fresh noise and spends ``epsilon`` (and ``delta``) of the
@@ -386,10 +452,10 @@ class DPAUCClient:
         noisy = perturb_statistics(self._stats.stacked(), mechanism=self.mechanism,
                                    epsilon=self.epsilon, delta=self.delta)
         s = PartyStatistics(self._stats.points, *noisy)
-        return _encode(self.mechanism, self.epsilon, self.delta, s)
+        return self._message(_encode(self.mechanism, self.epsilon, self.delta, s))
 
 
-class RRClient:
+class RRClient(_Party):
     """A party of DPAUC_RR: labels flipped once by randomized response at construction.
 
     The flipped labels are reused by every :meth:`submit` (post-processing: no further
@@ -436,7 +502,7 @@ class RRClient:
 
     def submit(self) -> bytes:
         """Exact statistics of the flipped labels, serialized."""
-        return _encode("rr", self.epsilon, 0.0, self._stats)
+        return self._message(_encode("rr", self.epsilon, 0.0, self._stats))
 
 
 @dataclass(frozen=True)
@@ -476,8 +542,56 @@ class DPAUCResult:
 
 
 class DPAUCServer:
-    """The DPAUC aggregator (seed 003 steps 4-6, plus RR debiasing)."""
+    """The DPAUC aggregator (seed 003 steps 4-6, plus RR debiasing).
 
+    Used alone, :meth:`aggregate` takes the parties' bare statistics messages. After
+    :meth:`open_session` it takes only ``dpauc/submit`` messages bound to that session,
+    one from each party that said hello.
+    """
+
+    def __init__(self) -> None:
+        self._binding: Binding | None = None
+        self._roles: tuple[str, ...] = ()
+
+    @receives("dpauc/hello")
+    def open_session(self, hellos: Sequence[bytes]) -> bytes:
+        """Every party's nonce and this aggregator's: the session every submission is
+        bound to (``SHA-256`` of the sorted nonces). Returns the message for every party."""
+        if not 1 <= len(hellos) <= _MAX_PARTIES:
+            raise ProtocolError("a DPAUC session needs 1 to 65536 parties")
+        roles: list[str] = []
+        nonces = [new_nonce()]
+        for raw in hellos:
+            msg = wire.decode(raw, expect="dpauc/hello", max_bytes=1 << 10)
+            role = fields.text(msg.meta, "role", pattern=_ROLE_RE)
+            (nonce,) = fields.blobs(msg.blobs, 1)
+            if len(nonce) != 16 or nonce in nonces or role in roles:
+                raise ProtocolError(f"a repeated or malformed hello ({role!r})")
+            roles.append(role)
+            nonces.append(nonce)
+        self._roles = tuple(roles)
+        self._binding = Binding(session_from_nonces(PROTOCOL, nonces), PROTOCOL, AGGREGATOR)
+        return wire.encode("dpauc/session", {}, nonces)
+
+    def _unwrap(self, submissions: Sequence[bytes]) -> list[bytes]:
+        """The statistics messages inside bound submissions (one per party)."""
+        if self._binding is None:
+            return list(submissions)
+        out: list[bytes] = []
+        seen: set[str] = set()
+        for raw in submissions:
+            msg = wire.decode(raw, expect="dpauc/submit", max_bytes=1 << 24)
+            sender = context_of(msg.meta).sender
+            if sender not in self._roles or sender in seen:
+                raise ProtocolError(f"a submission from an unexpected or repeated party "
+                                    f"({sender[:64]!r})")
+            self._binding.check(msg.meta, step="submit", sender=sender, what="submission")
+            seen.add(sender)
+            (body,) = fields.blobs(msg.blobs, 1)
+            out.append(body)
+        return out
+
+    @receives("dpauc/submit")
     def aggregate(self, submissions: Sequence[bytes], *, clip: bool = False) -> DPAUCResult:
         """Sum the parties' statistics and compute the (debiased) trapezoid AUC.
 
@@ -493,7 +607,7 @@ class DPAUCServer:
         """
         if len(submissions) == 0:
             raise ProtocolError("DPAUCServer.aggregate needs at least one submission")
-        parsed = [parse_submission(b) for b in submissions]
+        parsed = [parse_submission(b) for b in self._unwrap(submissions)]
         first = parsed[0]
         for i, p in enumerate(parsed[1:], start=2):
             if (p.mechanism, p.epsilon, p.delta) != (first.mechanism, first.epsilon, first.delta):
@@ -522,9 +636,13 @@ class DPAUCServer:
 def dpauc(
     parties: Sequence[tuple[Any, Any]], *, epsilon: float, decision_points: Any = 100,
     mechanism: str = "laplace", delta: float | None = None,
-    score_epsilon: float | None = None, clip: bool = False,
+    score_epsilon: float | None = None, clip: bool = False, network: Network | None = None,
 ) -> DPAUCResult:
     """Run one DPAUC evaluation over in-process parties (one call, roles and bytes inside).
+
+    The parties (``"party:party-<i>"``) and the aggregator (``"aggregator"``) exchange
+    nothing but bytes, through ``network`` (default: a fresh
+    :class:`~fedsec.protocol.network.Network`; pass one to count or intercept them).
 
     The noise (Laplace, Gaussian, label flips, score noise) always comes from the operating
     system's cryptographic generator (:mod:`fedsec.crypto.dpnoise`); it cannot be seeded, so
@@ -545,6 +663,8 @@ def dpauc(
     clip : bool, default=False
         Clip the estimate into ``[0, 1]`` (post-processing, no privacy cost). Under heavy
         noise the raw estimate can lie far outside; ``result.raw_auc`` keeps it.
+    network : Network, optional
+        The network the submissions cross (tests and benchmarks observe or intercept it).
 
     Returns
     -------
@@ -589,7 +709,8 @@ def dpauc(
                             f"pairs. Got {type(pair).__name__} for party {i + 1} instead.")
         checked.append(check_labels_scores(pair[0], pair[1], f"dpauc (party {i + 1})"))
     as_decision_points(decision_points)
-    subs: list[bytes] = []
+    net = network if network is not None else Network()
+    roles: list[DPAUCClient | RRClient] = []
     for y, s in checked:
         if mech == "rr":
             c: DPAUCClient | RRClient = RRClient(
@@ -600,8 +721,18 @@ def dpauc(
                 raise ValueError("score_epsilon applies only to mechanism='rr'.")
             c = DPAUCClient(y, s, epsilon=epsilon, decision_points=decision_points,
                             mechanism=mech, delta=delta)
-        subs.append(c.submit())
-    return DPAUCServer().aggregate(subs, clip=clip)
+        roles.append(c)
+    names = [f"party:party-{i}" for i in range(len(roles))]
+    server = DPAUCServer()
+    # a fresh session from everyone's nonce: every submission is bound to it
+    hellos = net.gather(names, AGGREGATOR, [c.hello(n) for c, n in zip(roles, names,
+                                                                         strict=True)])
+    session = net.broadcast(AGGREGATOR, names, server.open_session(hellos))
+    for c, msg in zip(roles, session, strict=True):
+        c.join(msg)
+    # seed 003 step 3: every party sends its (noisy) statistics; steps 4-6: the aggregator
+    subs = net.gather(names, AGGREGATOR, [c.submit() for c in roles])
+    return server.aggregate(subs, clip=clip)
 
 
 def simulate_dpauc_runs(

@@ -70,7 +70,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_real
-from fedsec.auc.common import SecureAUCResult, local_federation, prepare_federation
+from fedsec.auc.common import (
+    AGGREGATOR,
+    SecureAUCResult,
+    bytes_per_party,
+    check_bound,
+    evaluation_binding,
+    local_federation,
+    party_index,
+    party_role,
+    prepare_federation,
+)
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import RESULT_NOISE_SD, finish_masked, masked_product
 from fedsec.crypto.ckks import CKKSContext
@@ -80,6 +90,9 @@ from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.metrics import confusion_counts
 from fedsec.protocol import wire
+from fedsec.protocol.binding import BROADCAST
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
 __all__ = ["DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
            "initial_grid", "refine_grid", "refinable_bins", "BinPairsParty",
@@ -173,6 +186,9 @@ class BinPairsParty:
         self.points = np.asarray(points, dtype=np.float64)
         self.cfg = _RoundConfig(tuple(self.points.tolist()), keys.context.params.name,
                                 round_index)
+        self._round = int(round_index)
+        self.binding = evaluation_binding(keys.session, self.cfg.digest(), "fhauc-exact",
+                                          party_role(keys.name))
         self._y, self._s = y_true, y_score
 
     @property
@@ -189,16 +205,16 @@ class BinPairsParty:
             part = slice(c * per, min((c + 1) * per, self.points.size))
             vec[:part.stop - part.start] = dtp[part] + 1j * dfp[part]
             blobs.append(ctx.encrypt_to_bytes(vec))
-        meta = {"config": self.cfg.digest(), "session": self.keys.session,
-                "party": self.keys.index}
+        meta = self.binding.bind({"party": self.keys.index}, step="bins", to=AGGREGATOR,
+                                 round=self._round)
         return wire.encode("fhauc-exact/bins", meta, blobs)
 
+    @receives("fhauc-exact/pairs")
     def read(self, response: bytes, max_bytes: int = 1 << 30) -> np.ndarray:
         """Which bins hold a (positive, negative) pair of the federation."""
         msg = wire.decode(response, expect="fhauc-exact/pairs", max_bytes=max_bytes)
-        if msg.meta.get("config") != self.cfg.digest() or \
-                msg.meta.get("session") != self.keys.session:
-            raise ProtocolError("refinement result belongs to another round or session")
+        check_bound(self.binding, msg.meta, step="pairs", sender=AGGREGATOR,
+                    round=self._round, broadcast=True, what="refinement result")
         if len(msg.blobs) != self.n_chunks:
             raise ProtocolError(f"refinement result must hold {self.n_chunks} ciphertext(s)")
         ctx = self.keys.context
@@ -223,8 +239,12 @@ class BinPairsAggregator:
                                 round_index)
         self.names = tuple(names)
         self.session = session
+        self._round = int(round_index)
+        self.binding = evaluation_binding(session, self.cfg.digest(), "fhauc-exact",
+                                          AGGREGATOR)
         self.timing: dict[str, float] = {}
 
+    @receives("fhauc-exact/bins")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         t0 = time.perf_counter()
         ctx = self.context
@@ -233,11 +253,11 @@ class BinPairsAggregator:
         seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-exact/bins")
-            idx = msg.meta.get("party")
-            if msg.meta.get("config") != self.cfg.digest() or \
-                    msg.meta.get("session") != self.session:
-                raise ProtocolError("a submission belongs to another round or session")
-            if not isinstance(idx, int) or not 0 <= idx < len(self.names) or idx in seen:
+            idx = party_index(msg.meta, len(self.names))
+            check_bound(self.binding, msg.meta, step="bins",
+                        sender=party_role(self.names[idx]), round=self._round,
+                        what="a submission")
+            if idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
@@ -259,7 +279,7 @@ class BinPairsAggregator:
             res = ctx.add_plain(res, noise[0::2] + 1j * noise[1::2])
             out.append(ctx.serialize(res))
         self.timing = {"total_s": time.perf_counter() - t0}
-        meta = {"config": self.cfg.digest(), "session": self.session}
+        meta = self.binding.bind({}, step="pairs", to=BROADCAST, round=self._round)
         return wire.encode("fhauc-exact/pairs", meta, out)
 
 
@@ -270,10 +290,17 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                      max_rounds: int = DEFAULT_MAX_ROUNDS, preset: str = DEFAULT_PRESET,
                      names: Sequence[str] | None = None,
                      progress: Callable[[str], None] | None = None,
-                     allow_insecure: bool = False, **final_kwargs: Any) -> SecureAUCResult:
+                     allow_insecure: bool = False, network: Network | None = None,
+                     **final_kwargs: Any) -> SecureAUCResult:
     """Refine the grid in refinement rounds, then run ``final`` (the semi-honest or
-    malicious runner) on it. Called by ``secure_auc(decision_points="exact")``."""
+    malicious runner) on it. Called by ``secure_auc(decision_points="exact")``.
+
+    Every message (both key set-ups, every round, the final evaluation) crosses
+    ``network`` (default: a fresh :class:`~fedsec.protocol.network.Network`), between
+    ``"aggregator"`` and ``"party:<name>"``: tests and benchmarks count, observe or
+    intercept the traffic there."""
     say = progress or (lambda _msg: None)
+    net = network if network is not None else Network()
     check_real(target, "target", "secure_auc", ge=0.0, lt=1.0)
     if max_points is None:
         max_points = (DEFAULT_MAX_POINTS_MALICIOUS if security == "malicious"
@@ -296,8 +323,9 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         identities, roster = local_federation(party_names)
         say(f"exact mode: key set-up for refinement ({len(data)} parties)")
         spec = KeySpec.create(preset, [], True, allow_insecure=allow_insecure)
-        ks_agg, keys = run_key_setup(identities, roster, spec)
+        ks_agg, keys = run_key_setup(identities, roster, spec, network=net)
         assert ks_agg.context is not None
+        on_net = [party_role(k.name) for k in keys]
         while rounds < max_rounds:
             if points.size > MAX_REFINE_BINS:
                 capped = True
@@ -306,17 +334,21 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                      for (y, s), k in zip(data, keys, strict=True)]
             agg = BinPairsAggregator(ks_agg.context, points=points, names=ks_agg.names,
                                      session=ks_agg.session, round_index=rounds)
-            subs = [r.submit() for r in roles]
+            before = dict(net.accounting.bytes_by_message)
+            subs = net.gather(on_net, AGGREGATOR, [r.submit() for r in roles])
             resp = agg.aggregate(subs)
-            marks = [r.read(resp) for r in roles]
+            delivered = net.broadcast(AGGREGATOR, on_net, resp)
+            marks = [r.read(d) for r, d in zip(roles, delivered, strict=True)]
             if any(not np.array_equal(marks[0], m) for m in marks[1:]):
                 raise ProtocolError("parties read different refinement marks")
             rounds += 1
             todo = marks[0] & refinable_bins(points)
+            up, down = bytes_per_party(net.accounting, ("fhauc-exact/bins",
+                                                        "fhauc-exact/pairs"), before)
             stats.append({"points": int(points.size), "marked_bins": int(marks[0].sum()),
                           "refinable_marked": int(todo.sum()),
-                          "bytes_up_per_party": max(len(s) for s in subs),
-                          "bytes_down_per_party": len(resp),
+                          "bytes_up_per_party": up,
+                          "bytes_down_per_party": down,
                           "aggregator_seconds": agg.timing["total_s"]})
             say(f"refinement round {rounds}: {int(points.size)} points, "
                 f"{int(todo.sum())} bins still hold pairs")
@@ -334,7 +366,8 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         capped = True
     say(f"final evaluation on {points.size} decision points")
     res = final(data, decision_points=points, preset=preset, names=party_names,
-                progress=progress, allow_insecure=allow_insecure, **final_kwargs)
+                progress=progress, allow_insecure=allow_insecure, network=net,
+                **final_kwargs)
     reached = res.error_bound <= target
     if not reached:
         why = ("the point budget or round cap was hit" if capped

@@ -11,6 +11,17 @@ learns*). The aggregator must not collude with a party: a party's secret key dec
 submission. A *malicious* aggregator can change the result undetected in this mode (drop a
 party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters.
 
+Roles and messages
+------------------
+:class:`FHAUCParty` (``"party:<name>"``) sends ``fhauc/submit`` to the aggregator;
+:class:`FHAUCAggregator` (``"aggregator"``) answers every party alike with one
+``fhauc/result`` (recipient ``"*"``). Every message carries its binding context
+(:mod:`fedsec.protocol.binding`, protocol ``"fhauc"``) whose session is the hash of the key
+set-up session and the configuration digest (:func:`fedsec.auc.common.evaluation_binding`):
+a message of another key set-up, configuration, step, sender or recipient is refused.
+:func:`secure_auc` is the loop over a :class:`~fedsec.protocol.network.Network` that
+carries them (and counts their bytes).
+
 Packing (what makes it cheap)
 -----------------------------
 The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext
@@ -117,15 +128,21 @@ from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int
 from fedsec.auc.common import (
+    AGGREGATOR,
     DEFAULT_MAX_TOTAL_SAMPLES,
     MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
     apply_score_transform,
+    bytes_per_party,
+    check_bound,
     check_party_inputs,
+    evaluation_binding,
     finish_auc,
     finish_error_bound,
     local_federation,
+    party_index,
+    party_role,
     prepare_federation,
     wants_exact,
 )
@@ -149,7 +166,11 @@ from fedsec.metrics import (
     single_value_bins,
     trapezoid_terms,
 )
-from fedsec.protocol import wire
+from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Clock
+from fedsec.protocol.binding import BROADCAST
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
 __all__ = [
     "FHAUCConfig",
@@ -283,6 +304,11 @@ class FHAUCParty:
         self.keys = keys
         self.roster = roster
         self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
+        #: This party's role name (``"party:<name>"``) and its side of the binding.
+        self.role = party_role(keys.name)
+        self.binding = evaluation_binding(keys.session, config.digest(), "fhauc", self.role)
+        #: This party's seconds by kind of work.
+        self.clock = Clock()
         self.included: tuple[str, ...] = ()
         #: The certified bound ``|exact AUC - trapezoid AUC|`` learnt with the AUC
         #: (:func:`fedsec.metrics.trapezoid_error_bound`), set by :meth:`finalize`.
@@ -321,37 +347,40 @@ class FHAUCParty:
     def submit(self) -> bytes:
         """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
         ctx = self.keys.context
-        blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
-        meta = {"config": self.config.digest(), "session": self.keys.session,
-                "party": self.keys.index, "chunks": len(blobs)}
+        with self.clock("encryption"):
+            blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
+        meta = self.binding.bind({"party": self.keys.index, "chunks": len(blobs)},
+                                 step="submit", to=AGGREGATOR)
         return wire.encode("fhauc/submit", meta, blobs)
 
+    @receives("fhauc/result")
     def finalize(self, response: bytes) -> float:
         """Step 9: decrypt the masked pair and return the global AUC."""
         msg = wire.decode(response, expect="fhauc/result",
                           max_bytes=self.policy.max_message_bytes)
-        if msg.meta.get("config") != self.config.digest() or \
-                msg.meta.get("session") != self.keys.session:
-            raise ProtocolError("result belongs to another configuration or session")
+        check_bound(self.binding, msg.meta, step="result", sender=AGGREGATOR,
+                    broadcast=True, what="result")
         if len(msg.blobs) != 1:
             raise ProtocolError("result must hold one ciphertext")
-        ratio = msg.meta.get("ratio", 0.0)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or \
-                not 0.0 <= ratio < 2.0 or (self.config.masking == "single") != (ratio == 0.0):
+        try:
+            ratio = fields.real(msg.meta, "ratio", 0.0, 2.0) if "ratio" in msg.meta else 0.0
+        except ProtocolError:
+            raise ProtocolError("result masking does not match the configuration") from None
+        if not ratio < 2.0 or (self.config.masking == "single") != (ratio == 0.0):
             raise ProtocolError("result masking does not match the configuration")
-        included = msg.meta.get("parties", [])
         n = self.keys.n_parties
-        if not isinstance(included, list) or not all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
-                for i in included) or len(set(included)) != len(included):
-            raise ProtocolError("result lists invalid party indices")
+        try:
+            included = fields.integers(msg.meta, "parties", 0, n - 1, distinct=True)
+        except ProtocolError:
+            raise ProtocolError("result lists invalid party indices") from None
         if self.keys.index not in included:
             raise ProtocolError("the result does not include this party's submission")
         self.policy.check_participants(len(included), "semi-honest", n, self.roster)
         self.included = tuple(self.keys.names[i] for i in included)
         ratio = float(ratio)
         ctx = self.keys.context
-        z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+        with self.clock("decryption"):
+            z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         _check_uniform_slots(z)
         denom, num, num_b = float(z[0].real), float(z[0].imag), float(z[1].imag)
         if abs(denom) < 0.25 and self._y.any() and not self._y.all():
@@ -405,6 +434,9 @@ class FHAUCAggregator:
         self.config = config
         self.names = tuple(names)
         self.session = session
+        self.binding = evaluation_binding(session, config.digest(), "fhauc", AGGREGATOR)
+        #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
+        self.clock = Clock()
         self.min_parties = len(self.names) if min_parties is None else int(min_parties)
         self.timing: dict[str, float] = {}
 
@@ -415,11 +447,10 @@ class FHAUCAggregator:
         seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc/submit")
-            if msg.meta.get("config") != self.config.digest() or \
-                    msg.meta.get("session") != self.session:
-                raise ProtocolError("a submission belongs to another configuration or session")
-            idx = msg.meta.get("party")
-            if not isinstance(idx, int) or not 0 <= idx < len(self.names) or idx in seen:
+            idx = party_index(msg.meta, len(self.names))
+            check_bound(self.binding, msg.meta, step="submit",
+                        sender=party_role(self.names[idx]), what="a submission")
+            if idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
@@ -493,18 +524,21 @@ class FHAUCAggregator:
             out = add_result_noise(ctx, out, pattern, count=3)
         return out, m.ratio
 
+    @receives("fhauc/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         """Steps 5-8: combine the submissions and return the masked result."""
         t0 = time.perf_counter()
-        sums, idx = self._load(submissions)
+        with self.clock("other"):
+            sums, idx = self._load(submissions)
         t1 = time.perf_counter()
-        q, rot = self.combine(sums)
-        out, ratio = self.mask(q, rot)
-        blob = self.context.serialize(out)
+        with self.clock("arithmetic"):
+            q, rot = self.combine(sums)
+            out, ratio = self.mask(q, rot)
+            blob = self.context.serialize(out)
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        meta = {"config": self.config.digest(), "session": self.session,
-                "parties": sorted(idx), "ratio": ratio}
+        meta = self.binding.bind({"parties": sorted(idx), "ratio": ratio}, step="result",
+                                 to=BROADCAST)
         return wire.encode("fhauc/result", meta, [blob])
 
 
@@ -516,7 +550,8 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                progress: Callable[[str], None] | None = None,
                allow_insecure: bool = False, scores: str = "probability",
                target: float = DEFAULT_TARGET, max_points: int | None = None,
-               max_rounds: int = DEFAULT_MAX_ROUNDS, **kwargs: Any) -> SecureAUCResult:
+               max_rounds: int = DEFAULT_MAX_ROUNDS, network: Network | None = None,
+               **kwargs: Any) -> SecureAUCResult:
     """Run a whole federation in this process and return the secure global AUC.
 
     Parameters
@@ -545,6 +580,13 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         Exact mode's caps (final grid size; refinement rounds). If a cap stops refinement
         above ``target``, the result has ``target_reached=False`` and a ``UserWarning``
         says so.
+    network : Network, optional
+        The :class:`~fedsec.protocol.network.Network` every message crosses (key set-up
+        included) between ``"aggregator"`` and ``"party:<name>"``; pass one to count the
+        bytes or to observe or intercept the traffic (tests, benchmarks). Default: a fresh
+        one per run.
+    **kwargs
+        Malicious mode's options (:func:`fedsec.auc.fhauc_malicious.secure_auc_malicious`).
 
     Returns
     -------
@@ -565,7 +607,7 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         result: SecureAUCResult = secure_auc_malicious(
             parties, decision_points=decision_points, preset=preset, names=names,
             progress=progress, allow_insecure=allow_insecure, scores=scores, target=target,
-            max_points=max_points, max_rounds=max_rounds, **kwargs)
+            max_points=max_points, max_rounds=max_rounds, network=network, **kwargs)
         return result
     if security != "semi-honest":
         raise ValueError(f"The 'security' parameter must be 'semi-honest' or 'malicious'. "
@@ -580,25 +622,28 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                                 target=target, max_points=max_points,
                                 max_rounds=max_rounds, preset=preset, names=names,
                                 progress=progress, allow_insecure=allow_insecure,
-                                masking=masking)
+                                network=network, masking=masking)
     return _secure_auc_fixed(parties, decision_points=decision_points, masking=masking,
                              preset=preset, names=names, progress=progress,
-                             allow_insecure=allow_insecure)
+                             allow_insecure=allow_insecure, network=network)
 
 
 def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                       decision_points: Any, masking: str, preset: str,
                       names: Sequence[str] | None,
                       progress: Callable[[str], None] | None,
-                      allow_insecure: bool) -> SecureAUCResult:
+                      allow_insecure: bool, network: Network | None = None
+                      ) -> SecureAUCResult:
     say = progress or (lambda _msg: None)
+    net = network if network is not None else Network()
+    before = dict(net.accounting.bytes_by_message)
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     identities, roster = local_federation(party_names)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")
     t0 = time.perf_counter()
-    ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec())
+    ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec(), network=net)
     setup_s = time.perf_counter() - t0
     assert ks_agg.context is not None
     agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
@@ -606,21 +651,28 @@ def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points))
     roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
              for (y, s), k in zip(data, keys, strict=True)]
+    names_on_net = [party_role(k.name) for k in keys]
     say(f"parties encrypt their statistics ({cfg.n_points} decision points)")
-    subs = [r.submit() for r in roles]
+    subs = net.gather(names_on_net, AGGREGATOR, [r.submit() for r in roles])
     say("aggregator computes on ciphertexts")
     response = agg.aggregate(subs)
     say("parties decrypt the masked result")
-    aucs = [r.finalize(response) for r in roles]
+    delivered = net.broadcast(AGGREGATOR, names_on_net, response)
+    aucs = [r.finalize(d) for r, d in zip(roles, delivered, strict=True)]
     if max(aucs) - min(aucs) > 1e-9:
         raise ProtocolError("parties decrypted different AUC values")
     bounds = [r.error_bound for r in roles]
     if max(bounds) - min(bounds) > 1e-9:
         raise ProtocolError("parties decrypted different error bounds")
+    up, down = bytes_per_party(net.accounting, ("fhauc/submit", "fhauc/result"), before)
+    # time: each role's own Clock, summed here (bytes: counted by the network)
+    net.accounting.add_clock(agg.clock)
+    for r in roles:
+        net.accounting.add_clock(r.clock)
     return SecureAUCResult(
         auc=aucs[0], error_bound=bounds[0], parties=len(roles), decision_points=cfg.n_points,
         security="semi-honest", masking=cfg.masking, preset=cfg.preset,
-        bytes_up_per_party=max(len(s) for s in subs), bytes_down_per_party=len(response),
+        bytes_up_per_party=up, bytes_down_per_party=down,
         aggregator_seconds=agg.timing["total_s"],
         setup_bytes_to_aggregator=ks_agg.public_bytes_size, setup_seconds=setup_s,
         included=list(roles[0].included),

@@ -76,6 +76,14 @@ runs agree only if each lands within the tolerance of the first, so a shift of a
 ``(10*tol/(1e-4 - tol))**(R-1)``: 2^-46.5 at the defaults (tolerance 1e-7, 8 runs).
 Measured honest gaps between runs: 6e-9 at worst (one sample of each class), ~1e-12 from
 100 samples on (``benchmarks/bench_precision.py``).
+
+Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
+and ``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
+with ``fhauc-m/start`` and ``fhauc-m/result`` (recipient ``"*"``). Each carries its binding
+context (protocol ``"fhauc-m"``, :func:`fedsec.auc.common.evaluation_binding`); a result
+out of context is ``TamperingDetected`` (check ``binding``). :func:`secure_auc_malicious` is
+the loop over a :class:`~fedsec.protocol.network.Network`; tests and the tamper battery
+play the cheating aggregator as an interceptor on it (:mod:`fedsec.testing.auc`).
 """
 
 from __future__ import annotations
@@ -93,13 +101,19 @@ from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_real
 from fedsec.auc.common import (
+    AGGREGATOR,
     DEFAULT_MAX_TOTAL_SAMPLES,
     MAX_DECISION_POINTS,
     BoundConfig,
     SecureAUCResult,
     apply_score_transform,
+    bytes_per_party,
+    check_bound,
     check_party_inputs,
+    evaluation_binding,
     local_federation,
+    party_index,
+    party_role,
     prepare_federation,
     wants_exact,
 )
@@ -130,7 +144,11 @@ from fedsec.metrics import (
     single_value_bins,
     trapezoid_terms,
 )
-from fedsec.protocol import wire
+from fedsec.protocol import fields, wire
+from fedsec.protocol.accounting import Clock
+from fedsec.protocol.binding import BROADCAST
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
 __all__ = [
     "MaliciousConfig",
@@ -362,13 +380,14 @@ def parse_commit(raw: bytes, *, roster: Roster | None, names: Sequence[str], ses
     """Check one signed commit; return ``(index in names, nonce)`` or raise
     ``ProtocolError`` naming the sender."""
     msg = wire.decode(raw, expect="fhauc-m/commit", max_bytes=1 << 12)
-    name = msg.meta.get("name")
-    if not isinstance(name, str) or name not in names:
+    try:
+        name = fields.text(msg.meta, "name", choices=list(names))
+    except ProtocolError:
         raise ProtocolError(f"a commit from a party outside the key set-up "
-                            f"({str(name)[:64]!r})")
-    if msg.meta.get("config") != config or msg.meta.get("session") != session:
-        raise ProtocolError(f"the commit of {name!r} belongs to another configuration or "
-                            "session")
+                            f"({str(msg.meta.get('name'))[:64]!r})") from None
+    # a commit is addressed to the aggregator (a party checks the ones it relays)
+    check_bound(evaluation_binding(session, config, "fhauc-m", AGGREGATOR), msg.meta,
+                step="commit", sender=party_role(name), what=f"the commit of {name!r}")
     if len(msg.blobs) != 2 or len(msg.blobs[0]) != NONCE_BYTES:
         raise ProtocolError(f"malformed commit from {name!r}")
     if roster is not None:
@@ -427,6 +446,11 @@ class MaliciousParty:
         self.error_bound: float = float("nan")
         self._participants: list[int] = []
         self._local = SystemRandomSource()
+        #: This party's role name (``"party:<name>"``) and its side of the binding.
+        self.role = party_role(keys.name)
+        self.binding = evaluation_binding(keys.session, config.digest(), "fhauc-m", self.role)
+        #: This party's seconds by kind of work.
+        self.clock = Clock()
         self.verification: dict[str, Any] = {}
         self._finalized = False
 
@@ -446,15 +470,15 @@ class MaliciousParty:
         cfg, session, name = self.config.digest(), self.keys.session, self.keys.name
         sig = self.identity.sign("fhauc-m/commit",
                                  _commit_payload(session, cfg, name, self._nonce))
-        meta = {"config": cfg, "session": session, "name": name}
+        meta = self.binding.bind({"name": name}, step="commit", to=AGGREGATOR)
         return wire.encode("fhauc-m/commit", meta, [self._nonce, sig])
 
     def _read_start(self, start: bytes) -> None:
         msg = wire.decode(start, expect="fhauc-m/start",
                           max_bytes=self.policy.max_message_bytes)
         cfg, session = self.config.digest(), self.keys.session
-        if msg.meta.get("config") != cfg or msg.meta.get("session") != session:
-            raise ProtocolError("start message belongs to another configuration or session")
+        check_bound(self.binding, msg.meta, step="start", sender=AGGREGATOR, broadcast=True,
+                    what="start message")
         entries: dict[int, bytes] = {}
         for raw in msg.blobs:
             try:
@@ -523,6 +547,7 @@ class MaliciousParty:
         permuted[rr.perm] = flat
         return permuted, dpair
 
+    @receives("fhauc-m/start")
     def submit(self, start: bytes) -> bytes:
         """Round 2 (step 8): every run packed into the same ciphertext(s) - run ``k`` in
         slot class ``2k`` (positions) and ``2k + 1`` (denominator pair) - and encrypted."""
@@ -530,8 +555,10 @@ class MaliciousParty:
         assert self._runs is not None
         cfg = self.config
         row = self._participants.index(self.keys.index)
-        runs = [self._positions(rr, row) for rr in self._runs]
-        bruns = [self._positions(rb, row, bound_channel=True)[0] for rb in self._bound_runs]
+        with self.clock("share_generation"):
+            runs = [self._positions(rr, row) for rr in self._runs]
+            bruns = [self._positions(rb, row, bound_channel=True)[0]
+                     for rb in self._bound_runs]
         per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
         ctx = self.keys.context
         blobs = []
@@ -545,11 +572,13 @@ class MaliciousParty:
                 part_b = bruns[k][c * per:(c + 1) * per]
                 j = first_b + 2 * k
                 vec[j:j + stride * part_b.size:stride] = part_b
-            blobs.append(ctx.encrypt_to_bytes(vec))
-        meta = {"config": cfg.digest(), "session": self.keys.session,
-                "party": self.keys.index, "chunks": cfg.n_chunks}
+            with self.clock("encryption"):
+                blobs.append(ctx.encrypt_to_bytes(vec))
+        meta = self.binding.bind({"party": self.keys.index, "chunks": cfg.n_chunks},
+                                 step="submit", to=AGGREGATOR)
         return wire.encode("fhauc-m/submit", meta, blobs)
 
+    @receives("fhauc-m/result")
     def finalize(self, response: bytes) -> float:
         """Step 12 and verification: the AUC, or ``TamperingDetected``.
 
@@ -557,7 +586,7 @@ class MaliciousParty:
         per-run values stay in :attr:`verification` on this party's side. A party verifies
         **one** answer per evaluation: a second call raises ``ProtocolError`` (an
         aggregator that learns many verdicts on one evaluation's randomness can search
-        for a forgery that passes, see :func:`fedsec.auc.adversary.adaptive_blind_shift`).
+        for a forgery that passes, see :func:`fedsec.testing.auc.adaptive_blind_shift`).
         """
         if self._runs is None:
             raise ProtocolError("finalize() before submit()")
@@ -572,11 +601,13 @@ class MaliciousParty:
                               max_bytes=self.policy.max_message_bytes)
         except ProtocolError as exc:
             raise TamperingDetected(f"unreadable result: {exc}", check="format") from None
-        if msg.meta.get("config") != self.config.digest() or \
-                msg.meta.get("session") != self.keys.session:
-            raise TamperingDetected("result belongs to another configuration or session",
-                                    check="binding")
-        if msg.meta.get("parties") != self._participants:
+        check_bound(self.binding, msg.meta, step="result", sender=AGGREGATOR,
+                    broadcast=True, what="result", tampering=True)
+        try:
+            parties = list(fields.integers(msg.meta, "parties", 0, self.keys.n_parties - 1))
+        except ProtocolError:
+            parties = None
+        if parties != self._participants:
             raise TamperingDetected("the result does not cover exactly the parties that "
                                     "started this evaluation", check="participants")
         runs, stride = self.config.runs, self.config.stride
@@ -585,7 +616,8 @@ class MaliciousParty:
         ctx = self.keys.context
         tol = self.config.tolerance
         try:
-            slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
+            with self.clock("decryption"):
+                slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         except ProtocolError:
             raise TamperingDetected("unreadable ciphertext", check="format") from None
         aucs = []
@@ -675,12 +707,16 @@ class MaliciousAggregator:
         self.config = config
         self.names = tuple(names)
         self.session = session
+        self.binding = evaluation_binding(session, config.digest(), "fhauc-m", AGGREGATOR)
+        #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
+        self.clock = Clock()
         self.roster = roster
         self.min_parties = len(self.names) if min_parties is None else int(min_parties)
         self.participants: list[int] = []
         self.rejected: dict[int, str] = {}
         self.timing: dict[str, float] = {}
 
+    @receives("fhauc-m/commit")
     def start(self, commits: Sequence[bytes]) -> bytes:
         """Round 1: fix the participants and relay everyone's signed commit to everyone.
 
@@ -711,7 +747,7 @@ class MaliciousAggregator:
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
                                 f"{max(2, self.min_parties)} are required")
         self.participants = sorted(entries)
-        meta = {"config": self.config.digest(), "session": self.session}
+        meta = self.binding.bind({}, step="start", to=BROADCAST)
         return wire.encode("fhauc-m/start", meta, [entries[i] for i in self.participants])
 
     def _load(self, submissions: Sequence[bytes]) -> list[Any]:
@@ -721,10 +757,9 @@ class MaliciousAggregator:
         seen = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-m/submit")
-            idx = msg.meta.get("party")
-            if msg.meta.get("config") != self.config.digest() or \
-                    msg.meta.get("session") != self.session:
-                raise ProtocolError("a submission belongs to another configuration or session")
+            idx = party_index(msg.meta, len(self.names))
+            check_bound(self.binding, msg.meta, step="submit",
+                        sender=party_role(self.names[idx]), what="a submission")
             if idx not in self.participants or idx in seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
             if len(msg.blobs) != chunks:
@@ -757,7 +792,7 @@ class MaliciousAggregator:
         for every run, encoded at the scale of the prime the result is then rescaled by,
         then add :data:`~fedsec.auc.masking.MALICIOUS_RESULT_NOISE_SD` noise to the numerator and
         the denominator channels. ``masks`` (numerator, denominator channel) lets
-        :mod:`fedsec.auc.adversary` scale one channel."""
+        :mod:`fedsec.testing.auc` scale one channel."""
         ctx = self.context
         even = np.arange(ctx.slots) % 2 == 0
         if masks is None:
@@ -769,15 +804,26 @@ class MaliciousAggregator:
                                    sigma=MALICIOUS_RESULT_NOISE_SD)
         return out
 
+    @receives("fhauc-m/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
+        """Steps 9-11: combine every participant's submission and return the masked
+        answer (one ciphertext, every run)."""
         t0 = time.perf_counter()
-        sums = self._load(submissions)
+        with self.clock("other"):
+            sums = self._load(submissions)
         t1 = time.perf_counter()
-        blob = self.context.serialize(self.mask(self.combine(sums)))
+        with self.clock("arithmetic"):
+            blob = self.context.serialize(self.mask(self.combine(sums)))
         t2 = time.perf_counter()
         self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        meta = {"config": self.config.digest(), "session": self.session,
-                "parties": self.participants}
+        return self.result_message(blob)
+
+    def result_message(self, blob: bytes, parties: Sequence[int] | None = None) -> bytes:
+        """The answer message for one serialized ciphertext, bound to this evaluation
+        (``parties``: the participant list it claims, default the participants)."""
+        meta = self.binding.bind(
+            {"parties": list(self.participants if parties is None else parties)},
+            step="result", to=BROADCAST)
         return wire.encode("fhauc-m/result", meta, [blob])
 
 
@@ -789,10 +835,10 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                          policy: PartyPolicy | None = None,
                          progress: Callable[[str], None] | None = None,
                          allow_insecure: bool = False,
-                         tamper: Callable[[str, Any], Any] | None = None,
                          scores: str = "probability", target: float = DEFAULT_TARGET,
                          max_points: int | None = None,
-                         max_rounds: int = DEFAULT_MAX_ROUNDS) -> SecureAUCResult:
+                         max_rounds: int = DEFAULT_MAX_ROUNDS,
+                         network: Network | None = None) -> SecureAUCResult:
     """Run malicious-aggregator FHAUC in one process (every party, the aggregator and a
     fresh identity per party, made here).
 
@@ -801,11 +847,12 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     AUC and its error bound are verified, the refinement rounds are not: see
     :mod:`fedsec.auc.exact`). The result's ``error_bound`` is verified like the AUC.
 
-    ``tamper(step, value)`` (tests and the tamper battery) may rewrite what the aggregator
-    forwards: key set-up steps (see :func:`fedsec.crypto.keysetup.run_key_setup`), then
-    ``("start", bytes)``, ``("submissions", list[bytes])`` and ``("result", bytes)``; it
-    returns the replacement. ``"start"`` and ``"result"`` may also be answered with a list
-    of one message per party (equivocation).
+    ``network`` is the :class:`~fedsec.protocol.network.Network` every message crosses
+    (key set-up included) between ``"aggregator"`` and ``"party:<name>"``: tests,
+    benchmarks and the tamper battery count, observe or rewrite the traffic there (a
+    cheating aggregator is an interceptor that rewrites what the aggregator forwards:
+    the start message, the submissions it computes on, the answer; one message per party
+    when it equivocates). Default: a fresh one per run.
     """
     parties = apply_score_transform(parties, scores)
     # checked here so that messages name this function's arguments
@@ -821,9 +868,11 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                                 target=target, max_points=max_points,
                                 max_rounds=max_rounds, preset=preset, names=names,
                                 progress=progress, allow_insecure=allow_insecure,
-                                splits=splits, tolerance=tolerance, runs=runs,
-                                min_bound_bits=min_bound_bits, policy=policy, tamper=tamper)
+                                network=network, splits=splits, tolerance=tolerance,
+                                runs=runs, min_bound_bits=min_bound_bits, policy=policy)
     say = progress or (lambda _msg: None)
+    net = network if network is not None else Network()
+    before = dict(net.accounting.bytes_by_message)
     cfg = MaliciousConfig.create(decision_points, splits=splits, tolerance=tolerance,
                                  runs=runs, min_bound_bits=min_bound_bits, preset=preset,
                                  allow_insecure=allow_insecure)
@@ -837,27 +886,24 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec(),
                                  min_parties=pol.required_parties("malicious", len(roster),
                                                                   roster),
-                                 tamper=tamper)
+                                 network=net)
     setup_s = time.perf_counter() - t0
     assert ks_agg.context is not None
     agg = MaliciousAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session,
                               roster=roster)
     roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol)
              for (y, s), k, i in zip(data, keys, identities, strict=True)]
-    edit = tamper or (lambda _step, value: value)
-
-    def per_party(value: Any) -> list[bytes]:
-        return list(value) if isinstance(value, list) else [value] * len(roles)
-
+    on_net = [party_role(k.name) for k in keys]
     bits = cfg.cheat_bound_bits()
     say(f"parties commit fresh nonces (S={cfg.splits}, {cfg.runs} runs, bound 2^-{bits:.1f})")
-    commits = [r.commit() for r in roles]
-    start = per_party(edit("start", agg.start(commits)))
+    commits = net.gather(on_net, AGGREGATOR, [r.commit() for r in roles])
+    start = net.broadcast(AGGREGATOR, on_net, agg.start(commits))
     say(f"parties mask, split, permute and encrypt {cfg.runs} runs ({cfg.n_chunks} "
         "ciphertext(s) per run)")
-    subs = edit("submissions", [r.submit(st) for r, st in zip(roles, start, strict=True)])
+    subs = net.gather(on_net, AGGREGATOR,
+                      [r.submit(st) for r, st in zip(roles, start, strict=True)])
     say(f"aggregator computes {cfg.runs} runs on ciphertexts")
-    response = per_party(edit("result", agg.aggregate(subs)))
+    response = net.broadcast(AGGREGATOR, on_net, agg.aggregate(subs))
     say("parties decrypt and verify")
     aucs = [r.finalize(resp) for r, resp in zip(roles, response, strict=True)]
     if max(aucs) - min(aucs) > cfg.tolerance:
@@ -865,12 +911,17 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     bounds = [r.error_bound for r in roles]
     if max(bounds) - min(bounds) > cfg.tolerance:
         raise TamperingDetected("parties obtained different error bounds", check="agreement")
+    up, down = bytes_per_party(net.accounting, ("fhauc-m/commit", "fhauc-m/start",
+                                                "fhauc-m/submit", "fhauc-m/result"), before)
+    # time: each role's own Clock, summed here (bytes: counted by the network)
+    net.accounting.add_clock(agg.clock)
+    for r in roles:
+        net.accounting.add_clock(r.clock)
     return SecureAUCResult(
         auc=aucs[0], error_bound=bounds[0], verified=True, cheat_bound_bits=bits,
         parties=len(roles), decision_points=cfg.n_points, security="malicious",
         masking="single", preset=cfg.preset,
-        bytes_up_per_party=max(len(s) for s in subs) + max(len(c) for c in commits),
-        bytes_down_per_party=max(len(r) for r in response) + max(len(st) for st in start),
+        bytes_up_per_party=up, bytes_down_per_party=down,
         aggregator_seconds=agg.timing["total_s"],
         setup_bytes_to_aggregator=ks_agg.public_bytes_size, setup_seconds=setup_s,
         included=[ks_agg.names[i] for i in agg.participants],

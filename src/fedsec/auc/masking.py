@@ -108,7 +108,7 @@ class Masks:
     """One evaluation's masks (see :meth:`FHAUCAggregator.mask`).
 
     ``d_num`` and ``d_den`` multiply the numerator and the denominator channel (the same
-    value in an honest run; :mod:`fedsec.auc.adversary` forges with different ones), ``c``
+    value in an honest run; :mod:`fedsec.testing.auc` forges with different ones), ``c``
     adds ``c*denom`` to the numerator (pair masking; 0 for single), ``ratio = c/d_den`` is
     published with the result."""
 

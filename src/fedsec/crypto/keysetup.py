@@ -44,8 +44,9 @@ session (each party's fresh nonce and X25519 key are in the transcript).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,15 +59,19 @@ from fedsec.crypto.identity import Identity, Roster, check_party_name
 from fedsec.crypto.keys import check_x25519, open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.params import get_preset
 from fedsec.errors import ProtocolError, TamperingDetected
-from fedsec.protocol import wire
+from fedsec.protocol import fields, wire
+from fedsec.protocol.network import Network
+from fedsec.protocol.roles import receives
 
-__all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator",
+__all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator", "run_key_setup",
+           "party_role", "AGGREGATOR",
            "PARTY_MAX_MESSAGE_BYTES", "AGGREGATOR_MAX_MESSAGE_BYTES"]
 
 NONCE_BYTES = 16
 PARTY_MAX_MESSAGE_BYTES = 64 << 20       # what a party accepts from the aggregator
 AGGREGATOR_MAX_MESSAGE_BYTES = 512 << 20  # the offer carries Galois keys
 _MAX_ROTATIONS = 64
+_ROLE_NAME = re.compile(r"\A[A-Za-z0-9_.@+-]{1,64}\Z")
 
 
 def _h(*parts: bytes) -> bytes:
@@ -165,13 +170,16 @@ class PartyKeys:
         msg = wire.decode(data, expect="keys/party-state")
         if len(msg.blobs) != 2 or len(msg.blobs[1]) != SEED_BYTES:
             raise ProtocolError("malformed party key state")
-        session, names, index = (msg.meta.get("session"), msg.meta.get("names"),
-                                 msg.meta.get("index"))
-        if not isinstance(session, str) or not isinstance(names, list) or not all(
-                isinstance(n, str) for n in names) or isinstance(index, bool) \
-                or not isinstance(index, int) or not 0 <= index < len(names):
-            raise ProtocolError("malformed party key state")
-        if msg.meta.get("public") is True:
+        try:
+            session = fields.text(msg.meta, "session", max_length=1 << 10)
+            names = msg.meta.get("names")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise fields.malformed("names")
+            index = fields.integer(msg.meta, "index", 0, len(names) - 1)
+            public = fields.optional(msg.meta, "public") and fields.flag(msg.meta, "public")
+        except ProtocolError:
+            raise ProtocolError("malformed party key state") from None
+        if public:
             ctx = CKKSContext.from_public_bytes(msg.blobs[0], allow_insecure=allow_insecure)
         else:
             ctx = CKKSContext.from_secret_bytes(msg.blobs[0], allow_insecure=allow_insecure)
@@ -187,6 +195,22 @@ class _Hello:
     nonce: bytes
 
 
+def _name(meta: Any, key: str = "name") -> str | None:
+    """A party name from ``meta[key]`` (``None`` if it is not one)."""
+    try:
+        return fields.text(meta, key, max_length=1 << 10)
+    except ProtocolError:
+        return None
+
+
+def _hex(meta: Any, key: str) -> str | None:
+    """A digest from ``meta[key]`` (``None`` if it is not one)."""
+    try:
+        return fields.hexid(meta, key, min_length=16, max_length=128)
+    except ProtocolError:
+        return None
+
+
 def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
     return _h(b"hello", roster, spec, name.encode(), x25519, nonce)
 
@@ -195,14 +219,14 @@ def _parse_hello(raw: bytes, roster: Roster, spec: bytes, *, max_bytes: int = 1 
                  ) -> _Hello:
     """Decode and verify one hello; ``ProtocolError`` names the failed rule."""
     msg = wire.decode(raw, expect="keys/hello", max_bytes=max_bytes)
-    name = msg.meta.get("name")
-    if not isinstance(name, str) or name not in roster:
+    name = _name(msg.meta)
+    if name is None or name not in roster:
         raise ProtocolError(f"hello from a party not on the roster ({str(name)[:64]!r})")
     if len(msg.blobs) != 3 or len(msg.blobs[0]) != 32 or len(msg.blobs[1]) != NONCE_BYTES:
         raise ProtocolError(f"malformed hello from {name!r}")
-    if msg.meta.get("roster") != roster.digest().hex():
+    if _hex(msg.meta, "roster") != roster.digest().hex():
         raise ProtocolError(f"{name!r} uses another roster")
-    if msg.meta.get("spec") != spec.hex():
+    if _hex(msg.meta, "spec") != spec.hex():
         raise ProtocolError(f"{name!r} expects other keys (another configuration)")
     x_pk, nonce, sig = msg.blobs
     roster.verify(name, "keys/hello",
@@ -257,8 +281,8 @@ def _parse_header(header: bytes, m: int, extra: int = 0
     """``extra`` trailing hashes follow the boxes' (1 with a fixed holder: the public key
     the other parties receive); they are returned after the box hashes."""
     msg = wire.decode(header, expect="keys/offer-header", max_bytes=1 << 20)
-    holder = msg.meta.get("holder")
-    if not isinstance(holder, str) or len(msg.blobs) != m + 2 + extra or \
+    holder = _name(msg.meta, "holder")
+    if holder is None or len(msg.blobs) != m + 2 + extra or \
             any(len(b) != 32 for b in msg.blobs):
         raise ProtocolError("malformed key offer header")
     return msg.blobs[0], holder, msg.blobs[1], list(msg.blobs[2:])
@@ -333,7 +357,7 @@ class KeySetupParty:
     def from_bytes(cls, data: bytes, *, identity: Identity, roster: Roster, spec: KeySpec,
                    min_parties: int | None = None) -> KeySetupParty:
         msg = wire.decode(data, expect="keys/setup-state")
-        if len(msg.blobs) != 6 or msg.meta.get("name") != identity.name:
+        if len(msg.blobs) != 6 or _name(msg.meta) != identity.name:
             raise ProtocolError("malformed key set-up state")
         out = cls(identity, roster, spec, min_parties=min_parties)
         try:
@@ -377,6 +401,7 @@ class KeySetupParty:
         return hellos, _transcript(self.roster, self.spec.digest(), hellos)
 
     # -------------------------------------------------------------- round 3 (holder)
+    @receives("keys/request")
     def offer(self, request: bytes) -> bytes:
         """Generate the key set (this party is the transcript's key holder)."""
         msg = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
@@ -409,6 +434,7 @@ class KeySetupParty:
                            [public, header, sig, *boxes, *extra])
 
     # -------------------------------------------------------------- round 4
+    @receives("keys/deliver")
     def receive(self, delivery: bytes) -> bytes:
         """Check the relayed transcript, open this party's box; return a confirmation."""
         msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self.max_message_bytes)
@@ -479,6 +505,7 @@ class KeySetupParty:
         return wire.encode("keys/confirm", {"name": self.name}, [final, sig_c])
 
     # -------------------------------------------------------------- round 5
+    @receives("keys/confirmed")
     def finish(self, confirmed: bytes) -> PartyKeys:
         """Check that every participant confirmed the same transcript; return the keys."""
         if self._pending is None or self._final is None:
@@ -491,7 +518,7 @@ class KeySetupParty:
                                     "participants", check="transcript")
         for name, raw in zip(names, msg.blobs, strict=True):
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
-            if c.meta.get("name") != name or len(c.blobs) != 2:
+            if _name(c.meta) != name or len(c.blobs) != 2:
                 raise TamperingDetected("the confirmations do not cover exactly the key "
                                         "set-up's participants", check="transcript")
             final, sig = c.blobs
@@ -537,6 +564,7 @@ class KeySetupAggregator:
         self._header: tuple[bytes, bytes] | None = None
         self._final: bytes | None = None
 
+    @receives("keys/hello")
     def request(self, hellos: Sequence[bytes]) -> tuple[int, bytes]:
         """Check the hellos; return the key holder's index (in :attr:`names`) and its
         request. Bad hellos are left out and recorded in :attr:`rejected` (by position)."""
@@ -573,6 +601,7 @@ class KeySetupAggregator:
         self._request = wire.encode("keys/request", {}, [h.raw for h in ordered])
         return self.holder, self._request
 
+    @receives("keys/offer")
     def accept(self, offer: bytes) -> list[bytes]:
         """Keep the public material; return one delivery per party (in :attr:`names`)."""
         if self.holder is None or self._request is None:
@@ -604,6 +633,7 @@ class KeySetupAggregator:
         return [wire.encode("keys/deliver", {}, [self._request, header, sig, box, *extra])
                 for box in boxes]
 
+    @receives("keys/confirm")
     def confirm(self, confirmations: Sequence[bytes]) -> bytes:
         """Bundle every party's confirmation (in :attr:`names` order) for every party."""
         if self._final is None:
@@ -611,8 +641,8 @@ class KeySetupAggregator:
         by_name: dict[str, bytes] = {}
         for raw in confirmations:
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
-            name = c.meta.get("name")
-            if not isinstance(name, str) or name not in self.names or name in by_name \
+            name = _name(c.meta)
+            if name is None or name not in self.names or name in by_name \
                     or len(c.blobs) != 2:
                 raise ProtocolError(f"unexpected confirmation from {str(name)[:64]!r}")
             self.roster.verify(name, "keys/confirm", _confirm_payload(name, c.blobs[0]),
@@ -627,11 +657,23 @@ class KeySetupAggregator:
         return wire.encode("keys/confirmed", {}, [by_name[n] for n in self.names])
 
 
+def party_role(name: str) -> str:
+    """A party's role name on the network and in message bindings: ``"party:<name>"``
+    (a name with characters a role name cannot hold is replaced by its hash)."""
+    if _ROLE_NAME.match(name):
+        return "party:" + name
+    return "party:" + hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+#: The aggregator's role name.
+AGGREGATOR = "aggregator"
+
+
 def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec, *,
                   min_parties: int | None = None,
-                  tamper: Callable[[str, Any], Any] | None = None,
                   max_offer_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES,
-                  party_max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES
+                  party_max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES,
+                  network: Network | None = None
                   ) -> tuple[KeySetupAggregator, list[PartyKeys]]:
     """Play key set-up in one process; return the aggregator side and each party's keys
     (in the order of ``identities``).
@@ -640,23 +682,32 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     relinearization keys at ring 2^15 are ~100 MB each); ``party_max_message_bytes``
     what a party accepts.
 
-    ``tamper(step, value)`` lets tests play a cheating aggregator: it may rewrite
-    ``("keys/hellos", list)``, ``("keys/request", bytes)``, ``("keys/deliveries", list)``
-    (one per party, in :attr:`KeySetupAggregator.names` order) and ``("keys/confirmed",
-    bytes or list)`` (a list sends each party its own bundle).
+    Every message crosses ``network`` (a fresh :class:`~fedsec.protocol.network.Network`
+    if none) between the roles ``"aggregator"`` and ``"party:<name>"``
+    (:func:`party_role`); pass one to count the bytes or to observe or intercept the
+    traffic (tests and benchmarks play a cheating aggregator there).
     """
-    edit = tamper or (lambda _step, value: value)
+    net = network if network is not None else Network()
     parties = [KeySetupParty(i, roster, spec, min_parties=min_parties,
                              max_message_bytes=party_max_message_bytes) for i in identities]
     agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2,
                              max_message_bytes=max_offer_bytes)
-    holder, request = agg.request(edit("keys/hellos", [p.hello() for p in parties]))
     by_name = {p.name: p for p in parties}
-    deliveries = edit("keys/deliveries",
-                      agg.accept(by_name[agg.names[holder]].offer(edit("keys/request",
-                                                                       request))))
-    confirms = [by_name[n].receive(d) for n, d in zip(agg.names, deliveries, strict=True)]
-    confirmed = edit("keys/confirmed", agg.confirm(confirms))
-    bundles = confirmed if isinstance(confirmed, list) else [confirmed] * len(agg.names)
+    # 1. hello: every party to the aggregator
+    hellos = net.gather([party_role(p.name) for p in parties], AGGREGATOR,
+                        [p.hello() for p in parties])
+    # 2. request: the aggregator relays the hellos to the transcript's key holder
+    holder_idx, request = agg.request(hellos)
+    holder = agg.names[holder_idx]
+    got = net.send(AGGREGATOR, party_role(holder), request)
+    # 3. offer: the key holder's keys and sealed boxes, to the aggregator
+    offer = net.send(party_role(holder), AGGREGATOR, by_name[holder].offer(got))
+    # 4. deliver / confirm
+    roles = [party_role(n) for n in agg.names]
+    deliveries = net.scatter(AGGREGATOR, roles, agg.accept(offer))
+    confirms = net.gather(roles, AGGREGATOR, [by_name[n].receive(d) for n, d
+                                              in zip(agg.names, deliveries, strict=True)])
+    # 5. confirmed: every confirmation to every party
+    bundles = net.broadcast(AGGREGATOR, roles, agg.confirm(confirms))
     keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}
     return agg, [keys[p.name] for p in parties]

@@ -133,6 +133,7 @@ from fedsec.errors import (
     TamperingDetected,
     UndefinedMetricError,
 )
+from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
 
@@ -157,6 +158,9 @@ __all__ = [
 STATE_KIND = "flower/node-state"
 LOGGER_NAME = "fedsec.node"
 _CHECK_RE = re.compile(r"^[a-z0-9][a-z0-9:_-]{0,63}$")
+#: Bounds of the integers a configuration message may carry (the configuration checks
+#: the real limits, with its own messages).
+_BIG = 1 << 62
 
 
 # ------------------------------------------------------------------- node-local state
@@ -372,11 +376,11 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
     """
     security = meta.get("security")
     try:
-        points = meta["decision-points"]
-        preset = meta["preset"]
-        if isinstance(points, bool) or not isinstance(points, int) \
-                or not isinstance(preset, str):
-            raise TypeError("bad types")
+        try:
+            points = readers.integer(meta, "decision-points", -_BIG, _BIG)
+            preset = readers.text(meta, "preset")
+        except ProtocolError as exc:
+            raise TypeError(str(exc)) from None
         if points > policy.party.max_decision_points:  # before allocating anything
             raise PolicyViolation(f"{points} decision points exceed this party's limit of "
                                   f"{policy.party.max_decision_points}",
@@ -387,16 +391,18 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
                 raise PolicyViolation("this party requires malicious-aggregator security "
                                       "(node config require-malicious) but the run is "
                                       "semi-honest", check="require-malicious")
-            masking = meta.get("masking", "single")
-            if not isinstance(masking, str):
-                raise TypeError("bad masking")
+            try:
+                masking = readers.text(meta, "masking") if "masking" in meta else "single"
+            except ProtocolError:
+                raise TypeError("bad masking") from None
             cfg = FHAUCConfig.create(points, preset=preset, masking=masking)
         elif security == "malicious":
-            splits, tol, runs = meta["splits"], meta["tolerance"], meta["runs"]
-            if any(isinstance(v, bool) for v in (splits, tol, runs)) \
-                    or not isinstance(splits, int) or not isinstance(runs, int) \
-                    or not isinstance(tol, (int, float)):
-                raise TypeError("bad types")
+            try:
+                splits = readers.integer(meta, "splits", -_BIG, _BIG)
+                runs = readers.integer(meta, "runs", -_BIG, _BIG)
+                tol = readers.real(meta, "tolerance")
+            except ProtocolError as exc:
+                raise TypeError(str(exc)) from None
             # min_bound_bits=0: validity only; the party's own floor is checked below.
             cfg = MaliciousConfig.create(points, splits=splits, tolerance=float(tol),
                                          runs=runs, min_bound_bits=0.0, preset=preset)
@@ -659,8 +665,9 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
         mp.restore(blobs[1])  # validates the start message, this party's nonce, quorum
         auc = mp.finalize(blobs[0])  # checks the result covers exactly the participants
         bound = mp.error_bound
-        parties = wire.decode(blobs[0], expect="fhauc-m/result").meta["parties"]
-        included = [keys.names[int(i)] for i in parties]
+        parties = readers.integers(wire.decode(blobs[0], expect="fhauc-m/result").meta,
+                                  "parties", 0, keys.n_parties - 1)
+        included = [keys.names[i] for i in parties]
     shared = node.policy.shares_auc(security)
     verified = security == "malicious"
     node.store.save_result({"status": "ok", "party": node.name, "security": security,

@@ -99,6 +99,7 @@ from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySetupAggregator
 from fedsec.crypto.params import DEFAULT_PRESET
 from fedsec.errors import ProtocolError
+from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
 from fedsec.runtime.flower_io import (
     BLOBS_KEY,
@@ -418,7 +419,8 @@ class ServerRun:
             self.leave_out(order[pos], "hello", f"hello rejected: {reason}")
             del hellos[order[pos]]
         for n in hellos:
-            self.names[n] = str(wire.decode(hellos[n], expect="keys/hello").meta["name"])
+            self.names[n] = readers.text(wire.decode(hellos[n], expect="keys/hello").meta,
+                                         "name")
         latency = self.doc["timings"]["replies_s"]["hello"]
         for n in nodes:  # the replies came before the names were known
             if f"node-{n}" in latency:

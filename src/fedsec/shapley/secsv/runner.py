@@ -23,7 +23,7 @@ from fedsec.errors import PrivacyWarning, ProtocolError
 from fedsec.learning.model import Params
 from fedsec.learning.record import TrainingRecord
 from fedsec.protocol.accounting import Accounting, Clock
-from fedsec.protocol.network import Network
+from fedsec.protocol.network import Envelope, Network
 from fedsec.shapley.secsv.auxiliary import AuxiliaryServer
 from fedsec.shapley.secsv.client import SecSVClient
 from fedsec.shapley.secsv.common import BoolArray, Progress, SecSVConfig
@@ -157,17 +157,23 @@ def _key_setup(n: int, net: Network, cfg: SecSVConfig, clock: Clock
     identities, roster = local_federation(names)
     spec = KeySpec.create("CKKS_128_N8192_DEPTH1", (), False)
 
-    def count(step: str, value: Any) -> Any:
-        items = value if isinstance(value, list) else [value]
-        for b in items:
-            if isinstance(b, bytes | bytearray):
+    # what key set-up's aggregator (P) relays, counted on SecSV's network as before: the
+    # hellos, the request, the deliveries and one copy of the confirmation bundle
+    steps = {"keys/hello": "keys/hellos", "keys/request": "keys/request",
+             "keys/deliver": "keys/deliveries", "keys/confirmed": "keys/confirmed"}
+
+    def count(batch: list[Envelope]) -> None:
+        step = steps.get(batch[0].kind) if batch else None
+        if step is not None:
+            for env in batch[:1] if step == "keys/confirmed" else batch:
                 net.accounting.message("client" if step == "keys/hellos" else "P",
                                        "P" if step == "keys/hellos" else "client", step,
-                                       bytes(b))
-        return value
+                                       env.payload)
 
+    setup_net = Network()
+    setup_net.intercept(count)
     with clock("other"):
-        agg, keys = run_key_setup(identities, roster, spec, tamper=count)
+        agg, keys = run_key_setup(identities, roster, spec, network=setup_net)
     ctxs = []
     with clock("encryption"):
         for k in keys:

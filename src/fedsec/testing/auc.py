@@ -1,5 +1,12 @@
 """A cheating aggregator for FHAUC: the tamper battery's attacks (tests, benchmarks, demo).
 
+Moved here from ``fedsec.testing.auc`` (the product never imports it; ``fedsec demo``
+imports it on purpose). The cheating aggregator is an **interceptor** on the
+:class:`~fedsec.protocol.network.Network` the roles talk over (:class:`CheatingAggregator`):
+it sees every envelope the parties send to ``"aggregator"`` and rewrites, drops, reorders
+or equivocates what the aggregator forwards (the start message, the answer);
+:func:`tamper_steps` turns a ``tamper(step, value)`` function into such an interceptor.
+
 Every attack is a function of the bytes an aggregator sees or holds - the public CKKS
 context, the parties' commits and submissions, the honest answer and, for replay-style
 attacks, the bytes of an earlier evaluation under the same keys - and returns the bytes it
@@ -40,13 +47,16 @@ from typing import Any
 
 import numpy as np
 
+from fedsec.auc.common import AGGREGATOR, party_role
 from fedsec.auc.fhauc import FHAUCAggregator
 from fedsec.auc.fhauc_malicious import MaliciousAggregator
 from fedsec.errors import FedsecError, UndefinedMetricError
 from fedsec.protocol import wire
+from fedsec.protocol.network import Envelope, Interceptor, Network
 
 __all__ = ["ATTACKS", "AUCAttack", "Observed", "TamperHarness", "Trial", "forge",
-           "adaptive_blind_shift", "blind_shift", "rot_shift", "ATTACK_SCALE_BITS"]
+           "adaptive_blind_shift", "blind_shift", "rot_shift", "ATTACK_SCALE_BITS",
+           "CheatingAggregator", "tamper_steps", "STEPS"]
 
 #: Encoding scale (bits) of the attacker's own plaintext multipliers in malicious mode (it
 #: skips the honest mask's rescale). On the default chain the product sits at 2**(61 + 36)
@@ -137,9 +147,7 @@ def _chunk_sums(agg: MaliciousAggregator, subs: Sequence[bytes],
 
 def _mal_answer(agg: MaliciousAggregator, ct: Any, parties: Sequence[int] | None = None
                 ) -> bytes:
-    meta = {"config": agg.config.digest(), "session": agg.session,
-            "parties": list(agg.participants if parties is None else parties)}
-    return wire.encode("fhauc-m/result", meta, [agg.context.serialize(ct)])
+    return agg.result_message(agg.context.serialize(ct), parties)
 
 
 def _mal_honest(agg: MaliciousAggregator, subs: Sequence[bytes],
@@ -320,7 +328,7 @@ def mal_swap(agg: MaliciousAggregator, obs: Observed) -> bytes:
 
 # ------------------------------------------------------------ malicious start attacks
 def _start_with(agg: MaliciousAggregator, commits: Sequence[bytes]) -> bytes:
-    meta = {"config": agg.config.digest(), "session": agg.session}
+    meta = agg.binding.bind({}, step="start", to="*")
     return wire.encode("fhauc-m/start", meta, list(commits))
 
 
@@ -458,7 +466,12 @@ def sh_swap(agg: FHAUCAggregator, obs: Observed) -> bytes:
 
 
 def sh_permute(agg: FHAUCAggregator, obs: Observed) -> bytes:
-    return _sh_honest(agg, obs, obs.present(), rotate_first=1)
+    """Rotate one submission by one decision point (:data:`~fedsec.auc.fhauc.POINT_STRIDE`
+    slots: the semi-honest keys carry no rotation by 1 since the 4-slot layout, which made
+    this attack raise ``ValueError`` in the battery)."""
+    from fedsec.auc.fhauc import POINT_STRIDE
+
+    return _sh_honest(agg, obs, obs.present(), rotate_first=POINT_STRIDE)
 
 
 def sh_reencrypt(agg: FHAUCAggregator, obs: Observed) -> bytes:
@@ -721,44 +734,46 @@ class TamperHarness:
 
     def _play(self, attack: AUCAttack | None
               ) -> tuple[list[float | BaseException], Observed]:
+        """One evaluation over a :class:`Network` whose aggregator cheats with ``attack``
+        (a :class:`CheatingAggregator` interceptor); every party's outcome."""
         agg = self._aggregator()
         roles = self._roles()
         n = len(roles)
+        on_net = [party_role(k.name) for k in self.keys]
         outcome: list[float | BaseException | None] = [None] * n
         obs = Observed(submissions=[], foreign=self._foreign)
+        net = Network()
+        net.intercept(CheatingAggregator(agg, obs, attack, self.security, on_net))
         if self.security == "malicious":
-            obs.commits = [r.commit() for r in roles]
-            obs.start = agg.start(obs.commits)
-            starts: Any = obs.start
-            if attack is not None and attack.start is not None:
-                starts = attack.start(agg, obs)
-            obs.starts = list(starts) if isinstance(starts, list) else [starts] * n
+            commits = net.gather(on_net, AGGREGATOR, [r.commit() for r in roles])
+            starts = _deliveries(net, on_net, agg.start(commits))
+            subs: list[bytes | None] = []
             for i, r in enumerate(roles):
                 try:
-                    obs.submissions.append(r.submit(obs.starts[i]))
+                    subs.append(r.submit(starts[i]) if starts[i] is not None else None)
                 except FedsecError as exc:
                     outcome[i] = exc
-                    obs.submissions.append(None)
+                    subs.append(None)
         else:
-            obs.submissions = [r.submit() for r in roles]
+            subs = [r.submit() for r in roles]
+        present = [(who, s) for who, s in zip(on_net, subs, strict=True) if s is not None]
+        arrived = net.gather([w for w, _ in present], AGGREGATOR, [s for _, s in present])
         try:
-            obs.honest_result = agg.aggregate(obs.present())
+            honest: bytes | None = agg.aggregate(arrived)
         except FedsecError:
-            obs.honest_result = None
-        if attack is None:
-            answers: Any = obs.honest_result
-        elif self.security == "malicious" and attack.malicious is None:
-            answers = after_start(agg, obs)
+            honest = None
+        if honest is not None or attack is not None:
+            # the attacker answers even where the honest computation failed
+            kind = "fhauc-m/result" if self.security == "malicious" else "fhauc/result"
+            answers = _deliveries(net, on_net, honest if honest is not None
+                                  else wire.encode(kind, {NO_ANSWER: True}))
         else:
-            fn = attack.malicious if self.security == "malicious" else attack.semi_honest
-            assert fn is not None
-            answers = fn(agg, obs)
-        per = list(answers) if isinstance(answers, list) else [answers] * n
+            answers = [None] * n
         for i, r in enumerate(roles):
-            if outcome[i] is not None or i >= len(per) or per[i] is None:
+            if outcome[i] is not None or answers[i] is None:
                 continue
             try:
-                outcome[i] = float(r.finalize(per[i]))
+                outcome[i] = float(r.finalize(answers[i]))
             except FedsecError as exc:
                 outcome[i] = exc
         final = [o if o is not None else FedsecError("no answer") for o in outcome]
@@ -896,3 +911,118 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
             new_w.append(step / ((up + down) / 2.0))
         w, delta = new_w, step
     return hit([shift / wk for wk in w])[0], queries
+
+
+# ------------------------------------------------------------- the network interceptors
+#: Metadata flag of the placeholder a harness forwards where the honest aggregation
+#: failed (the attacker still answers; without an attack nothing is delivered).
+NO_ANSWER = "no-answer"
+
+
+def _deliveries(net: Network, recipients: Sequence[str], payload: bytes
+                ) -> list[bytes | None]:
+    """One message from the aggregator to each recipient, through ``net``: what each
+    receives (``None`` where the network delivered nothing)."""
+    arrived = net.deliver([Envelope(AGGREGATOR, r, payload) for r in recipients])
+    out: list[bytes | None] = []
+    for r in recipients:
+        got = [e.payload for e in arrived if e.recipient == r]
+        out.append(got[0] if got else None)
+    return out
+
+
+class CheatingAggregator:
+    """The tamper battery's aggregator as an interceptor on the parties' network.
+
+    It records what the aggregator sees (commits, the start message, the submissions, the
+    honest answer) into an :class:`Observed` and replaces what the aggregator forwards:
+    ``attack.start`` rewrites the start message, ``attack.malicious`` /
+    ``attack.semi_honest`` the answer (one message for every party, or one each:
+    equivocation; fewer than the parties: the rest receive nothing). ``agg`` is the
+    aggregator role the attacker itself runs (its public context, configuration and
+    computation); nothing here touches a party.
+    """
+
+    def __init__(self, agg: Any, obs: Observed, attack: AUCAttack | None, security: str,
+                 parties: Sequence[str]) -> None:
+        self.agg, self.obs, self.attack, self.security = agg, obs, attack, security
+        self.parties = list(parties)
+
+    def _per_party(self, batch: list[Envelope], value: Any) -> list[Envelope]:
+        per = list(value) if isinstance(value, list) else [value] * len(batch)
+        return [e.with_payload(p) for e, p in zip(batch, per, strict=False) if p is not None]
+
+    def __call__(self, batch: list[Envelope]) -> list[Envelope] | None:
+        if not batch:
+            return None
+        kind, obs, att = batch[0].kind, self.obs, self.attack
+        if kind == "fhauc-m/commit":
+            obs.commits = [e.payload for e in batch]
+        elif kind == "fhauc-m/start":
+            obs.start = batch[0].payload
+            value: Any = obs.start
+            if att is not None and att.start is not None:
+                value = att.start(self.agg, obs)
+            out = self._per_party(batch, value)
+            obs.starts = [e.payload for e in out]
+            return out
+        elif kind in ("fhauc-m/submit", "fhauc/submit"):
+            by = {e.sender: e.payload for e in batch}
+            obs.submissions = [by.get(p) for p in self.parties]
+        elif kind in ("fhauc-m/result", "fhauc/result"):
+            honest = batch[0].payload
+            obs.honest_result = None if wire.decode(honest).meta.get(NO_ANSWER) else honest
+            if att is None:
+                return None
+            if self.security == "malicious" and att.malicious is None:
+                value = after_start(self.agg, obs)
+            else:
+                fn = att.malicious if self.security == "malicious" else att.semi_honest
+                assert fn is not None
+                value = fn(self.agg, obs)
+            return self._per_party(batch, value)
+        return None
+
+
+#: ``kind -> (step, shape)`` of the steps a ``tamper(step, value)`` function sees:
+#: ``"gather"`` (a list of what the aggregator receives), ``"scatter"`` (a list, one per
+#: recipient) and ``"one"`` (bytes, or a list of one message per recipient).
+STEPS: dict[str, tuple[str, str]] = {
+    "keys/hello": ("keys/hellos", "gather"),
+    "keys/request": ("keys/request", "one"),
+    "keys/deliver": ("keys/deliveries", "scatter"),
+    "keys/confirmed": ("keys/confirmed", "one"),
+    "fhauc-m/start": ("start", "one"),
+    "fhauc-m/submit": ("submissions", "gather"),
+    "fhauc-m/result": ("result", "one"),
+    "fhauc/submit": ("submissions", "gather"),
+    "fhauc/result": ("result", "one"),
+}
+
+
+def tamper_steps(tamper: Callable[[str, Any], Any],
+                 steps: dict[str, tuple[str, str]] | None = None) -> Interceptor:
+    """An interceptor that lets ``tamper(step, value)`` rewrite what the aggregator
+    relays (see :data:`STEPS`): ``net.intercept(tamper_steps(fn))``."""
+    table = STEPS if steps is None else steps
+
+    def fn(batch: list[Envelope]) -> list[Envelope] | None:
+        if not batch or batch[0].kind not in table:
+            return None
+        step, shape = table[batch[0].kind]
+        if shape == "gather":
+            out = list(tamper(step, [e.payload for e in batch]))
+            senders = [e.sender for e in batch]
+            rcpt = batch[0].recipient
+            return [Envelope(senders[min(i, len(senders) - 1)], rcpt, bytes(p))
+                    for i, p in enumerate(out)]
+        if shape == "scatter":
+            out = list(tamper(step, [e.payload for e in batch]))
+            if len(out) != len(batch):
+                raise ValueError("one delivery per recipient")
+            return [e.with_payload(p) for e, p in zip(batch, out, strict=True)]
+        value = tamper(step, batch[0].payload)
+        per = list(value) if isinstance(value, list) else [value] * len(batch)
+        return [e.with_payload(p) for e, p in zip(batch, per, strict=True)]
+
+    return fn

@@ -9,7 +9,8 @@ from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from fedsec.runtime.flower_io import get_blobs, get_meta, make_content, reply
-from flower_standin.protocol import StandinParty
+
+from .protocol import StandinParty
 
 app = ClientApp()
 

@@ -24,7 +24,8 @@ from fedsec.runtime.flower_io import (
     run_step,
     wait_for_nodes,
 )
-from flower_standin.protocol import StandinAggregator
+
+from .protocol import StandinAggregator
 
 app = ServerApp()
 

@@ -1,5 +1,11 @@
 """A cheating aggregator during signed key set-up (tests and ``benchmarks/tamper_battery``).
 
+Moved here from ``fedsec.testing.keysetup``: the product never imports it. The
+honest parties run their :class:`~fedsec.crypto.keysetup.KeySetupParty` roles behind a
+:class:`~fedsec.protocol.network.Network` (``"party:<name>"``); the attack *is* the
+aggregator role (``"aggregator"``), so every byte it relays crosses that network and is
+counted there.
+
 Each attack rewrites only what an aggregator relays - hellos, the key request, the key
 holder's offer turned into deliveries, the confirmation bundles - or sends bytes it made
 itself (its own CKKS keys, its own X25519 and Ed25519 keys, messages of an earlier
@@ -28,6 +34,7 @@ from fedsec.crypto.drbg import SEED_BYTES
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keys import open_sealed, public_key_bytes, seal_to
 from fedsec.crypto.keysetup import (
+    AGGREGATOR,
     KeySetupAggregator,
     KeySetupParty,
     KeySpec,
@@ -37,9 +44,11 @@ from fedsec.crypto.keysetup import (
     _holder_index,
     _parse_hello,
     _transcript,
+    party_role,
 )
 from fedsec.errors import FedsecError, ProtocolError
 from fedsec.protocol import wire
+from fedsec.protocol.network import Network
 
 __all__ = ["KeySetupAttack", "KeySetupOutcome", "KeySetupScene", "KEYSETUP_ATTACKS", "play",
            "run_attack"]
@@ -102,7 +111,8 @@ class KeySetupScene:
     """Every party's key set-up role, reached only through bytes; refusals are recorded."""
 
     def __init__(self, identities: Sequence[Identity], roster: Roster, spec: KeySpec, *,
-                 min_parties: int | None = None) -> None:
+                 min_parties: int | None = None, network: Network | None = None) -> None:
+        self.network = network if network is not None else Network()
         self.roster = roster
         self.spec = spec
         self.min_parties = min_parties
@@ -116,17 +126,20 @@ class KeySetupScene:
         before)."""
         if name in self.raised or name not in self.parties:
             return None
+        role = party_role(name)
         try:
-            out = getattr(self.parties[name], step)(data)
+            out = getattr(self.parties[name], step)(self.network.send(AGGREGATOR, role, data))
         except FedsecError as exc:
             self.raised[name] = exc
             return None
         if step == "finish":
             self.finished[name] = out
-        return out
+            return out
+        return self.network.send(role, AGGREGATOR, out)
 
     def hellos(self) -> list[bytes]:
-        return [p.hello() for p in self.parties.values()]
+        return self.network.gather([party_role(n) for n in self.parties], AGGREGATOR,
+                                   [p.hello() for p in self.parties.values()])
 
 
 class KeySetupAttack:
