@@ -350,7 +350,7 @@ def load_floor(reps: int = 40) -> dict[str, Any]:
     default preset) and the baseline's (four public-key ciphertexts, ring 2^14), and the
     best aggregator-time ratio at 100 parties if our computation took no time at all."""
     ours_ctx = CKKSContext.generate(OURS_PRESET, relin=True)
-    ours_blob = ours_ctx.encrypt_to_bytes(np.arange(ours_ctx.slots) * 1.0)
+    ours_blob = ours_ctx.encrypt_bytes(np.arange(ours_ctx.slots) * 1.0)
     base_ctx = CKKSContext.from_public_bytes(
         CKKSContext.generate(PAPER_PRESET, relin=True).public_bytes())
     base_blobs = [base_ctx.serialize(base_ctx.encrypt(np.arange(100) * 1.0)),

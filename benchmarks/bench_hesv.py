@@ -101,7 +101,8 @@ def bench_squaring(repeats: int, shapes: list[tuple[int, int]] | None = None
             enc_a = [[ctx.encrypt(v) for v in vs] for vs in plan.encode_a(a)]
             bv = plan.encode_b(b)
             enc_b = [ctx.encrypt(v) for v in bv]
-            plain_b = [ctx.encode_at(v, enc_a[0][0]) for v in bv]
+            like = enc_a[0][0]
+            plain_b = [ctx.encode(v, scale=like.scale, parms_id=like.parms_id()) for v in bv]
             for variant, operands, plain in (("Full", enc_b, False), ("Half", plain_b, True)):
                 run = functools.partial(squaring_product, ctx, plan, enc_a, operands,
                                         plain_b=plain, per_block=per_block)

@@ -361,8 +361,9 @@ def test_malformed_submissions_rejected(fed, three):
         [],                                                   # no ciphertext
         [msg.blobs[0], msg.blobs[0]],                         # two
         [msg.blobs[0][:1000]],                                # truncated
-        [ctx.encrypt_to_bytes(np.zeros(10), scale=2.0 ** 40)],  # other scale
-        [ctx.serialize(ctx.multiply_plain(ctx.encrypt([1.0]), [1.0]))],  # not top level
+        [ctx.encrypt_bytes(np.zeros(10), scale=2.0 ** 40)],  # other scale
+        # not top level
+        [ctx.serialize(ctx.multiply_plain(ctx.encrypt([1.0]), [1.0], rescale=True))],
     ]
     for blobs in bad_blobs:
         forged = wire.encode(msg.kind, msg.meta, blobs)

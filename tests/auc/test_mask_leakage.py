@@ -185,7 +185,7 @@ class SemiHonestRun:
         out = ctx.multiply_const(q, d / 4.0, scale=OLD_SCALE)
         alt = np.where(np.arange(ctx.slots) % 2 == 0, 1.0, -1.0)
         pat = ctx.encode(alt * (-1j * d / 4.0), scale=OLD_SCALE, parms_id=rot.parms_id())
-        return ctx.add(out, ctx.multiply_plaintext(rot, pat))
+        return ctx.add(out, ctx.multiply_plain(rot, pat, rescale=False))
 
     def decode(self, ct) -> tuple[float, float]:
         """``(Y, X)``: what a party reads in slot 0."""

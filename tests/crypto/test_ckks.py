@@ -513,7 +513,7 @@ def test_deserialize_rejects_foreign_parameters(ckks, other):
             ckks.deserialize(blob)
 
 
-_HEADER_FUZZ_BLOB = CKKSContext.generate(TEST_PRESET, allow_insecure=True).encrypt_to_bytes(
+_HEADER_FUZZ_BLOB = CKKSContext.generate(TEST_PRESET, allow_insecure=True).encrypt_bytes(
     [0.25, 0.5])
 
 

@@ -448,13 +448,13 @@ def _hesv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]) -> 
     holder = keys[0].context
     other = CKKSContext.generate("INSECURE_TEST_N4096_DEPTH2", allow_insecure=True)
     top = holder.encrypt(np.ones(4))
-    low = holder.encrypt_to_bytes_at(np.ones(4), holder.last_parms_id)
+    low = holder.encrypt_bytes(np.ones(4), parms_id=holder.last_parms_id)
     foreign = [holder.serialize(top), low,
                holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 30)),
                holder.serialize(holder.encrypt(np.ones(4), scale=2.0 ** 12)),
                holder.serialize(agg.context.square(agg.context.encrypt(np.ones(4)),
                                                    rescale=False)),
-               other.encrypt_to_bytes([1.0]), b"", b"\x00" * (1 << 20),
+               other.encrypt_bytes([1.0]), b"", b"\x00" * (1 << 20),
                transparent_ciphertext(holder.serialize(top)),
                transparent_ciphertext(raw_ciphertext(holder.deserialize(low)))]
     return {"h_cfg": cfg, "h_session": agg.session, "h_server_empty": empty,

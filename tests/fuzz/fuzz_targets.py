@@ -281,9 +281,9 @@ def build_world(seed: int = 20240601) -> World:
     seal_minor = holder_ctx.serialize(top)[4]
     sub_cts = [pub.deserialize(wire.decode(x).blobs[0]) for x in a.fh_subs[:2]]
     low = pub.multiply(sub_cts[0], sub_cts[1])
-    extra_ct = [pub.serialize(top), holder_ctx.encrypt_to_bytes([1.0, 2.0]),
+    extra_ct = [pub.serialize(top), holder_ctx.encrypt_bytes([1.0, 2.0]),
                 pub.serialize(low), raw_ciphertext(top, seal_minor),
-                raw_ciphertext(low, seal_minor), other.encrypt_to_bytes([1.0]),
+                raw_ciphertext(low, seal_minor), other.encrypt_bytes([1.0]),
                 other.serialize(other.encrypt([1.0]))]
     small = CKKSContext.generate(TEST_PRESET, relin=False, allow_insecure=True)
     one_rot = CKKSContext.generate(TEST_PRESET, rotations=[1], allow_insecure=True)
@@ -546,7 +546,7 @@ class Forge:
                                 + [wire.decode(x).blobs[0] for x in sess.fh_subs])
         else:
             vec = np.asarray([m.rng.uniform(-1, 1) for _ in range(slots)])
-        return pub.encrypt_to_bytes(vec)
+        return pub.encrypt_bytes(vec)
 
     def start(self, m: Mutator, sess: Session) -> bytes:
         meta = dict(wire.decode(sess.start).meta)
@@ -1104,7 +1104,7 @@ def make_targets(world: World) -> list[Target]:
 
 def _use_secret(ctx: CKKSContext) -> CKKSContext:
     """Encrypt (both ways) and decrypt once with a party's loaded secret context."""
-    ctx.decrypt(ctx.deserialize(ctx.encrypt_to_bytes([1.0, 2.0])))
+    ctx.decrypt(ctx.deserialize(ctx.encrypt_bytes([1.0, 2.0])))
     ctx.decrypt(ctx.encrypt([1.0]))
     return ctx
 

@@ -45,7 +45,7 @@ def ctx() -> CKKSContext:
 def _misaligned_seeded_ciphertext(ctx: CKKSContext, shift: int = 5) -> bytes:
     """A seeded (symmetric) ciphertext whose coefficients slipped by ``shift`` bytes,
     compressed again: what a bit of zstd corruption produces."""
-    plain = zstd_open(ctx.encrypt_to_bytes([1.0]))
+    plain = zstd_open(ctx.encrypt_bytes([1.0]))
     assert plain is not None
     coeffs = 16 + 73 + 16 + 8  # header, members before the array, array header, length
     return zstd_close(plain[:coeffs] + b"\x00" * shift + plain[coeffs:len(plain) - shift])
@@ -132,7 +132,7 @@ def test_honest_key_material_of_every_kind_still_loads(ctx: CKKSContext) -> None
     pub = CKKSContext.from_public_bytes(full.public_bytes(), allow_insecure=True)
     sec = CKKSContext.from_secret_bytes(full.secret_bytes(), allow_insecure=True)
     assert pub.rotations == (1, 2) and pub.conjugate_key
-    ct = pub.rotate(pub.deserialize(sec.encrypt_to_bytes([1.0, 2.0, 3.0])), 1)
+    ct = pub.rotate(pub.deserialize(sec.encrypt_bytes([1.0, 2.0, 3.0])), 1)
     np.testing.assert_allclose(sec.decrypt(pub.deserialize(pub.serialize(ct))).real[:2],
                                [2.0, 3.0], atol=1e-6)
 
@@ -158,7 +158,7 @@ def test_forged_zero_result_is_a_protocol_error_for_a_party_with_both_classes(
         world: World) -> None:
     """An aggregator that encrypts zeros with the public key made a party that holds
     both classes report an undefined AUC (UndefinedMetricError): it cannot be genuine."""
-    zeros = world.a.public.encrypt_to_bytes(np.zeros(world.a.public.slots))
+    zeros = world.a.public.encrypt_bytes(np.zeros(world.a.public.slots))
     forged = _encode_loose("fhauc/result", dict(wire.decode(world.a.fh_result).meta),
                            [zeros])
     with pytest.raises(ProtocolError, match="denominator"):
@@ -229,7 +229,7 @@ def test_one_class_party_cannot_tell_a_forged_zero_from_an_undefined_auc(
     fix needs a protocol change (a non-zero check term every party can predict)."""
     pub = world.a.public
     msg = wire.decode(world.a.m_result)
-    zeros = [pub.encrypt_to_bytes(np.zeros(pub.slots)) for _ in msg.blobs]
+    zeros = [pub.encrypt_bytes(np.zeros(pub.slots)) for _ in msg.blobs]
     forged = _encode_loose("fhauc-m/result", dict(msg.meta), zeros)
     with pytest.raises(TamperingDetected):
         copy.copy(world.a.m_after_submit[0]).finalize(forged)   # holds both classes

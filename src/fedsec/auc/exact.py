@@ -204,7 +204,7 @@ class BinPairsParty:
             vec = np.zeros(per, dtype=np.complex128)
             part = slice(c * per, min((c + 1) * per, self.points.size))
             vec[:part.stop - part.start] = dtp[part] + 1j * dfp[part]
-            blobs.append(ctx.encrypt_to_bytes(vec))
+            blobs.append(ctx.encrypt_bytes(vec))
         meta = self.binding.bind({"party": self.keys.index}, step="bins", to=AGGREGATOR,
                                  round=self._round)
         return wire.encode("fhauc-exact/bins", meta, blobs)

@@ -348,7 +348,7 @@ class FHAUCParty:
         """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
         ctx = self.keys.context
         with self.clock("encryption"):
-            blobs = [ctx.encrypt_to_bytes(v) for v in self.slot_vectors()]
+            blobs = [ctx.encrypt_bytes(v) for v in self.slot_vectors()]
         meta = self.binding.bind({"party": self.keys.index, "chunks": len(blobs)},
                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc/submit", meta, blobs)

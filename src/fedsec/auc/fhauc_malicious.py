@@ -573,7 +573,7 @@ class MaliciousParty:
                 j = first_b + 2 * k
                 vec[j:j + stride * part_b.size:stride] = part_b
             with self.clock("encryption"):
-                blobs.append(ctx.encrypt_to_bytes(vec))
+                blobs.append(ctx.encrypt_bytes(vec))
         meta = self.binding.bind({"party": self.keys.index, "chunks": cfg.n_chunks},
                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc-m/submit", meta, blobs)

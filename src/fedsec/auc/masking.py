@@ -58,8 +58,8 @@ def masked_product(ctx: CKKSContext, ct: Any, values: complex | np.ndarray) -> A
     :func:`finish_masked`). Their scale stays that of ``ct`` after the rescale."""
     scale = float(ctx.rescale_prime(ct))
     if isinstance(values, np.ndarray):
-        return ctx.multiply_plaintext(ct, ctx.encode(values, scale=scale,
-                                                     parms_id=ct.parms_id()))
+        return ctx.multiply_plain(ct, ctx.encode(values, scale=scale,
+                                                     parms_id=ct.parms_id()), rescale=False)
     return ctx.multiply_const(ct, values, scale=scale)
 
 

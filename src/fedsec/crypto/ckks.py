@@ -43,50 +43,8 @@ def _is_plaintext(x: Any) -> bool:
     return isinstance(x, seal.Plaintext)
 
 
-class _LegacyNames:
-    """Old names of :class:`CKKSContext` operations, kept only while the protocol modules
-    move to the new ones (issue 21); removed once no caller is left."""
 
-    def multiply_plaintext(self: Any, a: Ciphertext, pt: Plaintext) -> Any:
-        return self.multiply_plain(a, pt, rescale=False)
-
-    def add_plaintext(self: Any, a: Ciphertext, pt: Plaintext) -> Any:
-        return self.add_plain(a, pt)
-
-    def multiply_lazy(self: Any, a: Ciphertext, b: Ciphertext) -> Any:
-        return self.multiply(a, b, relinearize=False, rescale=False)
-
-    def encrypt_plaintext(self: Any, pt: Plaintext) -> Any:
-        return self.encrypt(pt)
-
-    def encrypt_to_bytes(self: Any, values: ArrayLike, *,
-                         scale: float | None = None) -> Any:
-        return self.encrypt_bytes(values, scale=scale)
-
-    def encrypt_plaintext_to_bytes(self: Any, pt: Plaintext) -> Any:
-        return self.encrypt_bytes(pt)
-
-    def encrypt_to_bytes_at(self: Any, values: ArrayLike, parms_id: Any) -> Any:
-        return self.encrypt_bytes(values, parms_id=parms_id)
-
-    def decode_plaintext(self: Any, pt: Plaintext) -> Any:
-        return self.decode(pt)
-
-    def mod_switch_to(self: Any, a: Ciphertext, parms_id: Any) -> Any:
-        return self.mod_switch(a, parms_id=parms_id)
-
-    def mod_switch_to_level(self: Any, a: Ciphertext, level: int) -> Any:
-        return self.mod_switch(a, level=level)
-
-    def encode_at(self: Any, values: ArrayLike, like: Ciphertext) -> Any:
-        return self.encode(values, scale=like.scale, parms_id=like.parms_id())
-
-    def multiply_const_to(self: Any, a: Ciphertext, value: float, *, level: int,
-                          scale: float) -> Any:
-        return self.multiply_const_exact(a, value, level=level, scale=scale)
-
-
-class CKKSContext(_LegacyNames):
+class CKKSContext:
     """Encoding, encryption, decryption and evaluation over a role's :class:`CKKSKeys`.
 
     Create one with :meth:`generate` (the key holder) or load one with
@@ -405,7 +363,7 @@ class CKKSContext(_LegacyNames):
         return out
 
     def multiply_plain(self, a: Ciphertext, plain: ArrayLike | Plaintext, *,
-                       scale: float | None = None, rescale: bool = True) -> Ciphertext:
+                       scale: float | None = None, rescale: bool) -> Ciphertext:
         """Slot-wise product with a plaintext: an encoded one, or a vector encoded at
         ``a``'s level and ``scale`` (default: the preset's); rescaled if ``rescale``."""
         pt = plain if _is_plaintext(plain) else self.encode(plain, scale=scale,

@@ -623,13 +623,14 @@ class HESVClient:
         pid = self._ctx.parms_id_at_level(_LABEL_LEVEL)
         nc = self._spec.layers[-1].out_features
         if nc == 2:
-            return [self._ctx.encrypt_to_bytes_at(labels.astype(np.float64), pid)]
+            return [self._ctx.encrypt_bytes(labels.astype(np.float64), parms_id=pid)]
         hot = [(labels == c).astype(np.float64) for c in range(nc)]
         if not self._config.complex_packing:
-            return [self._ctx.encrypt_to_bytes_at(h, pid) for h in hot]
+            return [self._ctx.encrypt_bytes(h, parms_id=pid) for h in hot]
         sign = -1.0 if conj else 1.0
-        return [self._ctx.encrypt_to_bytes_at(
-            hot[c] + 1j * sign * (hot[c + 1] if c + 1 < nc else 0.0 * hot[c]), pid)
+        return [self._ctx.encrypt_bytes(
+                    hot[c] + 1j * sign * (hot[c + 1] if c + 1 < nc else 0.0 * hot[c]),
+                    parms_id=pid)
             for c in range(0, nc, 2)]
 
     def upload_data(self) -> bytes:
@@ -643,7 +644,7 @@ class HESVClient:
                 xb = self._x[start:start + self._batch]
                 yb = np.asarray(self._y[start:start + self._batch], dtype=np.int64)
                 for v in plan.encode_inputs(xb):
-                    blobs.append(self._ctx.encrypt_to_bytes(v))
+                    blobs.append(self._ctx.encrypt_bytes(v))
                 blobs.extend(self._one_hot(yb))
                 sizes.append(len(yb))
             meta = self._binding.bind({"sizes": sizes}, step="data", to=SERVER)
@@ -656,7 +657,7 @@ class HESVClient:
             blobs: list[bytes] = []
             for lp, layer in zip(self._plans, self._spec.layers_of(params), strict=True):
                 for vecs in lp.plan.encode_a(lp.matrix(layer)):
-                    blobs.extend(self._ctx.encrypt_to_bytes(v) for v in vecs)
+                    blobs.extend(self._ctx.encrypt_bytes(v) for v in vecs)
             meta = self._binding.bind({"kind": kind}, step="model", to=SERVER,
                                       round=round_index)
             return wire.encode("hesv/model", meta, blobs)
@@ -721,7 +722,7 @@ class HESVClient:
                 vecs = nxt.encode_inputs(h)
             with self.clock("encryption"):
                 try:
-                    blobs = [self._ctx.encrypt_to_bytes(v) for v in vecs]
+                    blobs = [self._ctx.encrypt_bytes(v) for v in vecs]
                 except ValueError:  # SEAL: beyond what the parameters can encode
                     raise ProtocolError("the decrypted layer output is out of range") from None
             meta = self._binding.bind({}, step="activated", to=SERVER, round=t, index=index,
@@ -946,7 +947,8 @@ class HESVServer:
             out = []
             for k in range(len(terms[0][1])):
                 out.append(self._ctx.add_many([self._ctx.multiply_plain(
-                    cts[k], w * mask, scale=float(self._ctx.rescale_prime(cts[k])))
+                    cts[k], w * mask, scale=float(self._ctx.rescale_prime(cts[k])),
+                    rescale=True)
                     for w, cts in terms]))
             return out
         if len(terms) == 1:

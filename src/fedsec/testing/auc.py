@@ -847,7 +847,7 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
         vec = np.tile(f * m, ctx.slots // stride)
         pt = ctx.encode(vec, scale=s, parms_id=q.parms_id())
         eff = np.asarray(ctx._encoder.decode_double(pt))[:stride]
-        ans = _mal_answer(agg, ctx.multiply_plaintext(q, pt))
+        ans = _mal_answer(agg, ctx.multiply_plain(q, pt, rescale=False))
         return ans, eff[0:2 * runs:2] / eff[1:2 * runs:2] - 1.0
 
     def hit(targets: Sequence[float]) -> tuple[bytes, np.ndarray]:
