@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 import re
 from pathlib import Path
 
@@ -26,12 +25,17 @@ _CELL = re.compile(r"`([^`]+)`")
 def _classes() -> dict[str, list[type]]:
     """Every class of the product by name (role classes and roles that only send)."""
     out: dict[str, list[type]] = {}
-    for info in pkgutil.walk_packages(fedsec.__path__, prefix="fedsec."):
-        if info.name.startswith(("fedsec.testing", "fedsec.runtime", "fedsec.cli")):
+    src = Path(fedsec.__file__).resolve().parent
+    for path in sorted(src.rglob("*.py")):
+        parts = list(path.relative_to(src.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        name = ".".join(parts)
+        if name.startswith(("fedsec.testing", "fedsec.runtime", "fedsec.cli")):
             continue
-        mod = importlib.import_module(info.name)
+        mod = importlib.import_module(name)
         for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if obj.__module__ == info.name:
+            if obj.__module__ == name:
                 out.setdefault(obj.__name__, []).append(obj)
     return out
 

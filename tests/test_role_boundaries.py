@@ -40,6 +40,7 @@ def _modules() -> list[str]:
         out.append(base.__name__)
         for info in pkgutil.walk_packages(base.__path__, prefix=f"fedsec.{pkg}."):
             out.append(info.name)
+    out.append("fedsec.crypto.keysetup")  # the key set-up's roles
     return sorted(set(out) - PLAINTEXT)
 
 
