@@ -710,4 +710,8 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     # 5. confirmed: every confirmation to every party
     bundles = net.broadcast(AGGREGATOR, roles, agg.confirm(confirms))
     keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}
+    left_out = [p.name for p in parties if p.name not in keys]
+    if left_out:  # e.g. a hello lost or corrupted on the way: that party holds no keys
+        raise ProtocolError(f"the key set-up went on without {left_out[:8]}: they hold no "
+                            "keys")
     return agg, [keys[p.name] for p in parties]

@@ -1271,7 +1271,7 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
                  budget: int | None = None, seed: int = 0, linear_shortcut: bool = True,
                  preset: str = HESV_PRESET, allow_insecure: bool = False,
                  complex_packing: bool = True, schedule: str = "strict",
-                 progress: Progress | None = None
+                 progress: Progress | None = None, network: Network | None = None
                  ) -> SecureShapleyResult:
     """Federated Shapley values by HESV (seed 004, Alg. 1-2), every role in one process.
 
@@ -1304,6 +1304,10 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
         :func:`fedsec.shapley.secsv.secsv_shapley`.
     progress : callable, optional
         Called with a short message after every round.
+    network : Network, optional
+        The :class:`~fedsec.protocol.network.Network` every message crosses (default: a
+        fresh one). Pass your own to observe or intercept the traffic between the roles
+        (tests, benchmarks, a demonstration of an attack).
 
     Returns
     -------
@@ -1339,7 +1343,7 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
                         batch_hint=max(len(y) for _, y in sets),
                         complex_packing=complex_packing)
     t0 = time.perf_counter()
-    net = Network()
+    net = Network() if network is None else network
     setup = Clock()
     with setup("other"):  # Alg. 1, steps 1-2: the clients' key set-up, relayed by the server
         agg, keys = _key_setup(n, config.key_spec(spec), net)

@@ -1117,7 +1117,8 @@ class SecretSVRun:
 def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str = "exact",
                      budget: int | None = None, sample_skip: bool = False, seed: int = 0,
                      schedule: str = "strict",
-                     progress: Callable[[str], None] | None = None) -> SecureShapleyResult:
+                     progress: Callable[[str], None] | None = None,
+                     network: Network | None = None) -> SecureShapleyResult:
     """Federated Shapley values with SecretSV (seed 004's pure secret-sharing baseline).
 
     Parameters
@@ -1140,6 +1141,10 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         :func:`fedsec.shapley.secsv.secsv_shapley`.
     progress : callable, optional
         Called with a short message after every round.
+    network : Network, optional
+        The :class:`~fedsec.protocol.network.Network` every message crosses (default: a
+        fresh one). Pass your own to observe or intercept the traffic between the roles
+        (tests, benchmarks, a demonstration of an attack).
 
     Returns
     -------
@@ -1165,7 +1170,7 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
                       f"all {n_layers + 2} parties of a reconstruction chain distinct (seed "
                       "004, Prop. 6.8): two clients alternate.", PrivacyWarning, stacklevel=2)
     t0 = time.perf_counter()
-    net = Network()
+    net = Network() if network is None else network
     rounds = [(r.participants, np.asarray(r.weights)) for r in record.rounds]
     with threadpool_limits(limits=1, user_api="blas"):
         # No keys, so no key set-up: the session is the hash of a fresh nonce per role

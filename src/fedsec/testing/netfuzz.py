@@ -36,7 +36,7 @@ from fedsec.protocol.network import Envelope, Network, role_kind
 from fedsec.protocol.roles import handlers
 from fedsec.testing.mutations import Mutator, Pools
 
-__all__ = ["Fuzzable", "Target", "Outcome", "Report", "record", "targets", "declared",
+__all__ = ["Fuzzable", "Target", "Outcome", "Report", "record", "targets", "declared", "coverage",
            "MutateFirst", "fuzz_target", "fuzz"]
 
 Pair = tuple[str, str]
@@ -59,9 +59,11 @@ class Fuzzable:
     roles: Mapping[str, type | tuple[type, ...]]
     allowed: tuple[type[BaseException], ...] = (ProtocolError, TamperingDetected)
     oracle: Callable[[Any], str | None] | None = None
-    #: Kinds delivered by the network that no role method decodes (e.g. a result a runner
-    #: hands to the user), excluded from the targets.
+    #: Kinds delivered to a role that does not decode them (a relay forwards them; the
+    #: next hop is the target), excluded from the targets.
     unread: frozenset[Pair] = frozenset()
+    #: Kinds a role decodes that never cross the network (a role reads its own message).
+    local: frozenset[Pair] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,14 @@ def declared(protocol: Fuzzable) -> set[Pair]:
         for cls in classes if isinstance(classes, tuple) else (classes,):
             out.update((role, kind) for kind in handlers(cls))
     return out
+
+
+def coverage(protocol: Fuzzable, net: Network) -> tuple[set[Pair], set[Pair]]:
+    """What a recorded honest run delivered that no role declares, and what the roles
+    declare that it never delivered (both should be empty)."""
+    got = {p for p in net.pairs if p not in protocol.unread}
+    want = declared(protocol) - set(protocol.local)
+    return got - want, want - got
 
 
 def targets(protocol: Fuzzable, net: Network) -> list[Target]:

@@ -246,7 +246,8 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                   budget: int | None = None, sample_skip: bool = False, seed: int = 0,
                   linear_shortcut: bool = True, derived_decryption: bool | None = None,
                   schedule: str = "strict", config: SecSVConfig | None = None,
-                  progress: Progress | None = None) -> SecureShapleyResult:
+                  progress: Progress | None = None, network: Network | None = None
+                  ) -> SecureShapleyResult:
     """Federated Shapley values with SecSV (seed 004, Alg. 3-4; SampleSkip Alg. 6-7).
 
     Parameters
@@ -287,6 +288,10 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         Fixed-point and BFV parameters.
     progress : callable, optional
         Called with a short message after every round.
+    network : Network, optional
+        The :class:`~fedsec.protocol.network.Network` every message crosses (default: a
+        fresh one). Pass your own to observe or intercept the traffic between the roles
+        (tests, benchmarks, a demonstration of an attack).
 
     Returns
     -------
@@ -316,7 +321,7 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                              "them).")
         derivable = False
     derived = derivable if derived_decryption is None else derived_decryption
-    net = Network()
+    net = Network() if network is None else network
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         run = _setup(record, sets, cfg, net, linear_shortcut, derived, schedule,
