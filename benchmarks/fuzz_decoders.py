@@ -232,6 +232,47 @@ def table(report: fuzz_targets.Report) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
+def main_network(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Every protocol fuzzed through its network (``tests/fuzz/network_worlds.py``):
+    ``--executions`` mutated whole runs, spread evenly over the (role, kind) targets."""
+    import os
+
+    import network_worlds
+
+    from fedsec.testing import netfuzz
+
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    protocols = network_worlds.all_protocols()
+    n_targets = 0
+    for p in protocols:
+        net, _ = netfuzz.record(p)
+        n_targets += len(netfuzz.targets(p, net))
+    per = max(1, args.executions // n_targets)
+    report = netfuzz.fuzz(protocols, executions=per, seed=args.seed,
+                          minutes=args.minutes or None,
+                          progress=lambda line: print(line, file=sys.stderr, flush=True))
+    exceptions: Counter[str] = Counter()
+    for outcome in report.outcomes.values():
+        exceptions.update(outcome)
+    part = {"command": "python benchmarks/fuzz_decoders.py " + " ".join(argv or sys.argv[1:]),
+            "machine": f"{platform.machine()}, {platform.python_version()}",
+            "targets": n_targets, "executions_per_target": per,
+            "executions": report.total, "outcomes": dict(exceptions),
+            "per_target": {t.label: dict(c) for t, c in report.outcomes.items()},
+            "violations": [f"{t.label} seed {s}: {d}" for t, s, d in report.violations],
+            "wall_seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - cpu0, "loadavg": os.getloadavg()}
+    doc: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
+    doc["network"] = part
+    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: part[k] for k in ("targets", "executions", "outcomes",
+                                           "wall_seconds")}
+                     | {"violations": len(report.violations)}, indent=1))
+    for line in part["violations"][:20]:
+        print("  " + line)
+    return 1 if report.violations else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--executions", type=int, default=50_000)
@@ -239,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", type=float, default=10.0, help="seconds that make a call a "
                     "violation (a hard limit of 60 s stops hangs)")
     ap.add_argument("--json", type=Path, default=RESULTS)
-    ap.add_argument("--part", choices=("auc", "shapley", "pfl"), default="auc",
+    ap.add_argument("--part", choices=("auc", "shapley", "pfl", "network"), default="auc",
                     help="the key set-up and AUC decoders (default), the secure Shapley "
                     "roles or secure Priv-PFL (results under the JSON's 'shapley' or 'pfl' "
-                    "key)")
+                    "key); 'network': every protocol fuzzed through its network, whole runs "
+                    "(results under 'network')")
     ap.add_argument("--target", action="append", default=[],
                     help="--part shapley: only this target (repeat for several), e.g. "
                     "'SecSV.evaluate[derived,in-flight]'")
@@ -253,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         return main_shapley(args, argv)
     if args.part == "pfl":
         return main_pfl(args, argv)
+    if args.part == "network":
+        return main_network(args, argv)
 
     t0 = time.perf_counter()
     world = fuzz_targets.build_world()
