@@ -167,7 +167,7 @@ def test_rr_labels_are_flipped_once() -> None:
     with pytest.warns(PrivacyWarning):
         c = RRClient(y, s, epsilon=1.0)
     assert c.submit() == c.submit()
-    rate = float(np.mean(c.flipped_labels != y))
+    rate = float(np.mean(c._flipped_labels != y))  # noqa: SLF001 (the flips are private)
     assert stats.binomtest(int(rate * y.size), y.size, rr_flip_probability(1.0)).pvalue > ALPHA
 
 

@@ -397,8 +397,8 @@ def test_party_needs_the_secret_key(fed, three):
 
 
 # ---------------------------------------------------------------- masks
-def _masked(role, response):
-    ctx = role.keys.context
+def _masked(keys, response):
+    ctx = keys.context
     msg = wire.decode(response)
     z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))[0]
     return float(z.real), float(z.imag), float(msg.meta["ratio"])
@@ -420,7 +420,7 @@ def test_masks_are_fresh_real_and_hide_the_plain_values(fed, three, masking):
     seen = []
     for _ in range(5):
         response = aggregator(fed, cfg).aggregate(subs)
-        mden, mnum, ratio = _masked(roles[0], response)
+        mden, mnum, ratio = _masked(keys[0], response)
         d = mden / denom
         assert 0.5 - 1e-9 <= d < 1.0 + 1e-9
         assert abs(d * 2**14 - round(d * 2**14)) > 1e-6  # not a 14-bit dyadic mask

@@ -235,7 +235,7 @@ def test_config_equivocation_is_caught_by_the_commits(mal: TamperHarness) -> Non
 
 def _start(agg: Any, commits: list[bytes]) -> bytes:
     from fedsec.protocol import wire
-    meta = agg.binding.bind({}, step="start", to="*")
+    meta = agg._binding.bind({}, step="start", to="*")  # noqa: SLF001 - plays the aggregator
     return wire.encode("fhauc-m/start", meta, commits)
 
 

@@ -948,7 +948,7 @@ def make_targets(world: World) -> list[Target]:
 
     # -- malicious FHAUC ----------------------------------------------------------------
     start_agg = copy.copy(A.m_agg)
-    start_agg.min_parties = 2
+    start_agg._min_parties = 2  # noqa: SLF001 - a quorum of two, on a copy
 
     def m_start(commits: Any) -> Any:
         agg = copied(start_agg)

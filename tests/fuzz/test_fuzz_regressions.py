@@ -320,7 +320,7 @@ def test_a_replayed_commit_does_not_displace_the_genuine_one(world: World) -> No
     earlier._nonce = b"\x01" * 16  # noqa: SLF001 - b's commit of another evaluation
     replay = earlier.commit()
     agg = copy.copy(a.m_agg)
-    agg.min_parties = 2
+    agg._min_parties = 2  # noqa: SLF001 - a quorum of two, on a copy
     agg.start([replay, *a.commits])
     assert agg.rejected == {0: "two different commits claim to come from 'hospital-b'",
                             2: "two different commits claim to come from 'hospital-b'"}

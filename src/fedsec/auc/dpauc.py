@@ -431,28 +431,48 @@ class DPAUCClient(_Party):
         mech = _check_mechanism(mechanism, owner)
         if mech == "rr":
             raise ValueError("Use RRClient for mechanism='rr'.")
-        self.epsilon = _check_epsilon(epsilon, owner)
+        self._epsilon = _check_epsilon(epsilon, owner)
         if mech == "gaussian":
             if delta is None:
                 raise ValueError(f"The 'delta' parameter of {owner} is required for the "
                                  "Gaussian mechanism.")
-            self.delta = check_real(delta, "delta", owner, gt=0.0, lt=1.0)
+            self._delta = check_real(delta, "delta", owner, gt=0.0, lt=1.0)
         else:
             if delta not in (None, 0, 0.0):
                 raise ValueError(f"The 'delta' parameter of {owner} must be None for the "
                                  f"Laplace mechanism. Got {delta!r} instead.")
-            self.delta = 0.0
-        self.mechanism = mech
-        self.accountant = accountant if accountant is not None else PrivacyAccountant()
+            self._delta = 0.0
+        self._mechanism = mech
+        self._accountant = accountant if accountant is not None else PrivacyAccountant()
         self._stats = local_statistics(y_true, y_score, decision_points)
+
+    @property
+    def epsilon(self) -> float:
+        """The privacy budget one :meth:`submit` spends."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The ``delta`` one :meth:`submit` spends (``0.0`` for Laplace)."""
+        return self._delta
+
+    @property
+    def mechanism(self) -> str:
+        """``"laplace"`` or ``"gaussian"``."""
+        return self._mechanism
+
+    @property
+    def accountant(self) -> PrivacyAccountant:
+        """The accountant every :meth:`submit` charges."""
+        return self._accountant
 
     def submit(self) -> bytes:
         """Noisy ``TP, FP, TN, FN`` at every point, serialized (seed 003 step 3)."""
-        self.accountant.spend(self.epsilon, self.delta, label=f"dpauc-{self.mechanism}")
-        noisy = perturb_statistics(self._stats.stacked(), mechanism=self.mechanism,
-                                   epsilon=self.epsilon, delta=self.delta)
+        self._accountant.spend(self._epsilon, self._delta, label=f"dpauc-{self._mechanism}")
+        noisy = perturb_statistics(self._stats.stacked(), mechanism=self._mechanism,
+                                   epsilon=self._epsilon, delta=self._delta)
         s = PartyStatistics(self._stats.points, *noisy)
-        return self._message(_encode(self.mechanism, self.epsilon, self.delta, s))
+        return self._message(_encode(self._mechanism, self._epsilon, self._delta, s))
 
 
 class RRClient(_Party):
@@ -481,11 +501,11 @@ class RRClient(_Party):
         score_epsilon: float | None = None, accountant: PrivacyAccountant | None = None,
     ) -> None:
         owner = "RRClient"
-        self.epsilon = _check_epsilon(epsilon, owner)
+        self._epsilon = _check_epsilon(epsilon, owner)
         y, s = check_labels_scores(y_true, y_score, owner)
         points = as_decision_points(decision_points)
-        self.accountant = accountant if accountant is not None else PrivacyAccountant()
-        self.accountant.spend(self.epsilon, label="rr-labels")
+        self._accountant = accountant if accountant is not None else PrivacyAccountant()
+        self._accountant.spend(self._epsilon, label="rr-labels")
         if score_epsilon is None:
             warnings.warn(
                 "DPAUC_RR without score noise sends exact counts per decision point, which "
@@ -494,15 +514,25 @@ class RRClient(_Party):
             )
         else:
             se = _check_epsilon(score_epsilon, owner, "score_epsilon")
-            self.accountant.spend(se, label="rr-scores")
+            self._accountant.spend(se, label="rr-scores")
             s = np.clip(s + laplace_noise(s.size, scale=1.0 / se), 0.0, 1.0)
-        flip = secure_bernoulli(y.size, p=rr_flip_probability(self.epsilon))
-        self.flipped_labels: NDArray[np.int64] = np.where(flip, 1 - y, y).astype(np.int64)
-        self._stats = local_statistics(self.flipped_labels, s, points)
+        flip = secure_bernoulli(y.size, p=rr_flip_probability(self._epsilon))
+        self._flipped_labels: NDArray[np.int64] = np.where(flip, 1 - y, y).astype(np.int64)
+        self._stats = local_statistics(self._flipped_labels, s, points)
+
+    @property
+    def epsilon(self) -> float:
+        """The randomized-response epsilon (charged once, at construction)."""
+        return self._epsilon
+
+    @property
+    def accountant(self) -> PrivacyAccountant:
+        """The accountant charged at construction."""
+        return self._accountant
 
     def submit(self) -> bytes:
         """Exact statistics of the flipped labels, serialized."""
-        return self._message(_encode("rr", self.epsilon, 0.0, self._stats))
+        return self._message(_encode("rr", self._epsilon, 0.0, self._stats))
 
 
 @dataclass(frozen=True)

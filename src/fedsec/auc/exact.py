@@ -182,44 +182,44 @@ class BinPairsParty:
                  points: np.ndarray, round_index: int) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("a party needs the CKKS secret key")
-        self.keys = keys
-        self.points = np.asarray(points, dtype=np.float64)
-        self.cfg = _RoundConfig(tuple(self.points.tolist()), keys.context.params.name,
-                                round_index)
+        self._keys = keys
+        self._points = np.asarray(points, dtype=np.float64)
+        self._cfg = _RoundConfig(tuple(self._points.tolist()), keys.context.params.name,
+                                 round_index)
         self._round = int(round_index)
-        self.binding = evaluation_binding(keys.session, self.cfg.digest(), "fhauc-exact",
-                                          party_role(keys.name))
+        self._binding = evaluation_binding(keys.session, self._cfg.digest(), "fhauc-exact",
+                                           party_role(keys.name))
         self._y, self._s = y_true, y_score
 
     @property
     def n_chunks(self) -> int:
-        return -(-self.points.size // self.keys.context.slots)
+        return -(-self._points.size // self._keys.context.slots)
 
     def submit(self) -> bytes:
-        tp, fp = confusion_counts(self._y, self._s, self.points)
+        tp, fp = confusion_counts(self._y, self._s, self._points)
         dtp, dfp = np.diff(tp, prepend=0), np.diff(fp, prepend=0)
-        ctx, per = self.keys.context, self.keys.context.slots
+        ctx, per = self._keys.context, self._keys.context.slots
         blobs = []
         for c in range(self.n_chunks):
             vec = np.zeros(per, dtype=np.complex128)
-            part = slice(c * per, min((c + 1) * per, self.points.size))
+            part = slice(c * per, min((c + 1) * per, self._points.size))
             vec[:part.stop - part.start] = dtp[part] + 1j * dfp[part]
             blobs.append(ctx.encrypt_bytes(vec))
-        meta = self.binding.bind({"party": self.keys.index}, step="bins", to=AGGREGATOR,
-                                 round=self._round)
+        meta = self._binding.bind({"party": self._keys.index}, step="bins", to=AGGREGATOR,
+                                  round=self._round)
         return wire.encode("fhauc-exact/bins", meta, blobs)
 
     @receives("fhauc-exact/pairs")
     def read(self, response: bytes, max_bytes: int = 1 << 30) -> np.ndarray:
         """Which bins hold a (positive, negative) pair of the federation."""
         msg = wire.decode(response, expect="fhauc-exact/pairs", max_bytes=max_bytes)
-        check_bound(self.binding, msg.meta, step="pairs", sender=AGGREGATOR,
+        check_bound(self._binding, msg.meta, step="pairs", sender=AGGREGATOR,
                     round=self._round, broadcast=True, what="refinement result")
         if len(msg.blobs) != self.n_chunks:
             raise ProtocolError(f"refinement result must hold {self.n_chunks} ciphertext(s)")
-        ctx = self.keys.context
+        ctx = self._keys.context
         vals = np.concatenate([ctx.decrypt(ctx.deserialize(b)) for b in msg.blobs])
-        vals = vals[:self.points.size]
+        vals = vals[:self._points.size]
         if np.abs(vals.real).max(initial=0.0) > 1e-3 + 1e-6 * np.abs(vals).max(initial=0.0):
             raise ProtocolError("the refinement result is not a masked pair count (check: "
                                 "real-part)")
@@ -233,29 +233,34 @@ class BinPairsAggregator:
                  session: str, round_index: int) -> None:
         if context.has_secret_key:
             raise ValueError("the aggregator must not hold the secret key")
-        self.context = context
-        self.points = np.asarray(points, dtype=np.float64)
-        self.cfg = _RoundConfig(tuple(self.points.tolist()), context.params.name,
-                                round_index)
-        self.names = tuple(names)
-        self.session = session
+        self._context = context
+        self._points = np.asarray(points, dtype=np.float64)
+        self._cfg = _RoundConfig(tuple(self._points.tolist()), context.params.name,
+                                 round_index)
+        self._names = tuple(names)
+        self._session = session
         self._round = int(round_index)
-        self.binding = evaluation_binding(session, self.cfg.digest(), "fhauc-exact",
-                                          AGGREGATOR)
-        self.timing: dict[str, float] = {}
+        self._binding = evaluation_binding(session, self._cfg.digest(), "fhauc-exact",
+                                           AGGREGATOR)
+        self._timing: dict[str, float] = {}
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Seconds the last :meth:`aggregate` took (``"total_s"``)."""
+        return dict(self._timing)
 
     @receives("fhauc-exact/bins")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         t0 = time.perf_counter()
-        ctx = self.context
-        chunks = -(-self.points.size // ctx.slots)
+        ctx = self._context
+        chunks = -(-self._points.size // ctx.slots)
         per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
         seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-exact/bins")
-            idx = party_index(msg.meta, len(self.names))
-            check_bound(self.binding, msg.meta, step="bins",
-                        sender=party_role(self.names[idx]), round=self._round,
+            idx = party_index(msg.meta, len(self._names))
+            check_bound(self._binding, msg.meta, step="bins",
+                        sender=party_role(self._names[idx]), round=self._round,
                         what="a submission")
             if idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
@@ -265,7 +270,7 @@ class BinPairsAggregator:
             for c in range(chunks):
                 per_chunk[c].append(ctx.deserialize(msg.blobs[c], at_top=True,
                                                     scale=ctx.scale))
-        if len(seen) != len(self.names):
+        if len(seen) != len(self._names):
             raise ProtocolError("a refinement round needs every party")
         out = []
         for cts in per_chunk:
@@ -278,8 +283,8 @@ class BinPairsAggregator:
             noise = gaussian_noise(2 * ctx.slots, sigma=RESULT_NOISE_SD)
             res = ctx.add_plain(res, noise[0::2] + 1j * noise[1::2])
             out.append(ctx.serialize(res))
-        self.timing = {"total_s": time.perf_counter() - t0}
-        meta = self.binding.bind({}, step="pairs", to=BROADCAST, round=self._round)
+        self._timing = {"total_s": time.perf_counter() - t0}
+        meta = self._binding.bind({}, step="pairs", to=BROADCAST, round=self._round)
         return wire.encode("fhauc-exact/pairs", meta, out)
 
 

@@ -298,25 +298,34 @@ class FHAUCParty:
                  roster: Roster | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
-        self.policy = policy if policy is not None else PartyPolicy()
-        self.policy.check_config(config)
-        self.config = config
-        self.keys = keys
-        self.roster = roster
+        self._policy = policy if policy is not None else PartyPolicy()
+        self._policy.check_config(config)
+        self._config = config
+        self._keys = keys
+        self._roster = roster
         self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
-        #: This party's role name (``"party:<name>"``) and its side of the binding.
-        self.role = party_role(keys.name)
-        self.binding = evaluation_binding(keys.session, config.digest(), "fhauc", self.role)
+        # This party's role name (``"party:<name>"``) and its side of the binding.
+        self._role = party_role(keys.name)
+        self._binding = evaluation_binding(keys.session, config.digest(), "fhauc", self._role)
         #: This party's seconds by kind of work.
         self.clock = Clock()
-        self.included: tuple[str, ...] = ()
-        #: The certified bound ``|exact AUC - trapezoid AUC|`` learnt with the AUC
-        #: (:func:`fedsec.metrics.trapezoid_error_bound`), set by :meth:`finalize`.
-        self.error_bound: float = float("nan")
+        self._included: tuple[str, ...] = ()
+        self._error_bound: float = float("nan")
+
+    @property
+    def included(self) -> tuple[str, ...]:
+        """The parties the result covers (set by :meth:`finalize`)."""
+        return self._included
+
+    @property
+    def error_bound(self) -> float:
+        """The certified bound ``|exact AUC - trapezoid AUC|`` learnt with the AUC
+        (:func:`fedsec.metrics.trapezoid_error_bound`), set by :meth:`finalize`."""
+        return self._error_bound
 
     def terms(self) -> tuple[np.ndarray, np.ndarray]:
         """Steps 2-3: this party's trapezoid terms ``T, F`` over the decision points."""
-        tp, fp = confusion_counts(self._y, self._s, self.config.points)
+        tp, fp = confusion_counts(self._y, self._s, self._config.points)
         return trapezoid_terms(tp, fp)
 
     def slot_vectors(self) -> list[np.ndarray]:
@@ -325,7 +334,7 @@ class FHAUCParty:
         TP[n-1]``, the positives first counted at point ``n``) for point ``n`` = chunk
         offset + ``k``; slots 2 and 3 of the first ciphertext hold ``Pos + 2i*Neg`` and its
         conjugate."""
-        cfg = self.config
+        cfg = self._config
         tp, fp = confusion_counts(self._y, self._s, cfg.points)
         t, f = trapezoid_terms(tp, fp)
         dtp = np.diff(tp, prepend=0)
@@ -346,19 +355,19 @@ class FHAUCParty:
 
     def submit(self) -> bytes:
         """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
-        ctx = self.keys.context
+        ctx = self._keys.context
         with self.clock("encryption"):
             blobs = [ctx.encrypt_bytes(v) for v in self.slot_vectors()]
-        meta = self.binding.bind({"party": self.keys.index, "chunks": len(blobs)},
-                                 step="submit", to=AGGREGATOR)
+        meta = self._binding.bind({"party": self._keys.index, "chunks": len(blobs)},
+                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc/submit", meta, blobs)
 
     @receives("fhauc/result")
     def finalize(self, response: bytes) -> float:
         """Step 9: decrypt the masked pair and return the global AUC."""
         msg = wire.decode(response, expect="fhauc/result",
-                          max_bytes=self.policy.max_message_bytes)
-        check_bound(self.binding, msg.meta, step="result", sender=AGGREGATOR,
+                          max_bytes=self._policy.max_message_bytes)
+        check_bound(self._binding, msg.meta, step="result", sender=AGGREGATOR,
                     broadcast=True, what="result")
         if len(msg.blobs) != 1:
             raise ProtocolError("result must hold one ciphertext")
@@ -366,19 +375,19 @@ class FHAUCParty:
             ratio = fields.real(msg.meta, "ratio", 0.0, 2.0) if "ratio" in msg.meta else 0.0
         except ProtocolError:
             raise ProtocolError("result masking does not match the configuration") from None
-        if not ratio < 2.0 or (self.config.masking == "single") != (ratio == 0.0):
+        if not ratio < 2.0 or (self._config.masking == "single") != (ratio == 0.0):
             raise ProtocolError("result masking does not match the configuration")
-        n = self.keys.n_parties
+        n = self._keys.n_parties
         try:
             included = fields.integers(msg.meta, "parties", 0, n - 1, distinct=True)
         except ProtocolError:
             raise ProtocolError("result lists invalid party indices") from None
-        if self.keys.index not in included:
+        if self._keys.index not in included:
             raise ProtocolError("the result does not include this party's submission")
-        self.policy.check_participants(len(included), "semi-honest", n, self.roster)
-        self.included = tuple(self.keys.names[i] for i in included)
+        self._policy.check_participants(len(included), "semi-honest", n, self._roster)
+        self._included = tuple(self._keys.names[i] for i in included)
         ratio = float(ratio)
-        ctx = self.keys.context
+        ctx = self._keys.context
         with self.clock("decryption"):
             z = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
         _check_uniform_slots(z)
@@ -388,7 +397,7 @@ class FHAUCParty:
             raise ProtocolError("the response is not a masked FHAUC result (check: "
                                 "denominator)")
         auc = finish_auc(num, denom, ratio)
-        self.error_bound = finish_error_bound(num_b, denom, -ratio, auc)
+        self._error_bound = finish_error_bound(num_b, denom, -ratio, auc)
         return auc
 
 
@@ -430,38 +439,58 @@ class FHAUCAggregator:
         missing = set(config.rotations()) - set(context.rotations)
         if missing or not context.conjugate_key:
             raise ValueError("the public context lacks Galois keys FHAUC needs")
-        self.context = context
-        self.config = config
-        self.names = tuple(names)
-        self.session = session
-        self.binding = evaluation_binding(session, config.digest(), "fhauc", AGGREGATOR)
+        self._context = context
+        self._config = config
+        self._names = tuple(names)
+        self._session = session
+        self._binding = evaluation_binding(session, config.digest(), "fhauc", AGGREGATOR)
         #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
         self.clock = Clock()
-        self.min_parties = len(self.names) if min_parties is None else int(min_parties)
-        self.timing: dict[str, float] = {}
+        self._min_parties = len(self._names) if min_parties is None else int(min_parties)
+        self._timing: dict[str, float] = {}
+
+    @property
+    def context(self) -> CKKSContext:
+        """The public CKKS context it computes with (no secret key)."""
+        return self._context
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parties, in key set-up order."""
+        return self._names
+
+    @property
+    def session(self) -> str:
+        """The key set-up session id."""
+        return self._session
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Seconds the last :meth:`aggregate` took, by step (``"total_s"``)."""
+        return dict(self._timing)
 
     def _load(self, submissions: Sequence[bytes]) -> tuple[list[Any], list[int]]:
         """Per chunk, the sum of the submissions; and the parties that submitted."""
-        chunks = self.config.n_chunks
+        chunks = self._config.n_chunks
         per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
         seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc/submit")
-            idx = party_index(msg.meta, len(self.names))
-            check_bound(self.binding, msg.meta, step="submit",
-                        sender=party_role(self.names[idx]), what="a submission")
+            idx = party_index(msg.meta, len(self._names))
+            check_bound(self._binding, msg.meta, step="submit",
+                        sender=party_role(self._names[idx]), what="a submission")
             if idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
             for c in range(chunks):
-                per_chunk[c].append(self.context.deserialize(
-                    msg.blobs[c], at_top=True, scale=self.context.scale))
+                per_chunk[c].append(self._context.deserialize(
+                    msg.blobs[c], at_top=True, scale=self._context.scale))
             seen.append(idx)
-        if len(seen) < max(1, self.min_parties):
-            raise ProtocolError(f"only {len(seen)} submissions; at least {self.min_parties} "
+        if len(seen) < max(1, self._min_parties):
+            raise ProtocolError(f"only {len(seen)} submissions; at least {self._min_parties} "
                                 "are required")
-        return [self.context.add_many(c) for c in per_chunk], seen
+        return [self._context.add_many(c) for c in per_chunk], seen
 
     def combine(self, z: Any) -> tuple[Any, Any]:
         """Steps 5-7 on the summed ciphertext(s) (one or a list of chunk sums).
@@ -473,7 +502,7 @@ class FHAUCAggregator:
         no partial sums remain. Key switches: one relinearization, one conjugation, one
         rotation per doubling of the class sum (10 on the default ring) and the rotation
         by 2."""
-        ctx = self.context
+        ctx = self._context
         chunks = list(z) if isinstance(z, (list, tuple)) else [z]
         q = None
         for c in chunks:
@@ -501,8 +530,8 @@ class FHAUCAggregator:
         (:data:`RESULT_NOISE_SD`; ``noise=False`` for tests) is added so that classes 2 and
         3 stay exactly such functions of the noisy classes 0 and 1 (given ``c/d``): they
         are no second measurement."""
-        ctx = self.context
-        m = masks if masks is not None else Masks.draw(self.config.masking)
+        ctx = self._context
+        m = masks if masks is not None else Masks.draw(self._config.masking)
         scale = float(ctx.rescale_prime(q))
         d_num = round(m.d_num * scale) / scale   # encodes to exactly K
         d_den = round(m.d_den * scale) / scale
@@ -534,11 +563,11 @@ class FHAUCAggregator:
         with self.clock("arithmetic"):
             q, rot = self.combine(sums)
             out, ratio = self.mask(q, rot)
-            blob = self.context.serialize(out)
+            blob = self._context.serialize(out)
         t2 = time.perf_counter()
-        self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        meta = self.binding.bind({"parties": sorted(idx), "ratio": ratio}, step="result",
-                                 to=BROADCAST)
+        self._timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
+        meta = self._binding.bind({"parties": sorted(idx), "ratio": ratio}, step="result",
+                                  to=BROADCAST)
         return wire.encode("fhauc/result", meta, [blob])
 
 

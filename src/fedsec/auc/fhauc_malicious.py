@@ -427,12 +427,12 @@ class MaliciousParty:
         if identity.name != keys.name or identity.name not in roster or \
                 roster.public_key(identity.name) != identity.public_key:
             raise ValueError("the identity does not match the keys and the roster")
-        self.policy = policy if policy is not None else PartyPolicy()
-        self.policy.check_config(config)
-        self.config = config
-        self.keys = keys
-        self.identity = identity
-        self.roster = roster
+        self._policy = policy if policy is not None else PartyPolicy()
+        self._policy.check_config(config)
+        self._config = config
+        self._keys = keys
+        self._identity = identity
+        self._roster = roster
         self._y, self._s = check_party_inputs(y_true, y_score, config.max_total_samples)
         if nonce is not None and len(nonce) != NONCE_BYTES:
             raise ValueError(f"a nonce must be {NONCE_BYTES} bytes")
@@ -441,18 +441,28 @@ class MaliciousParty:
         self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES)
         self._runs: list[_RunRandomness] | None = None
         self._bound_runs: list[_RunRandomness] = []
-        #: The certified bound ``|exact AUC - trapezoid AUC|``, verified like the AUC; set
-        #: by :meth:`finalize`.
-        self.error_bound: float = float("nan")
+        self._error_bound: float = float("nan")
         self._participants: list[int] = []
         self._local = SystemRandomSource()
-        #: This party's role name (``"party:<name>"``) and its side of the binding.
-        self.role = party_role(keys.name)
-        self.binding = evaluation_binding(keys.session, config.digest(), "fhauc-m", self.role)
+        # This party's role name (``"party:<name>"``) and its side of the binding.
+        self._role = party_role(keys.name)
+        self._binding = evaluation_binding(keys.session, config.digest(), "fhauc-m", self._role)
         #: This party's seconds by kind of work.
         self.clock = Clock()
-        self.verification: dict[str, Any] = {}
+        self._verification: dict[str, Any] = {}
         self._finalized = False
+
+    @property
+    def error_bound(self) -> float:
+        """The certified bound ``|exact AUC - trapezoid AUC|``, verified like the AUC;
+        set by :meth:`finalize`."""
+        return self._error_bound
+
+    @property
+    def verification(self) -> dict[str, Any]:
+        """What :meth:`finalize` checked: the AUC of every run, the tolerance and the
+        bound's runs."""
+        return dict(self._verification)
 
     @property
     def nonce(self) -> bytes:
@@ -467,22 +477,22 @@ class MaliciousParty:
     def commit(self) -> bytes:
         """Round 1: a signed fresh nonce that makes this evaluation's randomness new and
         proves this party takes part."""
-        cfg, session, name = self.config.digest(), self.keys.session, self.keys.name
-        sig = self.identity.sign("fhauc-m/commit",
-                                 _commit_payload(session, cfg, name, self._nonce))
-        meta = self.binding.bind({"name": name}, step="commit", to=AGGREGATOR)
+        cfg, session, name = self._config.digest(), self._keys.session, self._keys.name
+        sig = self._identity.sign("fhauc-m/commit",
+                                  _commit_payload(session, cfg, name, self._nonce))
+        meta = self._binding.bind({"name": name}, step="commit", to=AGGREGATOR)
         return wire.encode("fhauc-m/commit", meta, [self._nonce, sig])
 
     def _read_start(self, start: bytes) -> None:
         msg = wire.decode(start, expect="fhauc-m/start",
-                          max_bytes=self.policy.max_message_bytes)
-        cfg, session = self.config.digest(), self.keys.session
-        check_bound(self.binding, msg.meta, step="start", sender=AGGREGATOR, broadcast=True,
+                          max_bytes=self._policy.max_message_bytes)
+        cfg, session = self._config.digest(), self._keys.session
+        check_bound(self._binding, msg.meta, step="start", sender=AGGREGATOR, broadcast=True,
                     what="start message")
         entries: dict[int, bytes] = {}
         for raw in msg.blobs:
             try:
-                idx, nonce = parse_commit(raw, roster=self.roster, names=self.keys.names,
+                idx, nonce = parse_commit(raw, roster=self._roster, names=self._keys.names,
                                           session=session, config=cfg)
             except ProtocolError as exc:
                 raise TamperingDetected(f"the start message carries a bad commit ({exc})",
@@ -491,33 +501,33 @@ class MaliciousParty:
                 raise TamperingDetected("the start message lists a party twice",
                                         check="commits")
             entries[idx] = nonce
-        me = self.keys.index
+        me = self._keys.index
         if entries.get(me) != self._nonce:
             raise TamperingDetected("the start message does not carry this party's commit",
                                     check="nonce")
-        self.policy.check_participants(len(entries), "malicious", len(self.roster),
-                                       self.roster)
+        self._policy.check_participants(len(entries), "malicious", len(self._roster),
+                                        self._roster)
         self._participants = sorted(entries)
         nonces = [entries[i] for i in self._participants]
-        self._runs = [derive_run_randomness(self.keys.seed, session, self.config,
-                                            nonces, k) for k in range(self.config.runs)]
-        self._bound_runs = [derive_run_randomness(self.keys.seed, session, self.config,
+        self._runs = [derive_run_randomness(self._keys.seed, session, self._config,
+                                            nonces, k) for k in range(self._config.runs)]
+        self._bound_runs = [derive_run_randomness(self._keys.seed, session, self._config,
                                                   nonces, k, "bound")
-                            for k in range(self.config.runs)]
+                            for k in range(self._config.runs)]
 
     def _entries(self, rr: _RunRandomness, row: int, bound: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, complex]:
         """Steps 3-5: masked T and F entries (N+1 each) and the DT + i*DF pair. With
         ``bound`` the first factor is ``dTP`` instead of ``T`` (the error-bound channel:
         ``sum dTP*F`` counts the pairs within a bin)."""
-        tp, fp = confusion_counts(self._y, self._s, self.config.points)
+        tp, fp = confusion_counts(self._y, self._s, self._config.points)
         t, f = trapezoid_terms(tp, fp)
         if bound:
             t = np.diff(tp, prepend=0)
-            t[single_value_bins(self.config.points)] = 0   # exact ties: no error
+            t[single_value_bins(self._config.points)] = 0   # exact ties: no error
         pos, neg = float(tp[-1]), float(fp[-1])
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)
-        n = self.config.n_points
+        n = self._config.n_points
         tv = np.empty(n + 1)
         fv = np.empty(n + 1)
         tv[:n] = r3 * (t + rr.tr[row, :n])
@@ -531,7 +541,7 @@ class MaliciousParty:
     def _positions(self, rr: _RunRandomness, row: int, bound_channel: bool = False
                    ) -> tuple[np.ndarray, complex]:
         """Steps 6-7 for one run: split every entry into shares and permute the positions."""
-        cfg = self.config
+        cfg = self._config
         s_count = cfg.splits
         tv, fv, dpair = self._entries(rr, row, bound_channel)
         bound = SHARE_SUM_BOUND / (len(self._participants) * s_count)
@@ -553,14 +563,14 @@ class MaliciousParty:
         slot class ``2k`` (positions) and ``2k + 1`` (denominator pair) - and encrypted."""
         self._read_start(start)
         assert self._runs is not None
-        cfg = self.config
-        row = self._participants.index(self.keys.index)
+        cfg = self._config
+        row = self._participants.index(self._keys.index)
         with self.clock("share_generation"):
             runs = [self._positions(rr, row) for rr in self._runs]
             bruns = [self._positions(rb, row, bound_channel=True)[0]
                      for rb in self._bound_runs]
         per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
-        ctx = self.keys.context
+        ctx = self._keys.context
         blobs = []
         for c in range(cfg.n_chunks):
             vec = np.zeros(cfg.params_slots(), dtype=np.complex128)
@@ -574,8 +584,8 @@ class MaliciousParty:
                 vec[j:j + stride * part_b.size:stride] = part_b
             with self.clock("encryption"):
                 blobs.append(ctx.encrypt_bytes(vec))
-        meta = self.binding.bind({"party": self.keys.index, "chunks": cfg.n_chunks},
-                                 step="submit", to=AGGREGATOR)
+        meta = self._binding.bind({"party": self._keys.index, "chunks": cfg.n_chunks},
+                                  step="submit", to=AGGREGATOR)
         return wire.encode("fhauc-m/submit", meta, blobs)
 
     @receives("fhauc-m/result")
@@ -598,23 +608,23 @@ class MaliciousParty:
         self._finalized = True
         try:
             msg = wire.decode(response, expect="fhauc-m/result",
-                              max_bytes=self.policy.max_message_bytes)
+                              max_bytes=self._policy.max_message_bytes)
         except ProtocolError as exc:
             raise TamperingDetected(f"unreadable result: {exc}", check="format") from None
-        check_bound(self.binding, msg.meta, step="result", sender=AGGREGATOR,
+        check_bound(self._binding, msg.meta, step="result", sender=AGGREGATOR,
                     broadcast=True, what="result", tampering=True)
         try:
-            parties = list(fields.integers(msg.meta, "parties", 0, self.keys.n_parties - 1))
+            parties = list(fields.integers(msg.meta, "parties", 0, self._keys.n_parties - 1))
         except ProtocolError:
             parties = None
         if parties != self._participants:
             raise TamperingDetected("the result does not cover exactly the parties that "
                                     "started this evaluation", check="participants")
-        runs, stride = self.config.runs, self.config.stride
+        runs, stride = self._config.runs, self._config.stride
         if len(msg.blobs) != 1:
             raise TamperingDetected("the result must hold one ciphertext", check="format")
-        ctx = self.keys.context
-        tol = self.config.tolerance
+        ctx = self._keys.context
+        tol = self._config.tolerance
         try:
             with self.clock("decryption"):
                 slots = ctx.decrypt(ctx.deserialize(msg.blobs[0]))
@@ -669,7 +679,7 @@ class MaliciousParty:
             # This party holds both classes, so the federation does: a zero denominator
             # in any run is a forged answer.
             raise TamperingDetected("a run reports a zero denominator", check="denominator")
-        self.verification = {"auc_runs": aucs, "tolerance": tol}
+        self._verification = {"auc_runs": aucs, "tolerance": tol}
         for k, a in enumerate(aucs):
             if not -tol <= a <= 1.0 + tol:
                 raise TamperingDetected(f"run {k + 1} yields an AUC outside [0, 1]",
@@ -680,7 +690,7 @@ class MaliciousParty:
         auc = min(1.0, max(0.0, aucs[0]))
         # the bound channel is verified like the AUC: in range (the trapezoid counts the
         # pairs within a bin as 1/2, so B/denom <= min(auc, 1 - auc)) and the runs agree
-        self.verification["bound_runs"] = bounds
+        self._verification["bound_runs"] = bounds
         for k, b in enumerate(bounds):
             if not -tol <= b <= min(auc, 1.0 - auc) + tol:
                 raise TamperingDetected(f"run {k + 1} yields an error bound outside "
@@ -688,7 +698,7 @@ class MaliciousParty:
         if max(bounds) - min(bounds) > tol:
             raise TamperingDetected(f"the {runs} runs' error bounds disagree beyond the "
                                     f"tolerance {tol:g}", check="double-execution")
-        self.error_bound = min(max(0.0, bounds[0]), max(0.0, min(auc, 1.0 - auc)))
+        self._error_bound = min(max(0.0, bounds[0]), max(0.0, min(auc, 1.0 - auc)))
         return auc
 
 
@@ -703,18 +713,48 @@ class MaliciousAggregator:
         missing = set(config.rotations()) - set(context.rotations)
         if missing or not context.conjugate_key or context.params.name != config.preset:
             raise ValueError("the public context does not match the configuration")
-        self.context = context
-        self.config = config
-        self.names = tuple(names)
-        self.session = session
-        self.binding = evaluation_binding(session, config.digest(), "fhauc-m", AGGREGATOR)
+        self._context = context
+        self._config = config
+        self._names = tuple(names)
+        self._session = session
+        self._binding = evaluation_binding(session, config.digest(), "fhauc-m", AGGREGATOR)
         #: The aggregator's seconds by kind of work (:attr:`timing` splits the last call).
         self.clock = Clock()
-        self.roster = roster
-        self.min_parties = len(self.names) if min_parties is None else int(min_parties)
-        self.participants: list[int] = []
-        self.rejected: dict[int, str] = {}
-        self.timing: dict[str, float] = {}
+        self._roster = roster
+        self._min_parties = len(self._names) if min_parties is None else int(min_parties)
+        self._participants: list[int] = []
+        self._rejected: dict[int, str] = {}
+        self._timing: dict[str, float] = {}
+
+    @property
+    def context(self) -> CKKSContext:
+        """The public CKKS context it computes with (no secret key)."""
+        return self._context
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parties, in key set-up order."""
+        return self._names
+
+    @property
+    def session(self) -> str:
+        """The key set-up session id."""
+        return self._session
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Seconds the last :meth:`aggregate` took, by step (``"total_s"``)."""
+        return dict(self._timing)
+
+    @property
+    def participants(self) -> list[int]:
+        """The parties (indices in :attr:`names`) whose commits :meth:`start` accepted."""
+        return list(self._participants)
+
+    @property
+    def rejected(self) -> dict[int, str]:
+        """Why each commit left out by :meth:`start` was rejected, by position."""
+        return dict(self._rejected)
 
     @receives("fhauc-m/commit")
     def start(self, commits: Sequence[bytes]) -> bytes:
@@ -723,68 +763,68 @@ class MaliciousAggregator:
         A bad commit is left out and recorded in :attr:`rejected` (by position)."""
         entries: dict[int, bytes] = {}
         first: dict[int, int] = {}
-        self.rejected = {}
+        self._rejected = {}
         for pos, raw in enumerate(commits):
             try:
-                idx, _nonce = parse_commit(raw, roster=self.roster, names=self.names,
-                                           session=self.session, config=self.config.digest())
+                idx, _nonce = parse_commit(raw, roster=self._roster, names=self._names,
+                                           session=self._session, config=self._config.digest())
             except ProtocolError as exc:
-                self.rejected[pos] = str(exc)
+                self._rejected[pos] = str(exc)
                 continue
             if idx in first:
                 # a copy is harmless; two different signed commits (one replayed from an
                 # earlier evaluation) cannot be told apart, so neither is used
-                if raw == entries.get(idx, raw) and first[idx] not in self.rejected:
-                    self.rejected[pos] = f"a copy of the commit of {self.names[idx]!r}"
+                if raw == entries.get(idx, raw) and first[idx] not in self._rejected:
+                    self._rejected[pos] = f"a copy of the commit of {self._names[idx]!r}"
                     continue
-                self.rejected[pos] = self.rejected[first[idx]] = \
-                    f"two different commits claim to come from {self.names[idx]!r}"
+                self._rejected[pos] = self._rejected[first[idx]] = \
+                    f"two different commits claim to come from {self._names[idx]!r}"
                 entries.pop(idx, None)
                 continue
             entries[idx] = raw
             first[idx] = pos
-        if len(entries) < max(2, self.min_parties):
+        if len(entries) < max(2, self._min_parties):
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
-                                f"{max(2, self.min_parties)} are required")
-        self.participants = sorted(entries)
-        meta = self.binding.bind({}, step="start", to=BROADCAST)
-        return wire.encode("fhauc-m/start", meta, [entries[i] for i in self.participants])
+                                f"{max(2, self._min_parties)} are required")
+        self._participants = sorted(entries)
+        meta = self._binding.bind({}, step="start", to=BROADCAST)
+        return wire.encode("fhauc-m/start", meta, [entries[i] for i in self._participants])
 
     def _load(self, submissions: Sequence[bytes]) -> list[Any]:
         """Return the participants' sum for every chunk."""
-        chunks = self.config.n_chunks
+        chunks = self._config.n_chunks
         per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
         seen = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-m/submit")
-            idx = party_index(msg.meta, len(self.names))
-            check_bound(self.binding, msg.meta, step="submit",
-                        sender=party_role(self.names[idx]), what="a submission")
-            if idx not in self.participants or idx in seen:
+            idx = party_index(msg.meta, len(self._names))
+            check_bound(self._binding, msg.meta, step="submit",
+                        sender=party_role(self._names[idx]), what="a submission")
+            if idx not in self._participants or idx in seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
             seen.append(idx)
             for c in range(chunks):
-                per_chunk[c].append(self.context.deserialize(
-                    msg.blobs[c], at_top=True, scale=self.context.scale))
-        if sorted(seen) != self.participants:
+                per_chunk[c].append(self._context.deserialize(
+                    msg.blobs[c], at_top=True, scale=self._context.scale))
+        if sorted(seen) != self._participants:
             raise ProtocolError("missing submissions: malicious FHAUC needs every party that "
                                 "started (their zero-sum masks must cancel); restart with "
                                 "the parties still present")
-        return [self.context.add_many(c) for c in per_chunk]
+        return [self._context.add_many(c) for c in per_chunk]
 
     def combine(self, chunk_sums: Sequence[Any]) -> Any:
         """Steps 9-10 for all runs at once: slot class ``2k`` holds ``4i(r0 num + r1
         denom)`` of run ``k``, class ``2k + 1`` holds ``4i r2 denom``."""
-        ctx = self.context
+        ctx = self._context
         q = None
         for z in chunk_sums:
             sq = ctx.square(z)
             q = sq if q is None else ctx.add(q, sq)
         assert q is not None
         q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
-        return ctx.sum_slots(q, stride=self.config.stride)
+        return ctx.sum_slots(q, stride=self._config.stride)
 
     def mask(self, q: Any, *, masks: tuple[float, float] | None = None,
              noise: bool = True) -> Any:
@@ -793,7 +833,7 @@ class MaliciousAggregator:
         then add :data:`~fedsec.auc.masking.MALICIOUS_RESULT_NOISE_SD` noise to the numerator and
         the denominator channels. ``masks`` (numerator, denominator channel) lets
         :mod:`fedsec.testing.auc` scale one channel."""
-        ctx = self.context
+        ctx = self._context
         even = np.arange(ctx.slots) % 2 == 0
         if masks is None:
             out = finish_masked(ctx, masked_product(ctx, q, real_mask()))
@@ -813,16 +853,16 @@ class MaliciousAggregator:
             sums = self._load(submissions)
         t1 = time.perf_counter()
         with self.clock("arithmetic"):
-            blob = self.context.serialize(self.mask(self.combine(sums)))
+            blob = self._context.serialize(self.mask(self.combine(sums)))
         t2 = time.perf_counter()
-        self.timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
+        self._timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
         return self.result_message(blob)
 
     def result_message(self, blob: bytes, parties: Sequence[int] | None = None) -> bytes:
         """The answer message for one serialized ciphertext, bound to this evaluation
         (``parties``: the participant list it claims, default the participants)."""
-        meta = self.binding.bind(
-            {"parties": list(self.participants if parties is None else parties)},
+        meta = self._binding.bind(
+            {"parties": list(self._participants if parties is None else parties)},
             step="result", to=BROADCAST)
         return wire.encode("fhauc-m/result", meta, [blob])
 

@@ -307,26 +307,30 @@ class KeySetupParty:
     min_parties : int, optional
         The fewest set-up participants this party accepts (default: the roster's quorum,
         else 2; never below 2).
+    state : bytes, optional
+        This party's set-up state from :meth:`to_bytes`, to resume it between steps
+        (:meth:`from_bytes` is the usual way); without it, a fresh X25519 key and nonce.
     """
 
     def __init__(self, identity: Identity, roster: Roster, spec: KeySpec, *,
                  min_parties: int | None = None,
-                 max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES,
+                 state: bytes | None = None) -> None:
         if not isinstance(identity, Identity) or not isinstance(roster, Roster):
             raise TypeError("KeySetupParty needs an Identity and a Roster")
         if identity.name not in roster or roster.public_key(identity.name) != \
                 identity.public_key:
             raise ValueError(f"the identity {identity.name!r} is not on the roster with "
                              "this public key")
-        self.identity = identity
-        self.roster = roster
-        self.spec = spec
+        self._identity = identity
+        self._roster = roster
+        self._spec = spec
         q = roster.quorum if min_parties is None else min_parties
-        self.min_parties = max(2, int(q or 2))
-        if self.min_parties > len(roster):
-            raise ValueError(f"min_parties={self.min_parties} exceeds the roster's "
+        self._min_parties = max(2, int(q or 2))
+        if self._min_parties > len(roster):
+            raise ValueError(f"min_parties={self._min_parties} exceeds the roster's "
                              f"{len(roster)} parties")
-        self.max_message_bytes = int(max_message_bytes)
+        self._max_message_bytes = int(max_message_bytes)
         self._x = X25519PrivateKey.generate()
         self._nonce = secrets.token_bytes(NONCE_BYTES)
         self._hello: bytes | None = None
@@ -334,10 +338,12 @@ class KeySetupParty:
         self._own: tuple[CKKSContext, bytes, bytes] | None = None
         self._pending: PartyKeys | None = None
         self._final: bytes | None = None
+        if state is not None:
+            self._restore(state)
 
     @property
     def name(self) -> str:
-        return self.identity.name
+        return self._identity.name
 
     # -------------------------------------------------------------- state on disk
     def to_bytes(self) -> bytes:
@@ -356,60 +362,62 @@ class KeySetupParty:
     @classmethod
     def from_bytes(cls, data: bytes, *, identity: Identity, roster: Roster, spec: KeySpec,
                    min_parties: int | None = None) -> KeySetupParty:
+        """The party whose state :meth:`to_bytes` saved (same identity, roster and spec)."""
+        return cls(identity, roster, spec, min_parties=min_parties, state=data)
+
+    def _restore(self, data: bytes) -> None:
         msg = wire.decode(data, expect="keys/setup-state")
-        if len(msg.blobs) != 6 or _name(msg.meta) != identity.name:
+        if len(msg.blobs) != 6 or _name(msg.meta) != self.name:
             raise ProtocolError("malformed key set-up state")
-        out = cls(identity, roster, spec, min_parties=min_parties)
         try:
-            out._x = X25519PrivateKey.from_private_bytes(msg.blobs[0])
+            self._x = X25519PrivateKey.from_private_bytes(msg.blobs[0])
         except ValueError:
             raise ProtocolError("malformed key set-up state") from None
-        out._nonce = msg.blobs[1]
-        out._hello = msg.blobs[2] or None
+        self._nonce = msg.blobs[1]
+        self._hello = msg.blobs[2] or None
+        allow_insecure = self._spec.allow_insecure
         if msg.blobs[3]:
             own = wire.decode(msg.blobs[3], expect="keys/own")
             if len(own.blobs) != 3 or len(own.blobs[1]) != SEED_BYTES:
                 raise ProtocolError("malformed key set-up state")
-            ctx = CKKSContext.from_secret_bytes(own.blobs[0], allow_insecure=spec.allow_insecure)
-            out._own = (ctx, own.blobs[1], own.blobs[2])
+            ctx = CKKSContext.from_secret_bytes(own.blobs[0], allow_insecure=allow_insecure)
+            self._own = (ctx, own.blobs[1], own.blobs[2])
         if msg.blobs[4]:
-            out._pending = PartyKeys.from_bytes(msg.blobs[4],
-                                                allow_insecure=spec.allow_insecure)
-        out._final = msg.blobs[5] or None
-        return out
+            self._pending = PartyKeys.from_bytes(msg.blobs[4], allow_insecure=allow_insecure)
+        self._final = msg.blobs[5] or None
 
     # -------------------------------------------------------------- round 1
     def hello(self) -> bytes:
         """A signed hello with a fresh X25519 key and nonce."""
         x_pk = public_key_bytes(self._x.public_key())
-        sig = self.identity.sign("keys/hello", _hello_payload(
-            self.roster.digest(), self.spec.digest(), self.name, x_pk, self._nonce))
+        sig = self._identity.sign("keys/hello", _hello_payload(
+            self._roster.digest(), self._spec.digest(), self.name, x_pk, self._nonce))
         self._hello = wire.encode("keys/hello", {"name": self.name,
-                                                 "roster": self.roster.digest().hex(),
-                                                 "spec": self.spec.digest().hex()},
+                                                 "roster": self._roster.digest().hex(),
+                                                 "spec": self._spec.digest().hex()},
                                   [x_pk, self._nonce, sig])
         return self._hello
 
     def _verify_request(self, raws: Sequence[bytes]) -> tuple[list[_Hello], bytes]:
         if self._hello is None:
             raise ProtocolError("hello() was not called")
-        hellos = _check_hellos(raws, self.roster, self.spec.digest(), self.min_parties)
+        hellos = _check_hellos(raws, self._roster, self._spec.digest(), self._min_parties)
         mine = [h for h in hellos if h.name == self.name]
         if not mine or mine[0].raw != self._hello:
             raise TamperingDetected("the key set-up does not carry this party's own hello",
                                     check="own-hello")
-        return hellos, _transcript(self.roster, self.spec.digest(), hellos)
+        return hellos, _transcript(self._roster, self._spec.digest(), hellos)
 
     # -------------------------------------------------------------- round 3 (holder)
     @receives("keys/request")
     def offer(self, request: bytes) -> bytes:
         """Generate the key set (this party is the transcript's key holder)."""
-        msg = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
+        msg = wire.decode(request, expect="keys/request", max_bytes=self._max_message_bytes)
         hellos, transcript = self._verify_request(list(msg.blobs))
         names = [h.name for h in hellos]
-        if names[_pick_holder(self.spec, transcript, names)] != self.name:
+        if names[_pick_holder(self._spec, transcript, names)] != self.name:
             raise ProtocolError("this party is not the transcript's key holder")
-        spec = self.spec
+        spec = self._spec
         ctx = CKKSContext.generate(spec.preset, rotations=spec.rotations,
                                    conjugate=spec.conjugate,
                                    allow_insecure=spec.allow_insecure)
@@ -428,7 +436,7 @@ class KeySetupParty:
                              [transcript, hashlib.sha256(public).digest(),
                               *[hashlib.sha256(b).digest() for b in boxes],
                               *[hashlib.sha256(b).digest() for b in extra]])
-        sig = self.identity.sign("keys/offer", header)
+        sig = self._identity.sign("keys/offer", header)
         self._own = (ctx, seed, header)
         return wire.encode("keys/offer", {"holder": self.name},
                            [public, header, sig, *boxes, *extra])
@@ -437,12 +445,12 @@ class KeySetupParty:
     @receives("keys/deliver")
     def receive(self, delivery: bytes) -> bytes:
         """Check the relayed transcript, open this party's box; return a confirmation."""
-        msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self.max_message_bytes)
-        fixed = self.spec.holder is not None
+        msg = wire.decode(delivery, expect="keys/deliver", max_bytes=self._max_message_bytes)
+        fixed = self._spec.holder is not None
         if len(msg.blobs) != (5 if fixed else 4):
             raise ProtocolError("malformed key delivery")
         request, header, sig, box = msg.blobs[:4]
-        req = wire.decode(request, expect="keys/request", max_bytes=self.max_message_bytes)
+        req = wire.decode(request, expect="keys/request", max_bytes=self._max_message_bytes)
         hellos, transcript = self._verify_request(list(req.blobs))
         names = tuple(h.name for h in hellos)
         m = len(hellos)
@@ -450,12 +458,12 @@ class KeySetupParty:
         if t_hash != transcript:
             raise TamperingDetected("the key offer belongs to another transcript",
                                     check="transcript")
-        expected_holder = names[_pick_holder(self.spec, transcript, names)]
+        expected_holder = names[_pick_holder(self._spec, transcript, names)]
         if holder != expected_holder:
             raise TamperingDetected("the key offer comes from a party that is not the "
                                     "transcript's key holder", check="holder")
         try:
-            self.roster.verify(holder, "keys/offer", header, sig)
+            self._roster.verify(holder, "keys/offer", header, sig)
         except ProtocolError:
             raise TamperingDetected("the key holder's signature on the offer does not "
                                     "verify", check="offer-signature") from None
@@ -474,14 +482,14 @@ class KeySetupParty:
                                         "one this party holds the keys of", check="holder")
             # The holder keeps only what a party needs (secret key); public keys stay out.
             ctx = CKKSContext.from_secret_bytes(ctx.secret_bytes(),
-                                                allow_insecure=self.spec.allow_insecure)
+                                                allow_insecure=self._spec.allow_insecure)
         elif fixed:
             shared = msg.blobs[4]
             if hashlib.sha256(shared).digest() != box_hashes[m]:
                 raise TamperingDetected("the public key delivered is not the one the key "
                                         "holder signed", check="box")
-            ctx = CKKSContext.from_public_bytes(shared, allow_insecure=self.spec.allow_insecure)
-            if ctx.has_secret_key or ctx.params.name != self.spec.preset:
+            ctx = CKKSContext.from_public_bytes(shared, allow_insecure=self._spec.allow_insecure)
+            if ctx.has_secret_key or ctx.params.name != self._spec.preset:
                 raise TamperingDetected("the key holder used another preset", check="spec")
             inner = wire.decode(open_sealed(self._x, box, context=_box_context(
                 transcript, holder, self.name)), expect="keys/seed")
@@ -494,14 +502,14 @@ class KeySetupParty:
             if len(inner.blobs) != 2 or len(inner.blobs[1]) != SEED_BYTES:
                 raise ProtocolError("malformed sealed key material")
             ctx = CKKSContext.from_secret_bytes(inner.blobs[0],
-                                                allow_insecure=self.spec.allow_insecure)
+                                                allow_insecure=self._spec.allow_insecure)
             seed = inner.blobs[1]
-            if ctx.params.name != self.spec.preset:
+            if ctx.params.name != self._spec.preset:
                 raise TamperingDetected("the key holder used another preset", check="spec")
         final = _h(b"fedsec/keysetup/v2/final", transcript, header)
         self._final = final
         self._pending = PartyKeys(final.hex(), names, me, ctx, seed)
-        sig_c = self.identity.sign("keys/confirm", _confirm_payload(self.name, final))
+        sig_c = self._identity.sign("keys/confirm", _confirm_payload(self.name, final))
         return wire.encode("keys/confirm", {"name": self.name}, [final, sig_c])
 
     # -------------------------------------------------------------- round 5
@@ -511,7 +519,7 @@ class KeySetupParty:
         if self._pending is None or self._final is None:
             raise ProtocolError("finish() before receive()")
         msg = wire.decode(confirmed, expect="keys/confirmed",
-                          max_bytes=self.max_message_bytes)
+                          max_bytes=self._max_message_bytes)
         names = self._pending.names
         if len(msg.blobs) != len(names):
             raise TamperingDetected("the confirmations do not cover exactly the key set-up's "
@@ -523,7 +531,7 @@ class KeySetupParty:
                                         "set-up's participants", check="transcript")
             final, sig = c.blobs
             try:
-                self.roster.verify(name, "keys/confirm", _confirm_payload(name, final), sig)
+                self._roster.verify(name, "keys/confirm", _confirm_payload(name, final), sig)
             except ProtocolError:
                 raise TamperingDetected(f"the confirmation of {name!r} does not verify",
                                         check="transcript") from None
@@ -549,20 +557,50 @@ class KeySetupAggregator:
 
     def __init__(self, roster: Roster, spec: KeySpec, *, min_parties: int = 2,
                  max_message_bytes: int = AGGREGATOR_MAX_MESSAGE_BYTES) -> None:
-        self.roster = roster
-        self.spec = spec
-        self.params = get_preset(spec.preset, allow_insecure=spec.allow_insecure)
-        self.min_parties = max(2, int(min_parties))
-        self.max_message_bytes = int(max_message_bytes)
-        self.names: tuple[str, ...] = ()
-        self.rejected: dict[int, str] = {}
-        self.holder: int | None = None
-        self.context: CKKSContext | None = None
-        self.session: str = ""
-        self.public_bytes_size = 0
+        self._roster = roster
+        self._spec = spec
+        self._params = get_preset(spec.preset, allow_insecure=spec.allow_insecure)
+        self._min_parties = max(2, int(min_parties))
+        self._max_message_bytes = int(max_message_bytes)
+        self._names: tuple[str, ...] = ()
+        self._rejected: dict[int, str] = {}
+        self._holder: int | None = None
+        self._context: CKKSContext | None = None
+        self._session: str = ""
+        self._public_bytes_size = 0
         self._request: bytes | None = None
         self._header: tuple[bytes, bytes] | None = None
         self._final: bytes | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The set-up's participants in roster order (after :meth:`request`)."""
+        return self._names
+
+    @property
+    def rejected(self) -> dict[int, str]:
+        """Why each hello left out by :meth:`request` was rejected, by position."""
+        return dict(self._rejected)
+
+    @property
+    def holder(self) -> int | None:
+        """The key holder's index in :attr:`names` (after :meth:`request`)."""
+        return self._holder
+
+    @property
+    def context(self) -> CKKSContext | None:
+        """The public CKKS material (no secret key), after :meth:`accept`."""
+        return self._context
+
+    @property
+    def public_bytes_size(self) -> int:
+        """Bytes of the public CKKS material the key holder offered."""
+        return self._public_bytes_size
+
+    @property
+    def session(self) -> str:
+        """The confirmed transcript's hash (after :meth:`confirm`; ``""`` before)."""
+        return self._session
 
     @receives("keys/hello")
     def request(self, hellos: Sequence[bytes]) -> tuple[int, bytes]:
@@ -570,65 +608,65 @@ class KeySetupAggregator:
         request. Bad hellos are left out and recorded in :attr:`rejected` (by position)."""
         valid: dict[str, _Hello] = {}
         first: dict[str, int] = {}
-        self.rejected = {}
-        spec = self.spec.digest()
+        self._rejected = {}
+        spec = self._spec.digest()
         for i, raw in enumerate(hellos):
             try:
-                h = _parse_hello(raw, self.roster, spec)
+                h = _parse_hello(raw, self._roster, spec)
             except ProtocolError as exc:
-                self.rejected[i] = str(exc)
+                self._rejected[i] = str(exc)
                 continue
             if h.name in first:
                 # A copy is harmless; two different signed hellos (one replayed from an
                 # earlier set-up) cannot be told apart, so neither is used.
-                if h.raw == valid.get(h.name, h).raw and first[h.name] not in self.rejected:
-                    self.rejected[i] = f"a copy of the hello of {h.name!r}"
+                if h.raw == valid.get(h.name, h).raw and first[h.name] not in self._rejected:
+                    self._rejected[i] = f"a copy of the hello of {h.name!r}"
                     continue
-                self.rejected[i] = self.rejected[first[h.name]] = \
+                self._rejected[i] = self._rejected[first[h.name]] = \
                     f"two different hellos claim to come from {h.name!r}"
                 valid.pop(h.name, None)
                 continue
             valid[h.name] = h
             first[h.name] = i
-        if len(valid) < self.min_parties:
+        if len(valid) < self._min_parties:
             raise ProtocolError(f"only {len(valid)} valid hellos; at least "
-                                f"{self.min_parties} are required")
-        ordered = [valid[n] for n in self.roster.order(valid)]
-        self.names = tuple(h.name for h in ordered)
-        transcript = _transcript(self.roster, spec, ordered)
-        self.holder = _pick_holder(self.spec, transcript, self.names)
+                                f"{self._min_parties} are required")
+        ordered = [valid[n] for n in self._roster.order(valid)]
+        self._names = tuple(h.name for h in ordered)
+        transcript = _transcript(self._roster, spec, ordered)
+        self._holder = _pick_holder(self._spec, transcript, self._names)
         self._transcript = transcript
         self._request = wire.encode("keys/request", {}, [h.raw for h in ordered])
-        return self.holder, self._request
+        return self._holder, self._request
 
     @receives("keys/offer")
     def accept(self, offer: bytes) -> list[bytes]:
         """Keep the public material; return one delivery per party (in :attr:`names`)."""
-        if self.holder is None or self._request is None:
+        if self._holder is None or self._request is None:
             raise ProtocolError("accept() before request()")
-        m = wire.decode(offer, expect="keys/offer", max_bytes=self.max_message_bytes)
-        n = len(self.names)
-        fixed = self.spec.holder is not None
+        m = wire.decode(offer, expect="keys/offer", max_bytes=self._max_message_bytes)
+        n = len(self._names)
+        fixed = self._spec.holder is not None
         if len(m.blobs) != n + 3 + int(fixed):
             raise ProtocolError("the key offer does not match the request")
         public, header, sig = m.blobs[:3]
         boxes = list(m.blobs[3:3 + n])
         extra = list(m.blobs[3 + n:])
-        holder = self.names[self.holder]
+        holder = self._names[self._holder]
         t_hash, h_name, public_hash, box_hashes = _parse_header(header, n, int(fixed))
         if t_hash != self._transcript or h_name != holder:
             raise ProtocolError("the key offer does not match the request")
-        self.roster.verify(holder, "keys/offer", header, sig)
+        self._roster.verify(holder, "keys/offer", header, sig)
         if hashlib.sha256(public).digest() != public_hash or any(
                 hashlib.sha256(b).digest() != bh for b, bh in zip(boxes + extra, box_hashes,
                                                                    strict=True)):
             raise ProtocolError("the key offer's contents do not match its signed header")
-        ctx = CKKSContext.from_public_bytes(public, allow_insecure=self.spec.allow_insecure)
-        if not self.spec.matches(ctx) or ctx.has_secret_key:
+        ctx = CKKSContext.from_public_bytes(public, allow_insecure=self._spec.allow_insecure)
+        if not self._spec.matches(ctx) or ctx.has_secret_key:
             raise ProtocolError("the key holder generated other keys than the configuration "
                                 "needs")
-        self.context = ctx
-        self.public_bytes_size = len(public)
+        self._context = ctx
+        self._public_bytes_size = len(public)
         self._final = _h(b"fedsec/keysetup/v2/final", self._transcript, header)
         return [wire.encode("keys/deliver", {}, [self._request, header, sig, box, *extra])
                 for box in boxes]
@@ -642,19 +680,19 @@ class KeySetupAggregator:
         for raw in confirmations:
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
             name = _name(c.meta)
-            if name is None or name not in self.names or name in by_name \
+            if name is None or name not in self._names or name in by_name \
                     or len(c.blobs) != 2:
                 raise ProtocolError(f"unexpected confirmation from {str(name)[:64]!r}")
-            self.roster.verify(name, "keys/confirm", _confirm_payload(name, c.blobs[0]),
-                               c.blobs[1])
+            self._roster.verify(name, "keys/confirm", _confirm_payload(name, c.blobs[0]),
+                                c.blobs[1])
             if c.blobs[0] != self._final:
                 raise ProtocolError(f"{name!r} confirmed another transcript")
             by_name[name] = raw
-        missing = [n for n in self.names if n not in by_name]
+        missing = [n for n in self._names if n not in by_name]
         if missing:
             raise ProtocolError(f"no confirmation from {missing}")
-        self.session = self._final.hex()
-        return wire.encode("keys/confirmed", {}, [by_name[n] for n in self.names])
+        self._session = self._final.hex()
+        return wire.encode("keys/confirmed", {}, [by_name[n] for n in self._names])
 
 
 def party_role(name: str) -> str:

@@ -49,9 +49,10 @@ import numpy as np
 
 from fedsec.auc.common import AGGREGATOR, party_role
 from fedsec.auc.fhauc import FHAUCAggregator
-from fedsec.auc.fhauc_malicious import MaliciousAggregator
+from fedsec.auc.fhauc_malicious import MaliciousAggregator, MaliciousConfig
 from fedsec.errors import FedsecError, UndefinedMetricError
 from fedsec.protocol import wire
+from fedsec.protocol.binding import Binding
 from fedsec.protocol.network import Envelope, Interceptor, Network
 
 __all__ = ["ATTACKS", "AUCAttack", "Observed", "TamperHarness", "Trial", "forge",
@@ -129,12 +130,22 @@ def _at(ctx: Any, ct: Any, ref: Any) -> Any:
 
 
 # --------------------------------------------------------------- malicious-mode helpers
+def _config(agg: MaliciousAggregator) -> MaliciousConfig:
+    """The run configuration of the aggregator the attacker plays (its own state)."""
+    return agg._config  # noqa: SLF001 (the cheating aggregator reads its own state)
+
+
+def _binding(agg: MaliciousAggregator) -> Binding:
+    """The aggregator's side of the evaluation binding (the attacker signs as it)."""
+    return agg._binding  # noqa: SLF001 (the cheating aggregator reads its own state)
+
+
 def _chunk_sums(agg: MaliciousAggregator, subs: Sequence[bytes],
                 rotate_first: int = 0) -> list[Any]:
     """Per chunk, the sum of the given submissions (no completeness check)."""
     ctx = agg.context
     out = []
-    for c in range(agg.config.n_chunks):
+    for c in range(_config(agg).n_chunks):
         cts = []
         for j, raw in enumerate(subs):
             ct = ctx.deserialize(wire.decode(raw).blobs[c])
@@ -177,7 +188,7 @@ def _even_odd_mask(agg: MaliciousAggregator, q: Any, gamma: float) -> tuple[Any,
 def _class_mask(agg: MaliciousAggregator, q: Any, factors: Sequence[float] | np.ndarray,
                 m: float | None = None) -> Any:
     """Mask ``q`` with one factor per slot class (encoding error ~1e-11 relative)."""
-    ctx, stride = agg.context, agg.config.stride
+    ctx, stride = agg.context, _config(agg).stride
     mm = _attacker_mask() if m is None else m
     vec = np.tile(np.asarray(factors, dtype=np.float64) * mm, ctx.slots // stride)
     return ctx.multiply_plain(q, vec, scale=float(2 ** ATTACK_SCALE_BITS), rescale=False)
@@ -240,13 +251,13 @@ def mal_scale_denom(agg: MaliciousAggregator, obs: Observed) -> bytes:
 def mal_scale_one_run(agg: MaliciousAggregator, obs: Observed) -> bytes:
     """Scale run 1's numerator only (the reported run)."""
     q = agg.combine(_chunk_sums(agg, obs.present()))
-    factors = np.ones(agg.config.stride)
+    factors = np.ones(_config(agg).stride)
     factors[0] = 1.0 - 0.1 * (1.0 + secrets.randbelow(8))
     return _mal_answer(agg, _class_mask(agg, q, factors))
 
 
 def mal_permute(agg: MaliciousAggregator, obs: Observed) -> bytes:
-    return _mal_honest(agg, obs.present(), rotate_first=agg.config.stride)
+    return _mal_honest(agg, obs.present(), rotate_first=_config(agg).stride)
 
 
 def mal_reencrypt(agg: MaliciousAggregator, obs: Observed) -> bytes:
@@ -254,15 +265,15 @@ def mal_reencrypt(agg: MaliciousAggregator, obs: Observed) -> bytes:
     assert obs.honest_result is not None
     ctx = agg.context
     ref = _mal_result_ct(agg, obs.honest_result)
-    cls = np.arange(ctx.slots) % agg.config.stride
-    vec = np.where(cls < 2 * agg.config.runs, np.where(cls % 2 == 0, 0.9j, 1.0j), 0.0)
+    cls = np.arange(ctx.slots) % _config(agg).stride
+    vec = np.where(cls < 2 * _config(agg).runs, np.where(cls % 2 == 0, 0.9j, 1.0j), 0.0)
     return _mal_answer(agg, _at(ctx, ctx.encrypt(vec * 100.0, scale=ref.scale), ref))
 
 
 def mal_mix_runs(agg: MaliciousAggregator, obs: Observed) -> bytes:
     """Run 1 from this evaluation, the other runs from an earlier one (one mask)."""
     assert obs.foreign is not None
-    stride, m = agg.config.stride, _attacker_mask()
+    stride, m = _config(agg).stride, _attacker_mask()
     now = agg.combine(_chunk_sums(agg, obs.present()))
     old = agg.combine(_chunk_sums(agg, obs.foreign.present()))
     keep = np.zeros(stride)
@@ -292,7 +303,7 @@ def mal_oracle_classsum(agg: MaliciousAggregator, obs: Observed) -> bytes:
     ctx = agg.context
     z = ctx.deserialize(wire.decode(obs.present()[-1]).blobs[0])
     z = ctx.sub(z, ctx.conjugate(z))              # 2i * Im
-    return _mal_answer(agg, ctx.sum_slots(z, stride=agg.config.stride))
+    return _mal_answer(agg, ctx.sum_slots(z, stride=_config(agg).stride))
 
 
 def _mal_blind_shift(gamma: Callable[[MaliciousAggregator], float]) -> Forger:
@@ -328,7 +339,7 @@ def mal_swap(agg: MaliciousAggregator, obs: Observed) -> bytes:
 
 # ------------------------------------------------------------ malicious start attacks
 def _start_with(agg: MaliciousAggregator, commits: Sequence[bytes]) -> bytes:
-    meta = agg.binding.bind({}, step="start", to="*")
+    meta = _binding(agg).bind({}, step="start", to="*")
     return wire.encode("fhauc-m/start", meta, list(commits))
 
 
@@ -538,7 +549,7 @@ def _neg_uniform(lo: float, hi: float) -> float:
 
 
 def _tol(agg: Any) -> float:
-    return float(getattr(agg.config, "tolerance", 1e-9))
+    return float(getattr(_config(agg), "tolerance", 1e-9))
 
 
 # ---------------------------------------------------------------------------- registry
@@ -834,7 +845,7 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
     final forgery and the number of verdicts used.
     """
     ctx = agg.context
-    stride, runs = agg.config.stride, agg.config.runs
+    stride, runs = _config(agg).stride, _config(agg).runs
     q = agg.combine(_chunk_sums(agg, obs.present()))
     m = _attacker_mask()
     s = float(2 ** scale_bits)
@@ -867,7 +878,7 @@ def adaptive_blind_shift(agg: MaliciousAggregator, obs: Observed,
         ans, eff = hit(targets)
         return accepts(ans), float(eff[k])
 
-    tol = float(agg.config.tolerance)
+    tol = float(_config(agg).tolerance)
 
     def window(k: int, base: list[float]) -> tuple[float, float]:
         """Edges (effective g of run k) of the accepted interval around ``base``: its
