@@ -7,7 +7,9 @@ the 650-parameter digits model, default preset, one round) -- each in a fresh pr
 alternating between this tree and ``--base`` (any checkout of fedsec, e.g. a ``git
 worktree`` of an older commit) for ``--repeats`` rounds, and prints per case:
 
-* whether the results are bit-identical (AUC and error bound as float hex; the FSVs'
+* whether the results are bit-identical (AUC and error bound as float hex -- fresh masks
+  and CKKS noise make them differ run to run in the last bits, so the spread over the base
+  runs and the new runs' distance to the first base run are reported too; the FSVs'
   SHA-256; PFL's accepted sets, validity, sign evaluations and checked pairs -- the
   personalised models carry fresh CKKS noise, so they are compared to the plaintext
   reference by ``bench_ppfl.py`` instead);
@@ -153,7 +155,14 @@ def main() -> None:
                cpu_n / cpu_b,
                "wall_s_base": statistics.median(r["wall_s"] for r in b),
                "wall_s_new": statistics.median(r["wall_s"] for r in n),
-               "load_avg_1min": os.getloadavg()[0]}
+               "load_avg_1min": os.getloadavg()[0],
+               "results_base": [r["result"] for r in b], "results_new": [r["result"] for r in n]}
+        if case.startswith("auc"):  # fresh masks and noise: not bit-identical run to run
+            ref = float.fromhex(b[0]["result"]["auc"])
+            row["auc_spread_base"] = max(abs(float.fromhex(r["result"]["auc"]) - ref)
+                                         for r in b)
+            row["auc_spread_new_vs_base"] = max(abs(float.fromhex(r["result"]["auc"]) - ref)
+                                                for r in n)
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(f"\n{'case':<15}{'same result':>12}{'cpu base':>10}{'cpu new':>10}{'ratio':>8}  bytes")

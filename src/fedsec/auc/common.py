@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedsec._validation import check_int, check_labels_scores
+from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import AGGREGATOR, party_role
 from fedsec.errors import ProtocolError, UndefinedMetricError
@@ -25,7 +26,8 @@ from fedsec.protocol import fields
 from fedsec.protocol.accounting import Accounting
 from fedsec.protocol.binding import Binding, ReplayRefused
 
-__all__ = ["BoundConfig", "SecureAUCResult", "check_party_inputs", "prepare_federation",
+__all__ = ["AggregatorInfo", "BoundConfig", "SecureAUCResult", "check_party_inputs",
+           "prepare_federation",
            "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
            "DEFAULT_MAX_TOTAL_SAMPLES", "AGGREGATOR", "party_role", "evaluation_binding",
            "check_bound", "party_index", "bytes_per_party",
@@ -292,3 +294,33 @@ def bytes_per_party(acc: Accounting, kinds: Sequence[str],
 
 # re-exported for the AUC roles
 _ = (AGGREGATOR, party_role)
+
+
+class AggregatorInfo:
+    """What an AUC aggregator reports (read-only): its public context, the parties, the
+    session and the timing of its last aggregation."""
+
+    _context: CKKSContext
+    _names: tuple[str, ...]
+    _session: str
+    _timing: dict[str, float]
+
+    @property
+    def context(self) -> CKKSContext:
+        """The public CKKS context it computes with (no secret key)."""
+        return self._context
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parties, in key set-up order."""
+        return self._names
+
+    @property
+    def session(self) -> str:
+        """The key set-up session id."""
+        return self._session
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Seconds the last :meth:`aggregate` took, by step (``"total_s"``)."""
+        return dict(self._timing)

@@ -131,6 +131,7 @@ from fedsec.auc.common import (
     AGGREGATOR,
     DEFAULT_MAX_TOTAL_SAMPLES,
     MAX_DECISION_POINTS,
+    AggregatorInfo,
     BoundConfig,
     SecureAUCResult,
     apply_score_transform,
@@ -414,7 +415,7 @@ def _check_uniform_slots(z: np.ndarray) -> None:
                             "slot-consistency)")
 
 
-class FHAUCAggregator:
+class FHAUCAggregator(AggregatorInfo):
     """The aggregator (seed 000 steps 5-8), computing on ciphertexts only.
 
     Parameters
@@ -448,26 +449,6 @@ class FHAUCAggregator:
         self.clock = Clock()
         self._min_parties = len(self._names) if min_parties is None else int(min_parties)
         self._timing: dict[str, float] = {}
-
-    @property
-    def context(self) -> CKKSContext:
-        """The public CKKS context it computes with (no secret key)."""
-        return self._context
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The parties, in key set-up order."""
-        return self._names
-
-    @property
-    def session(self) -> str:
-        """The key set-up session id."""
-        return self._session
-
-    @property
-    def timing(self) -> dict[str, float]:
-        """Seconds the last :meth:`aggregate` took, by step (``"total_s"``)."""
-        return dict(self._timing)
 
     def _load(self, submissions: Sequence[bytes]) -> tuple[list[Any], list[int]]:
         """Per chunk, the sum of the submissions; and the parties that submitted."""

@@ -104,6 +104,7 @@ from fedsec.auc.common import (
     AGGREGATOR,
     DEFAULT_MAX_TOTAL_SAMPLES,
     MAX_DECISION_POINTS,
+    AggregatorInfo,
     BoundConfig,
     SecureAUCResult,
     apply_score_transform,
@@ -702,7 +703,7 @@ class MaliciousParty:
         return auc
 
 
-class MaliciousAggregator:
+class MaliciousAggregator(AggregatorInfo):
     """The aggregator of malicious-aggregator FHAUC (steps 9-11)."""
 
     def __init__(self, context: CKKSContext, config: MaliciousConfig, *,
@@ -725,26 +726,6 @@ class MaliciousAggregator:
         self._participants: list[int] = []
         self._rejected: dict[int, str] = {}
         self._timing: dict[str, float] = {}
-
-    @property
-    def context(self) -> CKKSContext:
-        """The public CKKS context it computes with (no secret key)."""
-        return self._context
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The parties, in key set-up order."""
-        return self._names
-
-    @property
-    def session(self) -> str:
-        """The key set-up session id."""
-        return self._session
-
-    @property
-    def timing(self) -> dict[str, float]:
-        """Seconds the last :meth:`aggregate` took, by step (``"total_s"``)."""
-        return dict(self._timing)
 
     @property
     def participants(self) -> list[int]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,21 +29,25 @@ TIME_KINDS: tuple[str, ...] = ("arithmetic", "encryption", "decryption", "share_
 DEFAULT_BANDWIDTH_MBPS = 1000.0
 
 
+@contextmanager
+def _timed(seconds: dict[str, float], kind: str) -> Iterator[None]:
+    if kind not in seconds:
+        raise ValueError(f"kind must be one of {TIME_KINDS}. Got {kind!r} instead.")
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[kind] += time.perf_counter() - t0
+
+
 class Clock:
     """A role's seconds by kind of work (``TIME_KINDS``)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(TIME_KINDS, 0.0)
 
-    @contextmanager
-    def __call__(self, kind: str) -> Iterator[None]:
-        if kind not in self.seconds:
-            raise ValueError(f"kind must be one of {TIME_KINDS}. Got {kind!r} instead.")
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[kind] += time.perf_counter() - t0
+    def __call__(self, kind: str) -> AbstractContextManager[None]:
+        return _timed(self.seconds, kind)
 
     def reset(self) -> dict[str, float]:
         """The seconds so far, and start again from zero."""
@@ -73,15 +77,9 @@ class Accounting:
         self.messages[key] = self.messages.get(key, 0) + 1
         return bytes(payload)
 
-    @contextmanager
-    def timed(self, kind: str) -> Iterator[None]:
-        if kind not in self.seconds:
-            raise ValueError(f"kind must be one of {TIME_KINDS}. Got {kind!r} instead.")
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[kind] += time.perf_counter() - t0
+    def timed(self, kind: str) -> AbstractContextManager[None]:
+        """Seconds of work of one kind done by the runner itself (not by a role)."""
+        return _timed(self.seconds, kind)
 
     def add_clock(self, clock: Clock | dict[str, float]) -> None:
         """Add a role's seconds (a :class:`Clock` or its ``seconds``)."""
