@@ -220,3 +220,59 @@ def test_no_warning_in_normal_laplace_use() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dpauc(_parties(1000, 3), epsilon=8.0)
+
+
+def _rr_submission(tp: list[float], fp: list[float], tn: list[float], fn: list[float]) -> bytes:
+    """A bare DPAUC_RR statistics message (what one party sends) with chosen counts."""
+    points = np.linspace(0.75, 0.25, len(tp))
+    st = dp.PartyStatistics(points, *(np.asarray(a, dtype=np.float64) for a in (tp, fp, tn, fn)))
+    return dp._encode("rr", 1.0, 0.0, st)  # noqa: SLF001 (a hostile party's own encoder)
+
+
+@pytest.mark.parametrize(
+    ("tp", "fp", "tn", "fn"),
+    [
+        # no negatives but a denormal TN: the flipped prior rounds to exactly 1.0
+        ([1.0, 2.0, 3.0], [0.0] * 3, [5e-324] * 3, [2.0, 1.0, 0.0]),
+        # no positives but a denormal FN: the prior is denormal, the debiasing overflows
+        ([0.0] * 3, [1.0, 2.0, 3.0], [2.0, 1.0, 0.0], [5e-324] * 3),
+        # whole counts 2**60 apart: the prior rounds to 1.0
+        ([2.0**60] * 3, [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0] * 3),
+        # counts 1e150 against 1: the prior rounds to 1.0
+        ([1e150] * 3, [0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0] * 3),
+        # a denormal positive total: the prior underflows to 0.0
+        ([5e-324] * 3, [0.0, 1.0, 2.0], [2.0, 1.0, 0.0], [0.0] * 3),
+        # flipped prior exactly rho: the estimated true prior is 0
+        ([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [2.0, 1.0, 0.0], [0.0] * 3),
+    ],
+)
+def test_rr_degenerate_prior_is_undefined(tp: list[float], fp: list[float], tn: list[float],
+                                          fn: list[float]) -> None:
+    with pytest.raises(UndefinedMetricError):
+        DPAUCServer().aggregate([_rr_submission(tp, fp, tn, fn)])
+
+
+def test_rr_prior_at_flip_rate_is_undefined() -> None:
+    rho = rr_flip_probability(1.0)
+    # the estimated true prior is <= 0 or >= 1: one true class only
+    for prior in (rho, rho / 2, 1 - rho, 1 - rho / 2, 0.0, 1.0, 5e-324, 1 - 2**-53):
+        with pytest.raises(UndefinedMetricError):
+            debias_rr_auc(0.7, noisy_prior=prior, epsilon=1.0)
+    with pytest.raises(UndefinedMetricError, match="no information"):
+        debias_rr_auc(0.7, noisy_prior=0.5, epsilon=1e-17)
+    for bad in (-0.1, 1.1, math.nan):
+        with pytest.raises(ValueError, match="noisy_prior"):
+            debias_rr_auc(0.7, noisy_prior=bad, epsilon=1.0)
+    # just inside the flip rate the estimate is a (large) finite number, never inf or nan
+    got = debias_rr_auc(0.7, noisy_prior=rho * (1 + 1e-9), epsilon=1.0)
+    assert math.isfinite(got)
+
+
+def test_laplace_cancelled_denominator_is_undefined() -> None:
+    # noise that cancels a class total to exactly zero at one point: undefined, not inf
+    points = np.array([0.75, 0.25])
+    st = dp.PartyStatistics(points, np.array([1e150, 1e150]), np.array([1.0, 2.0]),
+                            np.array([1.0, 0.0]), np.array([-1e150 + 1e134, -1e150]))
+    sub = dp._encode("laplace", 1.0, 0.0, st)  # noqa: SLF001
+    with pytest.raises(UndefinedMetricError):
+        DPAUCServer().aggregate([sub])

@@ -223,7 +223,8 @@ def noisy_trapezoid_auc(tp: Any, fp: Any, tn: Any, fn: Any) -> float:
     Raises
     ------
     UndefinedMetricError
-        If a denominator ``TP+FN`` or ``FP+TN`` is exactly zero at some point.
+        If a denominator ``TP+FN`` or ``FP+TN`` is exactly zero at some point, or so
+        close to zero that a rate or the AUC overflows (never ``inf`` or ``nan``).
     """
     arrs = [np.asarray(a, dtype=np.float64) for a in (tp, fp, tn, fn)]
     if any(a.ndim != 1 or a.shape != arrs[0].shape for a in arrs) or arrs[0].size == 0:
@@ -236,9 +237,16 @@ def noisy_trapezoid_auc(tp: Any, fp: Any, tn: Any, fn: Any) -> float:
             "AUC is undefined: TP+FN or FP+TN is zero at some decision point "
             "(one class is absent)."
         )
-    tpr = np.concatenate(([0.0], tp_a / pos))
-    fpr = np.concatenate(([0.0], fp_a / neg))
-    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1])) / 2.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tpr = np.concatenate(([0.0], tp_a / pos))
+        fpr = np.concatenate(([0.0], fp_a / neg))
+        auc = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1])) / 2.0)
+    if not math.isfinite(auc):
+        raise UndefinedMetricError(
+            "AUC is undefined: a rate TP/(TP+FN) or FP/(FP+TN) overflows (a denominator is "
+            "nearly zero at some decision point)."
+        )
+    return auc
 
 
 def _noisy_auc_batch(tp: FloatArray, fp: FloatArray, tn: FloatArray, fn: FloatArray) -> FloatArray:
@@ -268,29 +276,55 @@ def debias_rr_auc(noisy_auc: float, *, noisy_prior: float, epsilon: float) -> fl
     noisy_auc : float
         AUC of the flipped labels.
     noisy_prior : float
-        Fraction of flipped labels equal to 1, in ``(0, 1)``.
+        Fraction of flipped labels equal to 1, in ``[0, 1]``.
     epsilon : float
         The randomized-response epsilon.
+
+    Raises
+    ------
+    ValueError
+        If ``noisy_prior`` lies outside ``[0, 1]`` or an argument is not finite.
+    UndefinedMetricError
+        If the debiased AUC is undefined: the flipped prior is ``0`` or ``1`` (one flipped
+        class is empty), the estimated true prior is ``<= 0`` or ``>= 1`` (the flipped labels
+        are consistent with one true class only), ``epsilon`` is so small that ``1 - 2 rho``
+        rounds to zero, the gain ``1 - a - b`` is not positive, or the estimate overflows.
+        Never a number: each of these would make it infinite or meaningless.
     """
     owner = "debias_rr_auc"
     auc_n = check_real(noisy_auc, "noisy_auc", owner)
-    pi_n = check_real(noisy_prior, "noisy_prior", owner, gt=0.0, lt=1.0)
+    pi_n = check_real(noisy_prior, "noisy_prior", owner, ge=0.0, le=1.0)
     rho = rr_flip_probability(epsilon)
-    # Clip the prior estimate into (0, 1): sampling noise can push it outside.
-    tiny = 1e-12
-    if 1.0 - 2.0 * rho <= 0.0:  # epsilon so small that every label is a coin flip
+    if pi_n <= 0.0 or pi_n >= 1.0:
+        raise UndefinedMetricError(
+            "AUC is undefined: every flipped label is "
+            f"{'negative' if pi_n <= 0.0 else 'positive'} (flipped prior {pi_n:g})."
+        )
+    spread = 1.0 - 2.0 * rho
+    if spread <= 0.0:  # epsilon so small that every label is a coin flip
         raise UndefinedMetricError("AUC cannot be debiased: the flipped labels carry no "
                                    f"information about the true ones (epsilon {epsilon:g}).")
-    pi = min(max((pi_n - rho) / (1.0 - 2.0 * rho), tiny), 1.0 - tiny)
+    pi = (pi_n - rho) / spread
+    if not 0.0 < pi < 1.0:
+        raise UndefinedMetricError(
+            f"AUC is undefined: the estimated true prior is {pi:.3g}, outside (0, 1) (flipped "
+            f"prior {pi_n:.3g}, flip probability {rho:.3g}): the flipped labels are "
+            "consistent with one true class only."
+        )
     a = (1.0 - pi) * rho / pi_n
     b = pi * rho / (1.0 - pi_n)
     gain = 1.0 - a - b
-    if gain <= 0.0:
+    if not gain > 0.0:
         raise UndefinedMetricError(
             "AUC cannot be debiased: the flipped labels carry no information about the true "
             f"ones (estimated prior {pi:.3g}, flip probability {rho:.3g})."
         )
-    return (auc_n - (a + b) / 2.0) / gain
+    auc = (auc_n - (a + b) / 2.0) / gain
+    if not math.isfinite(auc):
+        raise UndefinedMetricError(
+            f"AUC cannot be debiased: the estimate overflows (gain {gain:.3g})."
+        )
+    return auc
 
 
 # ----------------------------------------------------------------------------- messages
@@ -633,7 +667,8 @@ class DPAUCServer:
         ProtocolError
             If a message is malformed or the parties disagree on mechanism, epsilon or points.
         UndefinedMetricError
-            If a class is absent.
+            If a class is absent; for ``"rr"``, also if the flipped prior rounds to 0 or 1
+            or the debiased estimate is undefined (:func:`debias_rr_auc`).
         """
         if len(submissions) == 0:
             raise ProtocolError("DPAUCServer.aggregate needs at least one submission")
@@ -649,8 +684,7 @@ class DPAUCServer:
         noisy = noisy_trapezoid_auc(tp, fp, tn, fn)
         auc = noisy
         if first.mechanism == "rr":
-            n_total = float(tp[0] + fn[0] + fp[0] + tn[0])
-            auc = debias_rr_auc(noisy, noisy_prior=float(tp[0] + fn[0]) / n_total,
+            auc = debias_rr_auc(noisy, noisy_prior=_rr_prior(tp, fp, tn, fn),
                                 epsilon=first.epsilon)
         raw = auc
         if clip:
@@ -661,6 +695,26 @@ class DPAUCServer:
             tpr=tp / (tp + fn), fpr=fp / (fp + tn), noisy_auc=noisy, raw_auc=raw,
             clipped=auc != raw,
         )
+
+
+def _rr_prior(tp: FloatArray, fp: FloatArray, tn: FloatArray, fn: FloatArray) -> float:
+    """The flipped prior ``pos / (pos + neg)`` of aggregated DPAUC_RR counts.
+
+    Counts of flipped labels have the same ``pos = TP+FN`` and ``neg = FP+TN`` at every
+    point; the prior is taken at the first. Both are positive here
+    (:func:`noisy_trapezoid_auc` has refused a zero), but the ratio can still round to
+    exactly 0 or 1 (a denormal count, or counts ``2**53`` apart): :func:`debias_rr_auc` then
+    raises :class:`UndefinedMetricError`.
+    """
+    pos = float(tp[0] + fn[0])
+    neg = float(fp[0] + tn[0])
+    total = pos + neg
+    if not (pos > 0.0 and neg > 0.0 and math.isfinite(total)):
+        raise UndefinedMetricError(
+            "AUC is undefined: the flipped labels of one class are absent or their count "
+            "is not finite."
+        )
+    return pos / total
 
 
 def dpauc(
