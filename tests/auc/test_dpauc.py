@@ -242,7 +242,7 @@ def _rr_submission(tp: list[float], fp: list[float], tn: list[float], fn: list[f
         ([1e150] * 3, [0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0] * 3),
         # a denormal positive total: the prior underflows to 0.0
         ([5e-324] * 3, [0.0, 1.0, 2.0], [2.0, 1.0, 0.0], [0.0] * 3),
-        # flipped prior exactly rho: the estimated true prior is 0
+        # no flipped positives at all
         ([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [2.0, 1.0, 0.0], [0.0] * 3),
     ],
 )

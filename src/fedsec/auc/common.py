@@ -10,14 +10,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedsec._validation import check_int, check_labels_scores
+from fedsec._validation import check_int, check_labels_scores, check_real
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import AGGREGATOR, party_role
@@ -31,7 +33,8 @@ __all__ = ["AggregatorInfo", "BoundConfig", "SecureAUCResult", "check_party_inpu
            "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
            "DEFAULT_MAX_TOTAL_SAMPLES", "AGGREGATOR", "party_role", "evaluation_binding",
            "check_bound", "party_index", "bytes_per_party",
-           "MAX_DECISION_POINTS"]
+           "MAX_DECISION_POINTS", "shared_result", "SHARED_AUC_DIGITS",
+           "SHARED_BOUND_DIGITS"]
 
 DEFAULT_MAX_TOTAL_SAMPLES = 1 << 20
 #: No configuration takes more decision points than this (checked before allocating).
@@ -226,6 +229,74 @@ def finish_auc(num: float, denom: float, ratio: float) -> float:
         raise ProtocolError("the decrypted AUC is outside [0, 1]: the federation exceeds "
                             "max_total_samples or the response is corrupt")
     return min(1.0, max(0.0, auc))
+
+
+#: Significant digits of the AUC, and of its error bound, that a node shares by default.
+SHARED_AUC_DIGITS = 6
+SHARED_BOUND_DIGITS = 2
+
+
+def _ceil_significant(x: float, digits: int) -> float:
+    """The smallest float ``>= x`` that has at most ``digits`` significant decimal digits
+    (up to the float nearest that decimal)."""
+    if x == 0.0:
+        return 0.0
+    exponent = math.floor(math.log10(x)) - digits + 1
+    up = float(Decimal(x).quantize(Decimal(1).scaleb(exponent), rounding=ROUND_CEILING))
+    return up if up >= x else math.nextafter(up, math.inf)
+
+
+def shared_result(auc: float, bound: float, digits: int = SHARED_AUC_DIGITS, *,
+                  bound_digits: int = SHARED_BOUND_DIGITS) -> tuple[float, float]:
+    """The AUC and its certified error bound as a node shares them (with the aggregator
+    or anyone else): the AUC rounded to ``digits`` significant digits, the bound rounded
+    *up* to ``bound_digits`` significant digits after adding what rounding the AUC moved.
+
+    Why round: at full precision the two numbers pin the federation's class counts. The
+    AUC is ``num/denom`` and the bound ``B/denom`` over the same denominator
+    ``denom = 2*Pos*Neg``; whoever holds both to ~1e-16 keeps the candidates ``q`` for
+    which ``q*AUC`` and ``q*bound`` are (nearly) whole numbers, and at 3,000 to 100,000
+    samples exactly one candidate is left: the true ``2*Pos*Neg``, hence in a two-party
+    federation the other party's class counts. Six significant digits of the AUC are
+    below the precision any user needs (the trapezoid's own error is usually larger) and
+    leave every denominator within ``1e-6`` relative of a fraction; a bound needs only
+    about two digits to say how far the AUC may be off.
+
+    The rounded pair is still a certified statement: if ``|exact - auc| <= bound`` then
+    ``|exact - shared_auc| <= shared_bound``, because the shared bound adds
+    ``|auc - shared_auc|`` before rounding up.
+
+    Parameters
+    ----------
+    auc : float
+        The AUC, in ``[0, 1]``.
+    bound : float
+        Its certified error bound, ``>= 0``.
+    digits : int, default=6
+        Significant digits of the shared AUC, 1 to 17.
+    bound_digits : int, default=2
+        Significant digits of the shared bound (rounded up), 1 to 17.
+
+    Returns
+    -------
+    (float, float)
+        ``(shared_auc, shared_bound)``.
+
+    Examples
+    --------
+    >>> shared_result(0.8765432109876, 3.21e-7)
+    (0.876543, 5.4e-07)
+    """
+    owner = "shared_result"
+    a = check_real(auc, "auc", owner, ge=0.0, le=1.0)
+    b = check_real(bound, "bound", owner, ge=0.0)
+    d = check_int(digits, "digits", owner, min_value=1, max_value=17)
+    bd = check_int(bound_digits, "bound_digits", owner, min_value=1, max_value=17)
+    shared_auc = min(1.0, max(0.0, float(f"{a:.{d}g}")))
+    moved = abs(a - shared_auc)
+    # one ulp up covers the half ulp that the float sum may have rounded down
+    widened = b + moved if moved == 0.0 else math.nextafter(b + moved, math.inf)
+    return shared_auc, _ceil_significant(widened, bd)
 
 
 # ---------------------------------------------------------------- binding and accounting
