@@ -276,3 +276,13 @@ def test_laplace_cancelled_denominator_is_undefined() -> None:
     sub = dp._encode("laplace", 1.0, 0.0, st)  # noqa: SLF001
     with pytest.raises(UndefinedMetricError):
         DPAUCServer().aggregate([sub])
+
+
+def test_rr_inconsistent_class_totals_are_a_protocol_error() -> None:
+    # the flipped prior is read at the first point: totals that vary make it arbitrary
+    for bad in (_rr_submission([1.0, 2.0], [0.0, 1.0], [3.0, 2.0], [2.0, 2.0]),
+                _rr_submission([1.0, 2.0], [0.0, 1.0], [3.0, 3.0], [2.0, 1.0])):
+        with pytest.raises(ProtocolError, match="class totals"):
+            DPAUCServer().aggregate([bad])
+    ok = _rr_submission([1.0, 2.0], [0.0, 1.0], [3.0, 2.0], [2.0, 1.0])
+    assert math.isfinite(DPAUCServer().aggregate([ok, ok]).auc)

@@ -383,8 +383,15 @@ def parse_submission(data: bytes) -> Submission:
         raise ProtocolError("DPAUC submission contains values too large to aggregate")
     points = body[:n]
     rows = body[n:].reshape(4, n)
-    if _KIND_NAMES[kind] == "rr" and np.any(rows < 0):
-        raise ProtocolError("DPAUC_RR submission contains negative counts")
+    if _KIND_NAMES[kind] == "rr":
+        if np.any(rows < 0):
+            raise ProtocolError("DPAUC_RR submission contains negative counts")
+        # exact counts of one set of labels: the class totals are the same at every point
+        # (else the flipped prior, taken at the first point, would be arbitrary)
+        pos, neg = rows[0] + rows[3], rows[1] + rows[2]
+        if np.any(pos != pos[0]) or np.any(neg != neg[0]):
+            raise ProtocolError("DPAUC_RR submission's class totals (TP+FN, FP+TN) differ "
+                                "between decision points")
     if np.any(np.diff(points) >= 0) or points[0] > 1 or points[-1] < 0:
         raise ProtocolError("DPAUC submission has invalid decision points")
     stats = PartyStatistics(points, rows[0].copy(), rows[1].copy(), rows[2].copy(),
