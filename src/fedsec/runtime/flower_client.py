@@ -102,11 +102,12 @@ Simulation engine: virtual nodes have no files and no node config of their own. 
 there (detected from the call stack, :func:`in_simulation_engine`; neither the run config
 nor ``partition-id`` can fake it), or on a node whose own node config says
 ``simulation=true``, does a node without ``data-path`` take its files from the run
-config: node ``k`` (``partition-id``) plays the ``k``-th identity file (``*.identity.json``, sorted by
-file name) of the run config's ``sim-identity-dir``, with that directory's
-``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if present, takes its node
-config (policy keys) from ``<sim-identity-dir>/<party name>.node.json``. Every virtual
-node's log is the simulation's log.
+config: node ``k`` (``partition-id``) plays the ``k``-th identity file
+(``*.identity.json``, sorted by file name) of the run config's ``sim-identity-dir``, with
+that directory's ``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if
+present, takes its node config (policy keys) from
+``<sim-identity-dir>/<party name>.node.json``. Every virtual node's log is the
+simulation's log.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ import re
 import stat
 import sys
 import tempfile
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -521,7 +523,7 @@ def in_simulation_engine() -> bool:
     code = getattr(getattr(actor, "run", None), "__code__", None)
     if code is None:
         return False
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code is code:
             return True
