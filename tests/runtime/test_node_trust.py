@@ -232,6 +232,15 @@ def test_server_bytes_cannot_forge_a_result_line_in_the_node_log(
         write_party_csv(fed.data_path(name), rng.integers(0, 2, 20), rng.random(20))
     node = fed.node_config(NAMES[0])
     log_path = Path(node["log-path"])
+    # a handler some library put on the root logger sees the records too (propagation)
+    import io
+    import logging
+
+    root_out = io.StringIO()
+    root_handler = logging.StreamHandler(root_out)
+    root_handler.setFormatter(logging.Formatter("%(asctime)s fedsec-node %(levelname)s: "
+                                                "%(message)s"))
+    logging.getLogger().addHandler(root_handler)
 
     # 1. a hostile configuration: any error text that quotes it (str, not repr)
     real = flower_client.protocol_config
@@ -255,10 +264,12 @@ def test_server_bytes_cannot_forge_a_result_line_in_the_node_log(
     assert get_meta(answer.content) == {"ok": False, "check": "internal-error"}
     monkeypatch.setattr(flower_client, "protocol_config", real)
 
-    text = log_path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    assert "\x1b" not in text and "\r" not in text
-    assert not [ln for ln in lines if RECORD.match(ln)], lines
+    logging.getLogger().removeHandler(root_handler)
+    for text in (root_out.getvalue(), log_path.read_text(encoding="utf-8")):
+        lines = text.splitlines()
+        assert "\x1b" not in text and "\r" not in text
+        assert not [ln for ln in lines if RECORD.match(ln)], lines
+    lines = log_path.read_text(encoding="utf-8").splitlines()
     assert any("unsupported preset X\\n2026-11-27" in ln for ln in lines)
     records = [ln for ln in lines if re.match(r"^\d{4}-\d\d-\d\d ", ln)]
     assert all("fedsec-node ERROR: step hello failed" in ln for ln in records), records

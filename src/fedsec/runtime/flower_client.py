@@ -156,7 +156,7 @@ from fedsec.errors import (
 from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
-from fedsec.runtime.safetext import EscapingFormatter, printable
+from fedsec.runtime.safetext import EscapingFilter, EscapingFormatter, printable
 
 __all__ = [
     "NodeCheckFailed",
@@ -321,6 +321,7 @@ def _node_logger(node_config: Mapping[str, Any]) -> logging.Logger:
     handler.setFormatter(EscapingFormatter("%(asctime)s fedsec-node %(levelname)s: "
                                            "%(message)s"))
     log.addHandler(handler)
+    log.addFilter(EscapingFilter())  # also for handlers above it (propagation)
     _LOGGERS[key] = log
     return log
 

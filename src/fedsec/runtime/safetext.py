@@ -7,7 +7,9 @@ verified``) and terminal escapes rewrite what an operator sees. :func:`printable
 escapes every non-printable character (``\\n`` -> ``\\\\n``, ``\\x1b`` -> ``\\\\x1b``,
 ``\\u2028`` -> ``\\\\u2028``) and backslashes themselves, so the escaped text is one line
 that can be read back unambiguously. :class:`EscapingFormatter` applies it to every
-record of a logger: the message, and the traceback lines (each indented under ``| ``).
+record of a handler: the message, and the traceback lines (each indented under ``| ``);
+:class:`EscapingFilter` rewrites the records of a logger the same way before any handler
+(its own or an ancestor's, e.g. one a library installed on the root logger) sees them.
 This module does not import Flower.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["EscapingFormatter", "printable"]
+__all__ = ["EscapingFilter", "EscapingFormatter", "printable"]
 
 #: Longest text kept (a hostile peer must not fill a log with one message).
 MAX_CHARS = 4000
@@ -50,14 +52,34 @@ class EscapingFormatter(logging.Formatter):
     :func:`printable`), tracebacks indented so no line of them looks like a record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        record = logging.makeLogRecord(record.__dict__)
-        record.msg = printable(record.getMessage())
-        record.args = None
+        if not getattr(record, "_fedsec_escaped", False):  # else EscapingFilter did it
+            record = logging.makeLogRecord(record.__dict__)
+            record.msg = printable(record.getMessage())
+            record.args = None
         return super().format(record)
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        text = super().formatException(ei)
-        return "\n".join("  | " + printable(line) for line in text.splitlines())
+        return _traceback_text(ei)
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
         return "\n".join("  | " + printable(line) for line in stack_info.splitlines())
+
+
+def _traceback_text(ei: Any) -> str:
+    text = logging.Formatter().formatException(ei)
+    return "\n".join("  | " + printable(line) for line in text.splitlines())
+
+
+class EscapingFilter(logging.Filter):
+    """A logger filter that makes every record safe for any handler: the message
+    escaped by :func:`printable` (arguments merged in), the traceback pre-formatted with
+    each line escaped and indented under ``  | ``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = printable(record.getMessage())
+        record.args = None
+        if record.exc_info and not getattr(record, "_fedsec_escaped", False):
+            record.exc_text = _traceback_text(record.exc_info)
+            record.exc_info = None
+        record._fedsec_escaped = True
+        return True
