@@ -77,3 +77,60 @@ def test_tolerance_term_grows_with_runs_and_shrinks_with_tolerance():
     assert tolerance_bound_bits(5e-10, 4) > 40.0 > tolerance_bound_bits(5e-10, 2)
     assert tolerance_bound_bits(1e-12, 2) > tolerance_bound_bits(1e-9, 2)
     assert tolerance_bound_bits(1e-4, 4) == 0.0
+
+
+# ------------------------------------------------- issue 22: presets, key cap, quorum
+def test_one_default_quorum_rule():
+    """One rule (``default_quorum``) for key set-up and both evaluation modes: the
+    roster's quorum if stated, else the whole roster, except 2 for semi-honest
+    evaluation; key set-up with no mode takes the strict branch."""
+    from fedsec.auc.policy import default_quorum
+
+    assert default_quorum(5) == 5 and default_quorum(5, security="malicious") == 5
+    assert default_quorum(5, security="semi-honest") == 2
+    assert default_quorum(5, 3) == default_quorum(5, 3, "semi-honest") == 3
+    assert default_quorum(5, 1) == 2
+    _, roster = local_federation(["a", "b", "c"])
+    for security in ("malicious", "semi-honest"):
+        assert PartyPolicy().required_parties(security, 3, roster) == \
+            default_quorum(3, None, security)
+
+
+def test_preset_defaults_to_the_protocols_own():
+    """A server cannot make a party build ring-2^14/2^15 keys: only the protocol's default
+    preset unless the party lists others, and a cap on key material checked before any
+    key is built (ring 2^15 is over it even when listed)."""
+    import time
+
+    from fedsec.auc.policy import DEFAULT_MAX_KEY_BYTES, estimated_key_bytes
+    from fedsec.crypto.params import DEFAULT_PRESET
+
+    big = "CKKS_128_N32768_DEPTH19"
+    mid = "CKKS_128_N16384_DEPTH4"
+    PartyPolicy().check_config(FHAUCConfig.create(100))
+    PartyPolicy().check_config(MaliciousConfig.create(100))
+    t0 = time.perf_counter()
+    for cfg in (FHAUCConfig.create(100, preset=big), MaliciousConfig.create(100, preset=big),
+                FHAUCConfig.create(100, preset=mid)):
+        with pytest.raises(PolicyViolation) as info:
+            PartyPolicy().check_config(cfg)
+        assert info.value.check == "preset" and DEFAULT_PRESET in str(info.value)
+    # listed: the papers' ring fits the cap, ring 2^15 does not (checked in milliseconds,
+    # before any key exists)
+    PartyPolicy(presets=(DEFAULT_PRESET, mid)).check_config(FHAUCConfig.create(100,
+                                                                              preset=mid))
+    with pytest.raises(PolicyViolation) as info:
+        PartyPolicy(presets=(big,)).check_config(FHAUCConfig.create(100, preset=big))
+    assert info.value.check == "key-size" and "MiB" in str(info.value)
+    assert time.perf_counter() - t0 < 5.0
+    assert estimated_key_bytes(big, 2) > DEFAULT_MAX_KEY_BYTES  # relin + one rotation
+    PartyPolicy(presets=(big,), max_key_bytes=8 << 30).check_config(
+        FHAUCConfig.create(100, preset=big))
+    with pytest.raises(PolicyViolation) as info:
+        PartyPolicy(max_key_bytes=1 << 20).check_config(FHAUCConfig.create(100))
+    assert info.value.check == "key-size"
+    # test presets stay usable in tests (allow_insecure), never from the CLI or Flower
+    PartyPolicy().check_config(FHAUCConfig.create(10, preset=TEST_PRESET,
+                                                  allow_insecure=True))
+    with pytest.raises(TypeError):
+        PartyPolicy(presets=DEFAULT_PRESET)  # type: ignore[arg-type]

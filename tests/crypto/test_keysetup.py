@@ -148,3 +148,23 @@ def test_key_spec_is_bounded_and_canonical() -> None:
                                         allow_insecure=True).digest()
     with pytest.raises(ValueError, match="insecure"):
         KeySpec.create(TEST_PRESET, [1], True)
+
+
+def test_key_setup_default_quorum_is_the_policy_rule(fed: tuple[list[Identity], Roster]
+                                                     ) -> None:
+    """Issue 22: KeySetupParty's default quorum is ``policy.default_quorum`` with no mode
+    (the roster's quorum, else the whole roster), not a separate 2: without a quorum of
+    its own a party refuses to build keys for part of the roster."""
+    from fedsec.auc.policy import default_quorum
+
+    ids, roster = fed
+    parties = [KeySetupParty(i, roster, SPEC) for i in ids]
+    agg = KeySetupAggregator(roster, SPEC, min_parties=2)
+    holder, request = agg.request([p.hello() for p in parties[:3]])
+    with pytest.raises(ProtocolError, match=f"at least {default_quorum(len(roster))}"):
+        parties[holder].offer(request)
+    with_q = Roster(roster.entries, quorum=3)
+    relaxed = [KeySetupParty(i, with_q, SPEC) for i in ids]
+    agg = KeySetupAggregator(with_q, SPEC, min_parties=3)
+    holder, request = agg.request([p.hello() for p in relaxed[:3]])
+    relaxed[holder].offer(request)  # the roster's stated quorum is met

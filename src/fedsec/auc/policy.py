@@ -14,15 +14,53 @@ from typing import Any
 from fedsec._validation import check_int, check_real
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import PARTY_MAX_MESSAGE_BYTES
+from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import PolicyViolation
 
-__all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS"]
+__all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
+           "DEFAULT_MAX_KEY_BYTES", "default_quorum", "estimated_key_bytes"]
 
 #: Ceiling on the malicious-mode tolerance a party accepts (set from measured CKKS error).
 DEFAULT_MAX_TOLERANCE = 1e-6
 #: The weakest cheating bound (in bits) a party accepts, tolerance term included.
 DEFAULT_MIN_BOUND_BITS = 40.0
 DEFAULT_MAX_DECISION_POINTS = 8192
+#: Cap on the key material (estimated in-memory bytes, :func:`estimated_key_bytes`) a
+#: party builds for one run: FHAUC's keys on the default ring 2^13 are ~50 MiB, on the
+#: papers' ring 2^14 ~105 MiB; ring 2^15 (``CKKS_128_N32768_DEPTH19``) would be 2-3 GiB
+#: (measured: relinearisation plus one rotation key took 22 s and 1.5 GB), so it is
+#: refused unless a party raises this cap on purpose.
+DEFAULT_MAX_KEY_BYTES = 256 << 20
+
+
+def default_quorum(n_roster: int, roster_quorum: int | None = None,
+                   security: str | None = None) -> int:
+    """The one default quorum rule: the fewest parties a run may cover.
+
+    The roster's quorum if it states one; otherwise the whole roster, except a
+    semi-honest evaluation, which may go on over any 2 (its threat model trusts the
+    aggregator to follow the protocol; a party that wants more says so with a quorum).
+    Key set-up on its own (``security=None``: the mode is not known yet) takes the
+    strict branch, so a party that was not told otherwise never builds keys with fewer
+    than the whole roster. A party's own ``quorum`` (policy / node config) overrides it.
+    Never below 2.
+    """
+    if roster_quorum is not None:
+        q = int(roster_quorum)
+    elif security == "semi-honest":
+        q = 2
+    else:
+        q = int(n_roster)
+    return max(2, q)
+
+
+def estimated_key_bytes(preset: str, n_keys: int, *, allow_insecure: bool = False) -> int:
+    """Estimated in-memory size of ``n_keys`` key-switching keys (relinearisation,
+    Galois) on ``preset``: each is ``k - 1`` ciphertexts of 2 polynomials over the ``k``
+    primes of the chain, 8 bytes a coefficient (SEAL's layout before compression)."""
+    params = get_preset(preset, allow_insecure=allow_insecure)
+    k = len(params.coeff_mod_bit_sizes)
+    return int(n_keys) * (k - 1) * 2 * int(params.poly_modulus_degree) * k * 8
 
 
 @dataclass(frozen=True)
@@ -32,9 +70,9 @@ class PartyPolicy:
     Parameters
     ----------
     quorum : int, optional
-        The fewest participants an evaluation may have (never below 2). Default: the
-        roster's quorum if it states one, else the whole roster in malicious mode and 2 in
-        semi-honest mode.
+        The fewest participants an evaluation may have (never below 2). Default:
+        :func:`default_quorum` (the roster's quorum if it states one, else the whole
+        roster, except 2 in semi-honest mode).
     max_tolerance : float
         Largest malicious-mode tolerance accepted (default 1e-6).
     min_bound_bits : float
@@ -43,7 +81,15 @@ class PartyPolicy:
     max_decision_points : int
         Most decision points accepted (default 8192).
     presets : tuple of str, optional
-        Presets accepted (default: every secure preset).
+        Presets accepted. Default: only the protocol's own default preset
+        (``CKKS_128_N8192_DEPTH2_S49``), plus the ``INSECURE_TEST_*`` presets for a
+        configuration built with ``allow_insecure=True`` (tests; never reachable from the
+        CLI or the Flower app). A server cannot make a party build other keys unless the
+        party lists them here.
+    max_key_bytes : int
+        Most key material (estimated bytes, :func:`estimated_key_bytes`) a party builds
+        for one run, checked before any key is made, whatever ``presets`` allows
+        (default 256 MiB: refuses ring 2^15).
     max_message_bytes : int
         Largest message accepted from the aggregator (default 64 MiB).
     """
@@ -54,6 +100,7 @@ class PartyPolicy:
     max_decision_points: int = DEFAULT_MAX_DECISION_POINTS
     presets: tuple[str, ...] | None = None
     max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES
+    max_key_bytes: int = DEFAULT_MAX_KEY_BYTES
 
     def __post_init__(self) -> None:
         if self.quorum is not None:
@@ -64,19 +111,21 @@ class PartyPolicy:
                   min_value=2)
         check_int(self.max_message_bytes, "max_message_bytes", "PartyPolicy",
                   min_value=1 << 16)
+        check_int(self.max_key_bytes, "max_key_bytes", "PartyPolicy", min_value=1)
+        if self.presets is not None:
+            if isinstance(self.presets, str) or not all(
+                    isinstance(p, str) for p in self.presets):
+                raise TypeError("The 'presets' parameter of PartyPolicy must be a tuple of "
+                                f"preset names. Got {self.presets!r} instead.")
+            object.__setattr__(self, "presets", tuple(self.presets))
 
     def required_parties(self, security: str, n_roster: int,
                          roster: Roster | None = None) -> int:
         """The fewest participants this party accepts for ``security``."""
         if self.quorum is not None:
-            q = self.quorum
-        elif roster is not None and roster.quorum is not None:
-            q = roster.quorum
-        elif security == "malicious":
-            q = n_roster
-        else:
-            q = 2
-        return max(2, int(q))
+            return max(2, int(self.quorum))
+        return default_quorum(n_roster, roster.quorum if roster is not None else None,
+                              security)
 
     def check_participants(self, count: int, security: str, n_roster: int,
                            roster: Roster | None = None) -> None:
@@ -91,9 +140,7 @@ class PartyPolicy:
         if n > self.max_decision_points:
             raise PolicyViolation(f"{n} decision points exceed this party's limit of "
                                   f"{self.max_decision_points}", check="decision-points")
-        if self.presets is not None and config.preset not in self.presets:
-            raise PolicyViolation(f"preset {config.preset!r} is not allowed by this "
-                                  "party's policy", check="preset")
+        self.check_preset(config)
         tol = getattr(config, "tolerance", None)
         if tol is not None:
             if tol > self.max_tolerance:
@@ -104,3 +151,30 @@ class PartyPolicy:
                 raise PolicyViolation(
                     f"the configuration's cheating bound 2^-{bits:.1f} is weaker than this "
                     f"party's minimum 2^-{self.min_bound_bits:g}", check="cheat-bound")
+
+    def allowed_presets(self, allow_insecure: bool = False) -> tuple[str, ...]:
+        """The presets this party builds keys for (see ``presets``)."""
+        if self.presets is not None:
+            return self.presets
+        if allow_insecure:
+            from fedsec.crypto.params import PRESETS
+            return (DEFAULT_PRESET, *sorted(p for p in PRESETS if p.startswith("INSECURE_")))
+        return (DEFAULT_PRESET,)
+
+    def check_preset(self, config: Any) -> None:
+        """Refuse a preset this party did not allow, or key material above its cap,
+        before any key is built (``PolicyViolation``, checks ``preset`` / ``key-size``)."""
+        insecure = bool(getattr(config, "allow_insecure", False))
+        preset = str(config.preset)
+        if preset not in self.allowed_presets(insecure):
+            raise PolicyViolation(f"preset {preset!r} is not allowed by this party's "
+                                  "policy (it builds keys for "
+                                  f"{', '.join(self.allowed_presets(insecure))} only)",
+                                  check="preset")
+        spec = config.key_spec()
+        n_keys = 1 + len(spec.rotations) + (1 if spec.conjugate else 0)
+        need = estimated_key_bytes(preset, n_keys, allow_insecure=insecure)
+        if need > self.max_key_bytes:
+            raise PolicyViolation(f"the run's keys ({n_keys} key-switching keys on {preset}, "
+                                  f"~{need / 2**20:.0f} MiB) exceed this party's cap of "
+                                  f"{self.max_key_bytes / 2**20:.0f} MiB", check="key-size")

@@ -305,8 +305,10 @@ class KeySetupParty:
     spec : KeySpec
         The keys this party's own configuration needs.
     min_parties : int, optional
-        The fewest set-up participants this party accepts (default: the roster's quorum,
-        else 2; never below 2).
+        The fewest set-up participants this party accepts (default: the one default
+        quorum rule, :func:`fedsec.auc.policy.default_quorum` with no mode: the roster's
+        quorum, else the whole roster; never below 2). Runs that know their mode pass the
+        party's policy's quorum.
     state : bytes, optional
         This party's set-up state from :meth:`to_bytes`, to resume it between steps
         (:meth:`from_bytes` is the usual way); without it, a fresh X25519 key and nonce.
@@ -325,8 +327,10 @@ class KeySetupParty:
         self._identity = identity
         self._roster = roster
         self._spec = spec
-        q = roster.quorum if min_parties is None else min_parties
-        self._min_parties = max(2, int(q or 2))
+        if min_parties is None:
+            from fedsec.auc.policy import default_quorum  # policy imports this module
+            min_parties = default_quorum(len(roster), roster.quorum)
+        self._min_parties = max(2, int(min_parties))
         if self._min_parties > len(roster):
             raise ValueError(f"min_parties={self._min_parties} exceeds the roster's "
                              f"{len(roster)} parties")

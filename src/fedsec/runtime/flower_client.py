@@ -54,7 +54,9 @@ included, or the failed check) is written next to it,
 Node config (``flower-supernode --node-config "k='v' ..."``)
 -----------------------------------------------------------
 ``data-path``
-    The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required.
+    The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required:
+    a node without it refuses to start (check ``node-config``), whatever the run config
+    says, unless it runs under the simulation engine (below).
 ``identity-path``
     The party's identity file (``fedsec identity init``; mode 0600). Required. It names
     the party. Identities are never made by, or fetched from, the server.
@@ -67,15 +69,27 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
 ``log-path``
     Append this node's log (failure details, the AUC) to this file (created 0600).
 ``quorum``
-    The fewest parties an evaluation may cover (default: the roster's quorum, else the
-    whole roster in malicious mode and 2 in semi-honest mode).
+    The fewest parties an evaluation (and its key set-up) may cover (default:
+    :func:`fedsec.auc.policy.default_quorum`: the roster's quorum, else the whole roster
+    in malicious mode and 2 in semi-honest mode).
 ``max-tolerance``, ``min-bound-bits``, ``max-decision-points``
     Malicious mode: the largest run-agreement tolerance (default 1e-6) and the weakest
     cheating bound in bits (default 40) accepted; any mode: the most decision points
     accepted (default 8192). See :class:`fedsec.auc.policy.PartyPolicy`.
+``presets``
+    CKKS presets this party builds keys for, separated by commas or spaces (default:
+    FHAUC's own ``CKKS_128_N8192_DEPTH2_S49`` only), so a server cannot make it build
+    ring-2^14 or 2^15 keys.
+``max-key-bytes``
+    Cap on the key material (estimated bytes) the party builds for one run, checked
+    before any key is made (default 256 MiB; ring 2^15 needs 2-3 GiB).
+``security``
+    ``malicious`` or ``semi-honest``: the mode this node runs. ``security='malicious'``
+    makes ``require-malicious`` default to ``true``.
 ``require-malicious``
     ``true`` refuses semi-honest runs (the aggregator chooses the mode, so a party that
-    does not trust it should insist on verification).
+    does not trust it should insist on verification). Default: ``true`` when the node
+    config says ``security='malicious'``, else ``false``.
 ``share-auc``
     Whether the finalize reply carries the decrypted AUC. Default ``true`` in malicious
     mode (the AUC the party verified) and ``false`` in semi-honest mode: the semi-honest
@@ -84,12 +98,16 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
     the party decrypted from it. Without sharing, the reply says only whether the party
     accepted the result (one bit, once: the party deletes its keys after finalize).
 
-Simulation engine: virtual nodes have no files and no node config of their own. Node
-``k`` (``partition-id``) plays the ``k``-th identity file (``*.identity.json``, sorted by
-file name) of the run config's ``sim-identity-dir``, with that directory's
-``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if present, takes its node
-config (policy keys) from ``<sim-identity-dir>/<party name>.node.json``. Every virtual
-node's log is the simulation's log.
+Simulation engine: virtual nodes have no files and no node config of their own. Only
+there (detected from the call stack, :func:`in_simulation_engine`; neither the run config
+nor ``partition-id`` can fake it), or on a node whose own node config says
+``simulation=true``, does a node without ``data-path`` take its files from the run
+config: node ``k`` (``partition-id``) plays the ``k``-th identity file
+(``*.identity.json``, sorted by file name) of the run config's ``sim-identity-dir``, with
+that directory's ``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if
+present, takes its node config (policy keys) from
+``<sim-identity-dir>/<party name>.node.json``. Every virtual node's log is the
+simulation's log.
 """
 
 from __future__ import annotations
@@ -103,6 +121,7 @@ import re
 import stat
 import sys
 import tempfile
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -120,6 +139,7 @@ from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
+    DEFAULT_MAX_KEY_BYTES,
     DEFAULT_MAX_TOLERANCE,
     DEFAULT_MIN_BOUND_BITS,
     PartyPolicy,
@@ -136,6 +156,7 @@ from fedsec.errors import (
 from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
+from fedsec.runtime.safetext import EscapingFilter, EscapingFormatter, printable
 
 __all__ = [
     "NodeCheckFailed",
@@ -151,6 +172,7 @@ __all__ = [
     "handle_hello",
     "handle_offer",
     "handle_submit",
+    "in_simulation_engine",
     "load_node",
     "protocol_config",
 ]
@@ -294,9 +316,12 @@ def _node_logger(node_config: Mapping[str, Any]) -> logging.Logger:
         handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
     except OSError:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s fedsec-node %(levelname)s: "
+    # every record one line, hostile bytes escaped (names, roster entries, error texts
+    # quoting what a server sent): see fedsec.runtime.safetext
+    handler.setFormatter(EscapingFormatter("%(asctime)s fedsec-node %(levelname)s: "
                                            "%(message)s"))
     log.addHandler(handler)
+    log.addFilter(EscapingFilter())  # also for handlers above it (propagation)
     _LOGGERS[key] = log
     return log
 
@@ -342,9 +367,23 @@ class NodePolicy:
 
     @classmethod
     def from_node_config(cls, cfg: Mapping[str, Any]) -> NodePolicy:
-        """Read ``quorum``, ``max-tolerance``, ``min-bound-bits``, ``max-decision-points``,
-        ``require-malicious`` and ``share-auc``; ``ValueError`` names a bad key."""
+        """Read ``security``, ``quorum``, ``max-tolerance``, ``min-bound-bits``,
+        ``max-decision-points``, ``presets``, ``max-key-bytes``, ``require-malicious``
+        and ``share-auc``; ``ValueError`` names a bad key.
+
+        ``require-malicious`` defaults to ``true`` when the node config says
+        ``security='malicious'`` (a node that says it runs malicious mode refuses a
+        semi-honest run unless it also says ``require-malicious=false``), else ``false``.
+        """
         quorum = _number(cfg.get("quorum", 0), "quorum", int)
+        security = str(cfg.get("security", "") or "").strip().lower()
+        if security not in ("", "malicious", "semi-honest"):
+            raise ValueError("node config 'security' must be 'malicious' or 'semi-honest'; "
+                             f"got {printable(cfg.get('security'), 80)!r}")
+        raw_presets = cfg.get("presets")
+        presets: tuple[str, ...] | None = None
+        if raw_presets is not None and str(raw_presets).strip():
+            presets = tuple(p for p in re.split(r"[\s,]+", str(raw_presets).strip()) if p)
         party = PartyPolicy(
             quorum=quorum or None,
             max_tolerance=_number(cfg.get("max-tolerance", DEFAULT_MAX_TOLERANCE),
@@ -353,9 +392,15 @@ class NodePolicy:
                                    "min-bound-bits", float),
             max_decision_points=_number(cfg.get("max-decision-points",
                                                 DEFAULT_MAX_DECISION_POINTS),
-                                        "max-decision-points", int))
+                                        "max-decision-points", int),
+            presets=presets,
+            max_key_bytes=_number(cfg.get("max-key-bytes", DEFAULT_MAX_KEY_BYTES),
+                                  "max-key-bytes", int))
         share = cfg.get("share-auc")
-        return cls(party, _flag(cfg.get("require-malicious", False), "require-malicious"),
+        require = cfg.get("require-malicious")
+        return cls(party,
+                   security == "malicious" if require is None or require == ""
+                   else _flag(require, "require-malicious"),
                    None if share is None or share == "" else _flag(share, "share-auc"))
 
     def shares_auc(self, security: str) -> bool:
@@ -464,10 +509,50 @@ def _sim_paths(context: Context) -> dict[str, Any]:
     return out
 
 
+def in_simulation_engine() -> bool:
+    """Whether this ClientApp call runs inside Flower's simulation engine.
+
+    flwr 1.41's engine calls the ClientApp from
+    ``flwr.simulation.ray_transport.ray_actor.VirtualClientEngineActor.run`` in a Ray
+    actor of the simulation process; a SuperNode never does. The check looks for that
+    method's code on this thread's call stack, so neither the run config (the server's)
+    nor a node config key (``partition-id`` and ``num-partitions`` are Flower's usual
+    deployment keys too) can fake it.
+    """
+    mod = sys.modules.get("flwr.simulation.ray_transport.ray_actor")
+    actor = getattr(mod, "VirtualClientEngineActor", None) if mod is not None else None
+    code = getattr(getattr(actor, "run", None), "__code__", None)
+    if code is None:
+        return False
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _sim_node(cfg: Mapping[str, Any]) -> bool:
+    """Whether this node takes its files from the run config's ``sim-*`` directories:
+    only under the simulation engine, or when its own node config says
+    ``simulation=true`` (its operator also runs the server: tests, demos)."""
+    if "partition-id" not in cfg:
+        return False
+    try:
+        explicit = _flag(cfg.get("simulation", False), "simulation")
+    except ValueError as exc:
+        raise NodeCheckFailed("node-config", str(exc)) from None
+    return explicit or in_simulation_engine()
+
+
 def node_config_of(context: Context) -> dict[str, Any]:
-    """The node config, with a simulation's virtual node's files filled in."""
+    """The node config, with a simulation's virtual node's files filled in.
+
+    A node without ``data-path`` gets its files from the run config's ``sim-*`` keys
+    only under the simulation engine or with node config ``simulation=true``
+    (:func:`_sim_node`); otherwise :func:`load_node` refuses to start it."""
     cfg = dict(context.node_config)
-    if "data-path" not in cfg and "partition-id" in cfg:
+    if "data-path" not in cfg and _sim_node(cfg):
         cfg.update(_sim_paths(context))
     return cfg
 
@@ -487,6 +572,14 @@ def load_node(context: Context) -> NodeSetup:
     (file, row, rule) for this node's log.
     """
     cfg = node_config_of(context)
+    if not cfg.get("data-path"):
+        raise NodeCheckFailed(
+            "node-config", "this SuperNode has no 'data-path' node config. A deployed node "
+            "takes its data, identity, roster and policy files from its own node config "
+            "only, never from the server's run config (the run config's 'sim-identity-dir' "
+            "and 'sim-data-dir' are honoured only under Flower's simulation engine, or on a "
+            "node started with node config simulation=true): start it with --node-config "
+            "\"data-path='/absolute/path.csv' identity-path='...' roster-path='...'\"")
     try:
         policy = NodePolicy.from_node_config(cfg)
     except (TypeError, ValueError) as exc:

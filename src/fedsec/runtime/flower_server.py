@@ -110,6 +110,7 @@ from fedsec.runtime.flower_io import (
     run_step,
     wait_for_nodes,
 )
+from fedsec.runtime.safetext import printable
 
 __all__ = ["RunFailed", "RunOptions", "ServerRun", "build_server_app", "main"]
 
@@ -291,7 +292,8 @@ class ServerRun:
         if check:
             entry["check"] = check
         self.doc["parties"]["left_out"].append(entry)
-        logger.warning("fedsec: party %s left out at %s: %s", entry["party"], step, reason)
+        logger.warning("fedsec: party %s left out at %s: %s", printable(entry["party"]),
+                       printable(step), printable(reason))
 
     def pause(self, step: str) -> None:
         """Test hook: sleep once after ``step`` (run config ``pause-after``)."""
@@ -550,7 +552,8 @@ class ServerRun:
                     "step": "submit", "attempt": attempt,
                     "reason": f"{why}; new commit round with fresh nonces over the "
                               f"{len(submitted)} parties that submitted"})
-                logger.warning("fedsec: malicious run restarts without %s", gone)
+                logger.warning("fedsec: malicious run restarts without %s",
+                               printable(gone))
                 survivors = submitted
                 continue
             self.pause("submit")
@@ -626,13 +629,13 @@ def main(grid: Grid, context: Context) -> None:
         run.run()
         logger.info("fedsec: %s FHAUC done: auc=%s verified=%s included=%s left out=%s",
                     opts.security, run.doc.get("auc", "(kept by the parties)"),
-                    run.doc["verified"], run.doc["parties"]["included"],
-                    [e["party"] for e in run.doc["parties"]["left_out"]])
+                    run.doc["verified"], printable(run.doc["parties"]["included"]),
+                    printable([e["party"] for e in run.doc["parties"]["left_out"]]))
     except Exception as err:
         run.doc.update(status="failed", error=f"{type(err).__name__}: {err}")
         run.doc.pop("auc", None)
         run.doc["verified"] = False
-        logger.error("fedsec: run failed: %s", run.doc["error"])
+        logger.error("fedsec: run failed: %s", printable(run.doc["error"]))
         raise
     finally:
         run.write()
