@@ -32,6 +32,7 @@ from fedsec.errors import (
     TamperingDetected,
     UndefinedMetricError,
 )
+from fedsec.runtime.safetext import printable
 
 __all__ = ["main", "build_parser", "EXIT_CODES", "EXIT_OK", "EXIT_BAD_INPUT",
            "EXIT_TAMPERING", "EXIT_PROTOCOL", "EXIT_UNDEFINED", "EXIT_INTERRUPTED",
@@ -126,26 +127,28 @@ def _run(args: argparse.Namespace) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except TamperingDetected as exc:
-        print(f"fedsec: TAMPERING DETECTED ({exc.check}): {exc}", file=sys.stderr)
+        print(f"fedsec: TAMPERING DETECTED ({printable(exc.check)}): {printable(exc)}",
+              file=sys.stderr)
         return EXIT_TAMPERING
     except UndefinedMetricError as exc:
-        print(f"fedsec: undefined result: {exc}", file=sys.stderr)
+        print(f"fedsec: undefined result: {printable(exc)}", file=sys.stderr)
         return EXIT_UNDEFINED
     except PolicyViolation as exc:
-        print(f"fedsec: protocol error (policy: {exc.check}): {exc}", file=sys.stderr)
+        print(f"fedsec: protocol error (policy: {printable(exc.check)}): {printable(exc)}",
+              file=sys.stderr)
         return EXIT_PROTOCOL
     except ProtocolError as exc:
-        print(f"fedsec: protocol error: {exc}", file=sys.stderr)
+        print(f"fedsec: protocol error: {printable(exc)}", file=sys.stderr)
         return EXIT_PROTOCOL
     except (UsageError, ValueError, TypeError) as exc:
-        print(f"fedsec: error: {exc}", file=sys.stderr)
+        print(f"fedsec: error: {printable(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"fedsec: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"fedsec: error: {printable(where)}{printable(exc.strerror or exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except FedsecError as exc:
-        print(f"fedsec: error: {exc}", file=sys.stderr)
+        print(f"fedsec: error: {printable(exc)}", file=sys.stderr)
         return EXIT_PROTOCOL
     except KeyboardInterrupt:
         print("fedsec: interrupted", file=sys.stderr)

@@ -155,7 +155,11 @@ from fedsec.auc.masking import (
     finish_masked,
     masked_product,
 )
-from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS, PartyPolicy
+from fedsec.auc.policy import (
+    DEFAULT_MAX_DECISION_POINTS,
+    IN_PROCESS_MAX_KEY_BYTES,
+    PartyPolicy,
+)
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
@@ -658,7 +662,9 @@ def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     assert ks_agg.context is not None
     agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
     # in one process the caller chose N for every party: its policy admits that N
-    policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points))
+    # in one process the caller chose N and the preset for every party: its policy admits them
+    policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
+                         presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
     roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
              for (y, s), k in zip(data, keys, strict=True)]
     names_on_net = [party_role(k.name) for k in keys]

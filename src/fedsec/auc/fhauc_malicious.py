@@ -131,6 +131,7 @@ from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
     DEFAULT_MAX_TOLERANCE,
     DEFAULT_MIN_BOUND_BITS,
+    IN_PROCESS_MAX_KEY_BYTES,
     PartyPolicy,
 )
 from fedsec.crypto.ckks import CKKSContext
@@ -899,7 +900,8 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                                  allow_insecure=allow_insecure)
     pol = policy if policy is not None else PartyPolicy(
         max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE), min_bound_bits=min_bound_bits,
-        max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points))
+        max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
+        presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     identities, roster = local_federation(party_names)
     say(f"key set-up: {len(data)} parties, preset {cfg.preset}")

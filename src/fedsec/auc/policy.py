@@ -18,7 +18,8 @@ from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import PolicyViolation
 
 __all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
-           "DEFAULT_MAX_KEY_BYTES", "default_quorum", "estimated_key_bytes"]
+           "DEFAULT_MAX_KEY_BYTES", "IN_PROCESS_MAX_KEY_BYTES", "default_quorum",
+           "estimated_key_bytes"]
 
 #: Ceiling on the malicious-mode tolerance a party accepts (set from measured CKKS error).
 DEFAULT_MAX_TOLERANCE = 1e-6
@@ -31,6 +32,9 @@ DEFAULT_MAX_DECISION_POINTS = 8192
 #: (measured: relinearisation plus one rotation key took 22 s and 1.5 GB), so it is
 #: refused unless a party raises this cap on purpose.
 DEFAULT_MAX_KEY_BYTES = 256 << 20
+#: The cap of a policy made by an in-process runner: there the caller chose the preset for
+#: every party and builds the keys on its own machine anyway (1 TiB: no cap).
+IN_PROCESS_MAX_KEY_BYTES = 1 << 40
 
 
 def default_quorum(n_roster: int, roster_quorum: int | None = None,

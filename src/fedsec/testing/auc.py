@@ -677,7 +677,11 @@ class TamperHarness:
         from fedsec.auc.common import local_federation
         from fedsec.auc.fhauc import FHAUCConfig
         from fedsec.auc.fhauc_malicious import MaliciousConfig
-        from fedsec.auc.policy import DEFAULT_MAX_TOLERANCE, PartyPolicy
+        from fedsec.auc.policy import (
+            DEFAULT_MAX_TOLERANCE,
+            IN_PROCESS_MAX_KEY_BYTES,
+            PartyPolicy,
+        )
         from fedsec.crypto.keysetup import KeySpec, run_key_setup
         from fedsec.crypto.params import DEFAULT_PRESET
 
@@ -690,12 +694,14 @@ class TamperHarness:
                                          allow_insecure=allow_insecure, **config)
             self.policy = policy if policy is not None else PartyPolicy(
                 max_tolerance=max(cfg.tolerance, DEFAULT_MAX_TOLERANCE),
-                min_bound_bits=config.get("min_bound_bits", 40.0))
+                min_bound_bits=config.get("min_bound_bits", 40.0), presets=(cfg.preset,),
+                max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
             self.tolerance = float(cfg.tolerance)
         elif security == "semi-honest":
             cfg = FHAUCConfig.create(decision_points, preset=preset or DEFAULT_PRESET,
                                      allow_insecure=allow_insecure, **config)
-            self.policy = policy if policy is not None else PartyPolicy()
+            self.policy = policy if policy is not None else PartyPolicy(
+                presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
             self.tolerance = 1e-9
         else:
             raise ValueError(f"unknown security {security!r}")

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from fedsec.auc.common import AGGREGATOR, local_federation, party_role
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
 from fedsec.auc.masking import RESULT_NOISE_SD
-from fedsec.auc.policy import PartyPolicy
+from fedsec.auc.policy import IN_PROCESS_MAX_KEY_BYTES, PartyPolicy
 from fedsec.crypto.keysetup import run_key_setup
 from fedsec.protocol import wire
 from fedsec.protocol.network import Envelope, Network
@@ -63,7 +63,8 @@ def observe(parties: Sequence[tuple[NDArray[np.int64], NDArray[np.float64]]], *,
     ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec())
     assert ks_agg.context is not None
     agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
-    policy = PartyPolicy(max_decision_points=max(1000, cfg.n_points))
+    policy = PartyPolicy(max_decision_points=max(1000, cfg.n_points), presets=(cfg.preset,),
+                         max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
     roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
              for (y, s), k in zip(parties, keys, strict=True)]
     seen: list[bytes] = []
