@@ -2,7 +2,8 @@
 
 ``dpauc`` runs the differentially private baselines over party CSV files (one party per file)
 and reports the mean and standard deviation of the AUC over independent runs; ``attack
-dpauc-counts`` plays the semi-honest aggregator of seed 001 App. B.2 against each party's
+dpauc-counts`` plays the semi-honest aggregator of Baykara et al. (FHAUC), App. B.2, against
+each party's
 submission; ``reproduce`` regenerates the DPAUC report (``benchmarks/reproduce_dpauc.py``).
 """
 
@@ -120,7 +121,8 @@ def register(subparsers: Any) -> None:
     asub = a.add_subparsers(dest="attack", metavar="ATTACK")
     c = asub.add_parser(
         "dpauc-counts", help="estimate each party's sample counts from its DPAUC submission",
-        description="Semi-honest aggregator of seed 001 App. B.2: average TP+FN and FP+TN over "
+        description="Semi-honest aggregator of Baykara et al. (FHAUC) App. B.2: average "
+                    "TP+FN and FP+TN over "
                     "all decision points of one party's noisy statistics.")
     _add_privacy_args(c, 100)
     c.set_defaults(func=_cmd_attack_counts)

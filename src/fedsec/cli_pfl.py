@@ -1,4 +1,5 @@
-"""``fedsec pfl``: personalised FL with BALANCE (seed 002) under poisoning attacks, in the clear.
+"""``fedsec pfl``: personalised FL with BALANCE (Aghabagherloo et al.) under poisoning
+attacks, in the clear.
 
 Trains a task of :mod:`fedsec.learning.tasks` over ``--clients`` clients (Dirichlet label
 split) for ``--rounds`` rounds with a share ``--malicious`` of malicious clients running
@@ -136,8 +137,8 @@ def register(sub: Any) -> None:
                                             high_open=True), default=0.3,
                    help="BALANCE acceptance threshold gamma (default 0.3)")
     p.add_argument("--gamma-uniform", type=float, nargs=2, default=None, metavar=("LO", "HI"),
-                   help="per-client thresholds gamma_i ~ U[LO, HI] (seeded; seed 002 uses "
-                        "0.1 0.5) instead of one --gamma")
+                   help="per-client thresholds gamma_i ~ U[LO, HI] (seeded; Aghabagherloo et al. "
+                        "use 0.1 0.5) instead of one --gamma")
     p.add_argument("--kappa", type=_real_in("--kappa", 0.0, math.inf, high_open=True),
                    default=1.0, help="BALANCE threshold decay kappa (default 1)")
     p.add_argument("--balance-alpha", type=_real_in("--balance-alpha", 0.0, 1.0), default=0.5,

@@ -2,7 +2,7 @@
 
 Trains one of the tasks of :mod:`fedsec.learning.tasks` over ``--clients`` clients
 (Dirichlet(0.5) label split) for ``--rounds`` rounds, recording every round, then computes
-each client's Federated Shapley Value (seed 004) in the clear -- exactly, or with an
+each client's Federated Shapley Value (Zheng et al.) in the clear -- exactly, or with an
 estimator, with or without SampleSkip. When the result is not exact it also computes the
 exact FSV (unless ``--no-exact``) and reports the error ``||φ̂ − φ||_2``.
 
@@ -51,11 +51,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "shapley", help="train by FedAvg and compute each client's Federated Shapley Value",
         description="Train a task by FedAvg with recorded rounds and value each client's "
-                    "contribution by the Federated Shapley Value (seed 004), exactly or with "
+                    "contribution by the Federated Shapley Value (Zheng et al.), exactly or with "
                     "an estimator, with or without SampleSkip.")
     p.add_argument("--task", choices=TASKS, default="bank",
                    help="bank and agnews: logistic classifiers on synthetic stand-ins; "
-                        "mnist: seed 004's CNN on real MNIST; digits: small CNN; gru: "
+                        "mnist: Zheng et al.'s CNN on real MNIST; digits: small CNN; gru: "
                         "recurrent task on digit rows; dnn: L-layer DNN (default bank)")
     p.add_argument("--clients", type=_int_at_least("--clients", 1, 16), default=5,
                    help="number of clients n (default 5)")
@@ -65,7 +65,7 @@ def register(sub: Any) -> None:
                    help="share of clients in each round (default 1.0)")
     p.add_argument("--protocol", choices=PROTOCOLS, default="nssv",
                    help="nssv: in the clear (models and test data visible to the evaluator); "
-                        "hesv: one server, CKKS models and test data (seed 004 Alg. 1-2); "
+                        "hesv: one server, CKKS models and test data (Zheng et al. Alg. 1-2); "
                         "secsv: two non-colluding servers, encrypted models and secret-shared "
                         "test data (Alg. 3-5); secretsv: two servers, everything secret-"
                         "shared (the paper's baseline). Default nssv")
@@ -105,7 +105,7 @@ def register(sub: Any) -> None:
                         f"(gt, ks); defaults {DEFAULT_BUDGETS}")
     p.add_argument("--sample-skip", action="store_true",
                    help="skip test samples that two models both predict correctly "
-                        "(SampleSkip, seed 004 Alg. 6-7)")
+                        "(SampleSkip, Zheng et al. Alg. 6-7)")
     p.add_argument("--audit", action="store_true",
                    help="with --sample-skip: also count wrongly skipped samples")
     p.add_argument("--no-exact", action="store_true",
@@ -190,7 +190,7 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
                               "seed": args.seed, "schedule": args.schedule}
     if args.protocol == "hesv" and args.sample_skip:
         raise ValueError("--sample-skip needs plaintext test data at the servers "
-                         "(seed 004, Sec. 5.3): use --protocol secsv, secretsv or nssv")
+                         "(Zheng et al., Sec. 5.3): use --protocol secsv, secretsv or nssv")
     if args.per_coalition_decryption:
         if args.protocol != "secsv":
             raise ValueError("--per-coalition-decryption applies to --protocol secsv only")

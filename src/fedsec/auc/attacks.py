@@ -1,6 +1,6 @@
 """Attacks that show what the DPAUC baselines leak.
 
-* :func:`estimate_party_counts` -- the count-leakage attack of seed 001 (App. B.2): a
+* :func:`estimate_party_counts` -- the count-leakage attack of Baykara et al. (FHAUC) (App. B.2): a
   semi-honest aggregator reads one party's DPAUC submission. Because ``TP + FN`` is the
   party's number of positives and ``FP + TN`` its number of negatives at *every* decision
   point, averaging the ``N`` noisy sums estimates both class sizes (and the total) with an
@@ -8,8 +8,8 @@
   For randomized response the statistics are exact counts of flipped labels: the total is
   revealed exactly and the class sizes up to the randomized-response noise.
 * :func:`exposed_score_histogram` -- exact per-point counts of DPAUC_RR reveal how many of a
-  party's scores fall in each bin (seed 003, "Utility and Privacy Analysis").
-* :func:`topk_label_inference` -- the top-K attack of seed 003 Table 2: guess that the K
+  party's scores fall in each bin (Sun et al., "Utility and Privacy Analysis").
+* :func:`topk_label_inference` -- the top-K attack of Sun et al. Table 2: guess that the K
   highest-scored samples are positive and measure precision and recall.
 """
 
@@ -65,7 +65,7 @@ def count_leakage_std(
     Laplace scale ``b = 4N/eps``: each noisy sum ``TP+FN`` has variance ``4 b**2``, and the
     mean of ``N`` of them ``4 b**2 / N``; the total adds two such sums. So the per-class error
     is ``2b/sqrt(N) = 8 sqrt(N)/eps`` and the total's ``sqrt(2)`` times that -- for
-    ``eps = 1, N = 100``: 80 and 113 samples (seed 001 Table 2 measured 80 and 110).
+    ``eps = 1, N = 100``: 80 and 113 samples (Baykara et al. (FHAUC) Table 2 measured 80 and 110).
     Gaussian: ``sigma sqrt(2/N)`` and ``2 sigma / sqrt(N)``. Randomized response: the total
     is exact; the class estimate has ``sqrt(n rho (1-rho)) / (1 - 2 rho)`` (needs
     ``n_samples``).
@@ -148,7 +148,7 @@ class TopKResult:
 
 
 def topk_label_inference(y_true: Any, y_score: Any, ks: Iterable[int]) -> list[TopKResult]:
-    """The top-K label-inference attack on exposed scores (seed 003 Table 2).
+    """The top-K label-inference attack on exposed scores (Sun et al. Table 2).
 
     Ties at the K-th score are broken by sample order (a stable sort), which is what an
     attacker without further information would do.

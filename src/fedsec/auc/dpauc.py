@@ -1,4 +1,4 @@
-"""DPAUC baselines (seed 003): Laplace / Gaussian noise on local statistics, randomized response.
+"""DPAUC baselines (Sun et al.): Laplace / Gaussian noise on local statistics, randomized response.
 
 Roles exchange bytes, as every fedsec protocol does::
 
@@ -18,25 +18,25 @@ replays of genuine bytes, not a party that lies.
 
 Mechanisms
 ----------
-``"laplace"`` (DPAUC_Lap, seed 003): every one of the ``4N`` local statistics gets
+``"laplace"`` (DPAUC_Lap, Sun et al.): every one of the ``4N`` local statistics gets
 Laplace noise of scale ``1/eps'`` with ``eps = 4 N eps'``, i.e. scale ``4N/eps``. This is the
 paper's accounting (sensitivity 1 per statistic, sequential composition over all of them) and
-what seeds 000/001 evaluate.
+what Baykara et al. evaluate.
 
 ``"gaussian"``: the analytic Gaussian mechanism (Balle & Wang 2018) on the whole vector of
 ``4N`` statistics. Changing one label moves exactly two statistics by 1 at every point (TP and
 FN swap with FP and TN), so the L2 sensitivity under label-DP is ``sqrt(2N)``; the guarantee is
 ``(eps, delta)``-label-DP per party and evaluation.
 
-``"rr"`` (DPAUC_RR, seed 003): each client flips its labels once by randomized response with
+``"rr"`` (DPAUC_RR, Sun et al.): each client flips its labels once by randomized response with
 flip probability ``rho = 1/(1+e**eps)`` and sends the exact statistics of the flipped labels.
 The server computes the AUC of the flipped labels and debiases it (Menon et al. 2015, see
 :func:`debias_rr_auc`). Optional Laplace noise on the scores (``score_epsilon``) reproduces
-seed 003 Table 3. Exact counts per point reveal each party's score histogram (seed 003
+Sun et al. Table 3. Exact counts per point reveal each party's score histogram (Sun et al.
 Sec. "Utility and Privacy Analysis"), hence a :class:`PrivacyWarning` without score noise.
 
 The server turns the aggregated statistics into ``TPR = TP/(TP+FN)`` and
-``FPR = FP/(FP+TN)`` per point (seed 003 step 5) and applies the trapezoid rule with the same
+``FPR = FP/(FP+TN)`` per point (Sun et al. step 5) and applies the trapezoid rule with the same
 conventions as :mod:`fedsec.metrics.roc` (origin prepended, points in decreasing order): with
 zero noise the result equals :func:`fedsec.metrics.trapezoid_auc` exactly. Noisy rates are not
 clipped or made monotone -- the papers report the raw estimator, which is why small test sets
@@ -103,7 +103,7 @@ Mechanism = Literal["laplace", "gaussian", "rr"]
 MECHANISMS: tuple[str, ...] = ("laplace", "gaussian", "rr")
 FloatArray = NDArray[np.float64]
 
-#: Total epsilon above which a :class:`PrivacyWarning` is issued (seed 003 uses at most 8).
+#: Total epsilon above which a :class:`PrivacyWarning` is issued (Sun et al. uses at most 8).
 WEAK_EPSILON = 10.0
 
 _MAGIC = b"FDPA"
@@ -144,7 +144,7 @@ def _check_epsilon(epsilon: Any, owner: str, name: str = "epsilon") -> float:
 
 
 def laplace_scale(*, epsilon: float, n_points: int) -> float:
-    """Laplace scale of DPAUC_Lap: ``1/eps'`` with ``eps' = eps / (4 N)`` (seed 003)."""
+    """Laplace scale of DPAUC_Lap: ``1/eps'`` with ``eps' = eps / (4 N)`` (Sun et al.)."""
     eps = check_real(epsilon, "epsilon", "laplace_scale", gt=0.0)
     n = check_int(n_points, "n_points", "laplace_scale", min_value=1)
     return 4.0 * n / eps
@@ -178,7 +178,7 @@ class PartyStatistics:
 
 
 def local_statistics(y_true: Any, y_score: Any, decision_points: Any = 100) -> PartyStatistics:
-    """Exact ``TP, FP, TN, FN`` of one party (seed 003 step 2)."""
+    """Exact ``TP, FP, TN, FN`` of one party (Sun et al. step 2)."""
     points = as_decision_points(decision_points)
     y, s = check_labels_scores(y_true, y_score, "local_statistics")
     tp, fp = confusion_counts(y, s, points)
@@ -216,7 +216,7 @@ def perturb_statistics(
 def noisy_trapezoid_auc(tp: Any, fp: Any, tn: Any, fn: Any) -> float:
     """Trapezoid AUC from (possibly noisy, real-valued) aggregated statistics.
 
-    ``TPR = TP/(TP+FN)`` and ``FPR = FP/(FP+TN)`` at every point (seed 003 step 5), then
+    ``TPR = TP/(TP+FN)`` and ``FPR = FP/(FP+TN)`` at every point (Sun et al. step 5), then
     ``sum_n (FPR[n] - FPR[n-1]) (TPR[n] + TPR[n-1]) / 2`` with ``TPR[-1] = FPR[-1] = 0``,
     the conventions of :func:`fedsec.metrics.trapezoid_auc_from_counts`.
 
@@ -508,7 +508,7 @@ class DPAUCClient(_Party):
         return self._accountant
 
     def submit(self) -> bytes:
-        """Noisy ``TP, FP, TN, FN`` at every point, serialized (seed 003 step 3)."""
+        """Noisy ``TP, FP, TN, FN`` at every point, serialized (Sun et al. step 3)."""
         self._accountant.spend(self._epsilon, self._delta, label=f"dpauc-{self._mechanism}")
         noisy = perturb_statistics(self._stats.stacked(), mechanism=self._mechanism,
                                    epsilon=self._epsilon, delta=self._delta)
@@ -520,7 +520,7 @@ class RRClient(_Party):
     """A party of DPAUC_RR: labels flipped once by randomized response at construction.
 
     The flipped labels are reused by every :meth:`submit` (post-processing: no further
-    privacy cost), as seed 003 prescribes. ``epsilon`` is charged once, at construction, plus
+    privacy cost), as Sun et al. prescribes. ``epsilon`` is charged once, at construction, plus
     ``score_epsilon`` when scores are perturbed.
 
     Parameters
@@ -529,10 +529,10 @@ class RRClient(_Party):
     epsilon : float
         Randomized-response epsilon (label-DP), keyword-only.
     decision_points : int or array-like, default=200
-        Seed 003 Table 1 uses 200.
+        Sun et al. Table 1 uses 200.
     score_epsilon : float, optional
         If given, each score gets ``Laplace(1/score_epsilon)`` noise (sensitivity 1) and is
-        clipped to ``[0, 1]`` (seed 003 Table 3). Without it the statistics expose the
+        clipped to ``[0, 1]`` (Sun et al. Table 3). Without it the statistics expose the
         party's score histogram and a :class:`PrivacyWarning` is issued.
     accountant : PrivacyAccountant, optional
     """
@@ -613,7 +613,7 @@ class DPAUCResult:
 
 
 class DPAUCServer:
-    """The DPAUC aggregator (seed 003 steps 4-6, plus RR debiasing).
+    """The DPAUC aggregator (Sun et al. steps 4-6, plus RR debiasing).
 
     Used alone, :meth:`aggregate` takes the parties' bare statistics messages. After
     :meth:`open_session` it takes only ``dpauc/submit`` messages bound to that session,
@@ -821,7 +821,7 @@ def dpauc(
     session = net.broadcast(AGGREGATOR, names, server.open_session(hellos))
     for c, msg in zip(roles, session, strict=True):
         c.join(msg)
-    # seed 003 step 3: every party sends its (noisy) statistics; steps 4-6: the aggregator
+    # Sun et al. step 3: every party sends its (noisy) statistics; steps 4-6: the aggregator
     subs = net.gather(names, AGGREGATOR, [c.submit() for c in roles])
     return server.aggregate(subs, clip=clip)
 

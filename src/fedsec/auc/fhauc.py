@@ -1,4 +1,5 @@
-"""FHAUC against a semi-honest aggregator (seed 000 Sec. IV-C; masking variant of seed 001).
+"""FHAUC against a semi-honest aggregator (Baykara et al., Sec. IV-C; the conference
+version's masking variant).
 
 Threat model
 ------------
@@ -41,7 +42,7 @@ aggregator
    rotates the result by 2, which brings the denominator onto classes 0 and 1;
 4. masks (below) and returns one ciphertext whose class-0 slots hold
    ``d*denom + i*(d*num + c*denom)`` and class-1 slots ``d*denom + i*(d*B - c*denom)``
-   with ``B = sum_n dTP[n]*F[n]`` (``c = 0`` with the single mask of seed 000).
+   with ``B = sum_n dTP[n]*F[n]`` (``c = 0`` with the single mask of Baykara et al.).
 
 Key switches: one relinearization, one conjugation, 10 + 1 rotations (the earlier layout
 used 25; the papers' configuration rotates log2(N) times at ring 2^14).
@@ -207,8 +208,8 @@ class FHAUCConfig(BoundConfig):
     preset : str
         CKKS preset; ``CKKS_128_N8192_DEPTH2_S49`` (default) fits up to 4096 points.
     masking : {"single", "pair"}
-        ``"single"``: parties receive ``c*num, c*denom`` (seed 000). ``"pair"``: they
-        receive ``num*d + denom*c, denom*d`` and ``c/d`` (seed 001).
+        ``"single"``: parties receive ``c*num, c*denom`` (Baykara et al.). ``"pair"``: they
+        receive ``num*d + denom*c, denom*d`` and ``c/d`` (Baykara et al. (FHAUC)).
     max_total_samples : int
         Upper bound on the federation's total test samples; it sizes the CKKS dynamic
         range (default 2**20 for the default preset).
@@ -270,7 +271,7 @@ class FHAUCConfig(BoundConfig):
 
 
 class FHAUCParty:
-    """An input party (seed 000 steps 1-4 and 9).
+    """An input party (Baykara et al. steps 1-4 and 9).
 
     Parameters
     ----------
@@ -420,7 +421,7 @@ def _check_uniform_slots(z: np.ndarray) -> None:
 
 
 class FHAUCAggregator(AggregatorInfo):
-    """The aggregator (seed 000 steps 5-8), computing on ciphertexts only.
+    """The aggregator (Baykara et al. steps 5-8), computing on ciphertexts only.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""FHAUC against a malicious aggregator (seed 000 Sec. IV-D, seed 001 Sec. 4.4).
+"""FHAUC against a malicious aggregator (Baykara et al. Sec. IV-D, Baykara et al. (FHAUC) Sec. 4.4).
 
 Threat model
 ------------
@@ -64,7 +64,7 @@ runs give independent grid tests through their different ``r``'s, and CKKS noise
 here: it grows with the 2^12 zero-sum masks). Each run's AUC is within 1.2e-8 relative of
 the plaintext trapezoid at worst (``benchmarks/bench_precision.py``).
 
-Cheating bound (seed 000 Sec. VI-C, extended): the weakest of three terms, each in bits
+Cheating bound (Baykara et al. Sec. VI-C, extended): the weakest of three terms, each in bits
 (:meth:`MaliciousConfig.cheat_bound_bits`; configurations below ``min_bound_bits``,
 default 40, are refused). *Positions*: an aggregator must locate the ``S`` shares of an
 entry among the ``S*(N+1)`` positions in every run, ``C(S(N+1), S)**-R``. *Multipliers*:

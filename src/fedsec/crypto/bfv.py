@@ -1,6 +1,6 @@
 """BFV over Microsoft SEAL (``tenseal.sealapi``): exact slot-wise arithmetic modulo ``t``.
 
-Why BFV here (and not CKKS): SecSV (seed 004, Sec. 5) multiplies encrypted models by
+Why BFV here (and not CKKS): SecSV (Zheng et al., Sec. 5) multiplies encrypted models by
 *additively shared* test data. Additive shares are uniform residues modulo a sharing
 modulus; if that modulus is BFV's plaintext modulus ``t`` (a batching prime ``≡ 1 mod 2N``),
 the encrypted product of a model with each share is exact modulo ``t``, the two shares'

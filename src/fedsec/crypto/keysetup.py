@@ -1,4 +1,4 @@
-"""Signed, transcript-bound key set-up as roles exchanging bytes (seed 000, Sec. IV-C-1).
+"""Signed, transcript-bound key set-up as roles exchanging bytes (Baykara et al., Sec. IV-C-1).
 
 The papers assume party keys certified out of band; here that is the :class:`Roster`
 (identity public keys agreed out of band) and each party's Ed25519 :class:`Identity`.

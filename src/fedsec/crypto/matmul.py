@@ -1,10 +1,10 @@
-"""Homomorphic matrix products: Jiang et al. (2018) and seed 004's Matrix Squaring.
+"""Homomorphic matrix products: Jiang et al. (2018) and Zheng et al.'s Matrix Squaring.
 
 We compute ``A B`` for a ``d_out x d_in`` matrix ``A`` (a model layer, encrypted) and a
 ``d_in x m`` matrix ``B`` (a batch of ``m`` samples as columns, encrypted -- "Full" -- or
 plaintext -- "Half").
 
-Jiang et al. (CCS 2018, seed 004's [24])
+Jiang et al. (CCS 2018, Zheng et al.'s [24])
 ----------------------------------------
 For square ``d x d`` matrices packed row-major (slot ``i*d + j``),
 
@@ -19,9 +19,9 @@ is a power of two). ``B`` is padded with zero columns to ``d x d`` (``m <= d``).
 
 The linear transforms ``sigma, tau, xi, psi`` are applied **in the clear by whoever holds
 the matrix** before encryption (the model owner for ``A``, the data holder for ``B``), as
-seed 004 does: the server then only multiplies, adds, relinearizes, rotates and rescales.
+Zheng et al. does: the server then only multiplies, adds, relinearizes, rotates and rescales.
 
-Matrix Squaring (seed 004, Sec. 4.2.2)
+Matrix Squaring (Zheng et al., Sec. 4.2.2)
 --------------------------------------
 A ciphertext has ``N`` slots, so a square must have order ``d <= floor(sqrt(N))``. For
 ``d_in > d`` split ``A`` into ``K = ceil(d_in/d)`` column blocks and ``B`` into ``K`` row
@@ -36,7 +36,7 @@ relinearized once, rotated-and-summed once and rescaled once. The authors' code 
 
 Tiling and the block order
 --------------------------
-seed 004 fixes ``d = floor(sqrt(N))`` and one square per ciphertext (batch ``m = d``). A
+Zheng et al. fixes ``d = floor(sqrt(N))`` and one square per ciphertext (batch ``m = d``). A
 smaller ``d`` lets ``t = floor(N/d^2)`` squares share a ciphertext (SIMD over tiles: every
 rotation stays inside its tile, the ``A`` side is replicated per tile), so one ciphertext
 carries ``t*d`` samples. With ``d = rows`` (``r = 1``) no rotation is needed at all and the
@@ -310,7 +310,7 @@ def plan_squaring(d_out: int, d_in: int, slots: int, *, block: int | None = None
     block : int, optional
         Square order ``d``; default: the cheapest by the cost model (``DEFAULT_COSTS``).
     tiled : bool, default=True
-        Several squares per ciphertext; ``False`` is seed 004's layout (one square,
+        Several squares per ciphertext; ``False`` is Zheng et al.'s layout (one square,
         ``d = floor(sqrt(slots))`` unless ``block`` is given).
     rotations : bool, default=True
         Allow ``rows < block`` (a rotate-and-sum); ``False`` keeps only rotation-free

@@ -178,8 +178,8 @@ _PRESETS += [
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
 DEFAULT_PRESET = "CKKS_128_N8192_DEPTH2_S49"
 
-# ---------------------------------------------------------------- HESV (seed 004) presets
-# Added for fedsec.shapley.hesv; nothing above changes. Seed 004's authors used ring 2^12
+# ---------------------------------------------------------------- HESV (Zheng et al.) presets
+# Added for fedsec.shapley.hesv; nothing above changes. Zheng et al. used ring 2^12
 # with primes [31, 23, 23, 31] and scale 2^23 (108 bits). Ours keeps the ring and two
 # rescales (plaintext weights and one ciphertext product, in either order) within SEAL's
 # 109-bit limit for 128-bit security at n = 4096: fresh scale 2^24, two 24-bit rescale
@@ -192,7 +192,7 @@ _HESV_PRESETS = [
         "CKKS_128_N4096_DEPTH2_S24", 4096, HESV_CHAIN, 24, 128,
         "2048 complex slots; fresh scale 2^24; two rescaled products (HESV: plaintext "
         "weights and one ciphertext product); decrypted values must stay below 2^9 in "
-        "magnitude; ~1e-5 absolute precision on unit-size scores. Seed 004's ring. "
+        "magnitude; ~1e-5 absolute precision on unit-size scores. Zheng et al.'s ring. "
         "Rotate only at scale ~2^48 (before a rescale): the special prime is small.",
     ),
     CKKSParams(

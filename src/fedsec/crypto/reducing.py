@@ -1,4 +1,4 @@
-"""Matrix Reducing (seed 004, Sec. 5.2, Alg. 5): ``A·B`` with slot-wise products only.
+"""Matrix Reducing (Zheng et al., Sec. 5.2, Alg. 5): ``A·B`` with slot-wise products only.
 
 ``A`` is ``d_out × d_in`` (a layer's weights), ``B`` is ``d_in × m`` (a batch of ``m``
 samples as columns). The product is laid out as a ``d_out × W`` grid in the slots (row
@@ -25,7 +25,7 @@ Variants:
   ``u ↦ k`` per slot, chosen so that the data plaintexts are a few bases and their BFV
   batching-row rotations -- which, in NTT form, are coefficient permutations
   (:meth:`fedsec.crypto.bfv.BFVContext.rotations_ntt`), far cheaper than encoding.
-* **Full** (HESV-style, for seed 004's Table 4): both encrypted, in CKKS
+* **Full** (HESV-style, for Zheng et al.'s Table 4): both encrypted, in CKKS
   (:func:`reduce_full_ckks`); also :func:`reduce_half_ckks` for a like-for-like Half.
 """
 

@@ -7,7 +7,7 @@ uniform and independent of ``x``. Reconstruction is ``x' + x'' mod q`` followed 
 *centring* (residues ``>= q/2`` stand for negative numbers), exact for every
 ``|x| < q/2``.
 
-Why this matters (seed 004's public code): it shares over ``2^128`` held in numpy
+Why this matters (Zheng et al.'s public code): it shares over ``2^128`` held in numpy
 ``float128`` with a non-cryptographic generator and reconstructs by adding the shares and
 taking "mod p" in floating point. ``float128`` carries a 64-bit mantissa, so any share
 near ``2^128`` is rounded and a sum that wraps past the modulus comes back wrong (one

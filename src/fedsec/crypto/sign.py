@@ -5,7 +5,7 @@ polynomial of degree ``d_i`` on the image of the previous stage (Lee, Lee, Kim, 
 *Minimax approximation of sign function by composite polynomial for homomorphic
 comparison*, and the degree sets of their RNS-CKKS optimisation, IEEE Access 2022). Lee
 et al. show that this composition of stage-wise minimax polynomials is the optimal
-composite polynomial for given degrees; Priv-PFL (seed 002, App. A) uses it for the
+composite polynomial for given degrees; Priv-PFL (Aghabagherloo et al., App. A) uses it for the
 encrypted acceptance test. The coefficients are computed here (Remez, in double
 precision, ~10 ms per precision, cached), not copied.
 

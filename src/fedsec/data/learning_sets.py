@@ -1,4 +1,4 @@
-"""Labelled data sets for the federated-learning tasks of seed 004, all shipped with packages.
+"""Labelled data sets for the federated-learning tasks of Zheng et al., all shipped with packages.
 
 Nothing is downloaded at run time:
 

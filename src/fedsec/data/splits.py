@@ -1,11 +1,11 @@
 """Federated splits of one labelled test set into parties.
 
-* :func:`iid_split` -- samples assigned uniformly at random (seed 000 and seed 003 "IID").
-* :func:`score_sorted_split` -- seed 003 "Non-IID": samples with similar prediction scores go
+* :func:`iid_split` -- samples assigned uniformly at random (Baykara et al. and Sun et al. "IID").
+* :func:`score_sorted_split` -- Sun et al. "Non-IID": samples with similar prediction scores go
   to the same party (contiguous blocks of the score order).
 * :func:`dirichlet_label_split` -- label skew: each class is spread over the parties with
   proportions drawn from ``Dirichlet(alpha)`` (small ``alpha``: strong skew).
-* :func:`dirichlet_train_test_split` -- seed 004's federation: one Dirichlet draw per label
+* :func:`dirichlet_train_test_split` -- Zheng et al.'s federation: one Dirichlet draw per label
   splits both the training and the test samples over the clients.
 
 All return a list of index arrays that partition ``range(n)``. Randomness here simulates data
@@ -58,7 +58,7 @@ def iid_split(n_samples: int, n_parties: int, *, seed: Seed = None) -> list[IntA
 
 
 def score_sorted_split(y_score: Any, n_parties: int) -> list[IntArray]:
-    """Seed 003's non-IID split: sort by score and cut into ``n_parties`` contiguous blocks."""
+    """Sun et al.'s non-IID split: sort by score and cut into ``n_parties`` contiguous blocks."""
     s = np.asarray(y_score, dtype=np.float64)
     if s.ndim != 1 or s.size == 0:
         raise ValueError("y_score of score_sorted_split must be a non-empty 1-D array.")
@@ -112,7 +112,7 @@ def dirichlet_label_proportions(
 ) -> NDArray[np.float64]:
     """Per-class party proportions, row ``c`` drawn from ``Dirichlet(alpha, ..., alpha)``.
 
-    Returns an ``(n_classes, n_parties)`` matrix whose rows sum to 1 (seed 004 follows
+    Returns an ``(n_classes, n_parties)`` matrix whose rows sum to 1 (Zheng et al. follows
     Yurochkin et al.: every label is allocated to the clients by its own Dirichlet draw).
     """
     c = check_int(n_classes, "n_classes", "dirichlet_label_proportions", min_value=1)
@@ -149,7 +149,7 @@ def dirichlet_train_test_split(
     y_train: Any, y_test: Any, n_parties: int, *, alpha: float = 0.5, seed: Seed = None,
     min_train: int = 1, max_tries: int = 100,
 ) -> tuple[list[IntArray], list[IntArray]]:
-    """Seed 004's non-IID federation: the same per-label Dirichlet proportions split the
+    """Zheng et al.'s non-IID federation: the same per-label Dirichlet proportions split the
     training and the test samples over ``n_parties`` clients.
 
     Proportions are redrawn (at most ``max_tries`` times) until every client has at least

@@ -1,6 +1,6 @@
 """Synthetic score distributions calibrated to the papers' AUCs, and real model scores.
 
-The papers evaluate on Criteo (AUC ~0.75, 25.6% positives in seed 003's test set of 458,407)
+The papers evaluate on Criteo (AUC ~0.75, 25.6% positives in Sun et al.'s test set of 458,407)
 and CelebA gender (AUC ~0.89-0.95). We ship neither. :func:`binormal_scores` draws labels and
 scores from a binormal model whose *population* AUC is set exactly: logits are
 ``N(mu0, 1)`` for negatives and ``N(mu0 + d, 1)`` for positives with ``d = sqrt(2)
@@ -46,9 +46,9 @@ class ScoreModel:
         return binormal_scores(n, auc=self.auc, prior=self.prior, seed=seed)
 
 
-#: Calibrated to seed 003's Criteo model (AUC 0.7494, 117,317 of 458,407 positive).
+#: Calibrated to Sun et al.'s Criteo model (AUC 0.7494, 117,317 of 458,407 positive).
 CRITEO_LIKE = ScoreModel("criteo-like", 0.75, 117_317 / 458_407)
-#: Calibrated to seed 000's CelebA gender model (AUC ~0.95; ~42% "male" in CelebA).
+#: Calibrated to Baykara et al.'s CelebA gender model (AUC ~0.95; ~42% "male" in CelebA).
 CELEBA_LIKE = ScoreModel("celeba-like", 0.95, 0.42)
 
 

@@ -1,4 +1,4 @@
-"""Federated averaging that records every round (seed 004, Sec. 2 "Federated learning").
+"""Federated averaging that records every round (Zheng et al., Sec. 2 "Federated learning").
 
 Two roles, used both by the in-process loop :func:`run_fedavg` and by the Flower apps
 (:mod:`fedsec.runtime.flower_shapley`):

@@ -1,4 +1,4 @@
-"""Models as a sequence of linear layers with activations between them (seed 004, Sec. 2).
+"""Models as a sequence of linear layers with activations between them (Zheng et al., Sec. 2).
 
 A model is described by a :class:`ModelSpec` (architecture only, no numbers, serialisable
 as JSON) and its parameters θ, a list of numpy arrays in the same order as PyTorch's
@@ -6,7 +6,7 @@ as JSON) and its parameters θ, a list of numpy arrays in the same order as PyTo
 
 Every layer is a *linear* function of its input and of its parameters; the non-linear
 activation that follows it is a separate, named step. This is the split the secure
-protocols of seed 004 need: servers evaluate the linear parts (as matrices) under
+protocols of Zheng et al. need: servers evaluate the linear parts (as matrices) under
 encryption, clients apply activations in the clear. :meth:`ModelSpec.layers` turns
 parameters into :class:`LinearLayer` objects; :meth:`LinearLayer.matrix` gives the
 explicit ``(d_out, d_in)`` weight matrix and bias of the linear map:
@@ -390,7 +390,7 @@ def predict(spec: ModelSpec, params: Sequence[NDArray[Any]], x: NDArray[Any]
 
 def accuracy(spec: ModelSpec, params: Sequence[NDArray[Any]], x: NDArray[Any],
              y: NDArray[Any]) -> float:
-    """Share of samples predicted correctly (the utility ``v`` of seed 004)."""
+    """Share of samples predicted correctly (the utility ``v`` of Zheng et al.)."""
     y = np.asarray(y)
     if y.size == 0:
         raise ValueError("accuracy needs at least one sample.")

@@ -1,4 +1,4 @@
-"""What federated training leaves behind for contribution evaluation (seed 004, Sec. 3).
+"""What federated training leaves behind for contribution evaluation (Zheng et al., Sec. 3).
 
 For every round ``t`` a :class:`RoundRecord` keeps the global model ``θ^t`` the clients
 started from, the participants ``I^t``, their local models ``θ_i^t`` and aggregation

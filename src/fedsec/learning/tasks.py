@@ -1,7 +1,7 @@
-"""The learning tasks of seed 004 on data that ships, split over clients by Dirichlet(0.5).
+"""The learning tasks of Zheng et al. on data that ships, split over clients by Dirichlet(0.5).
 
 =============  ==========================================================  =============
-name           model (seed 004 shape)                                      data
+name           model (Zheng et al. shape)                                      data
 =============  ==========================================================  =============
 ``bank``       logistic classifier 2x48                                    synthetic
                                                                            stand-in
@@ -12,10 +12,10 @@ name           model (seed 004 shape)                                      data
 ``digits``     the same CNN scaled to 8x8: Conv2d(1,4,k=3,s=1) -> x²       real sklearn
                -> Linear(144,32) -> x² -> Linear(32,10)                    digits
 ``gru``        GRU(8 -> 16) over the 8 rows of a digit -> Linear(16,10)    real sklearn
-               (a small recurrent task; seed 004 used an RNN on             digits
+               (a small recurrent task; Zheng et al. used an RNN on             digits
                miRNA-mRNA, which does not ship)
 ``dnn``        L dense layers (L-2 hidden of width 64, ReLU); L=1 is       real MNIST
-               logistic regression (seed 004, Fig. 8)
+               logistic regression (Zheng et al., Fig. 8)
 =============  ==========================================================  =============
 
 :func:`make_task` returns a :class:`Task`: the model spec, local-training settings and the
@@ -113,7 +113,7 @@ def _cnn28() -> ModelSpec:
         LayerSpec.conv2d((1, 28, 28), 4, kernel=7, stride=3, activation="square"),
         LayerSpec.dense(256, 64, "square"),
         LayerSpec.dense(64, 10),
-    ), "seed 004's MNIST CNN")
+    ), "Zheng et al.'s MNIST CNN")
 
 
 def _cnn8() -> ModelSpec:
@@ -121,7 +121,7 @@ def _cnn8() -> ModelSpec:
         LayerSpec.conv2d((1, 8, 8), 4, kernel=3, stride=1, activation="square"),
         LayerSpec.dense(144, 32, "square"),
         LayerSpec.dense(32, 10),
-    ), "seed 004's CNN scaled to 8x8 digits")
+    ), "Zheng et al.'s CNN scaled to 8x8 digits")
 
 
 def _dnn(layers: int, d_in: int, n_classes: int, width: int = 64) -> ModelSpec:
@@ -179,7 +179,7 @@ def make_task(name: str, *, n_samples: int | None = None, n_test: int | None = N
     n_test : int, optional
         Test samples (default: 20 % of the samples).
     layers : int, default=3
-        Number of layers ``L`` of the ``dnn`` task (1..10 in seed 004, Fig. 8).
+        Number of layers ``L`` of the ``dnn`` task (1..10 in Zheng et al., Fig. 8).
     seed : int, default=0
         Data generation and train/test split.
     """

@@ -3,14 +3,14 @@
 This module is the reference every secure protocol is tested against. It holds no
 cryptography.
 
-Conventions (seed 000, Sec. II-B): decision points are sorted in decreasing order
+Conventions (Baykara et al., Sec. II-B): decision points are sorted in decreasing order
 ``theta_0 > theta_1 > ... > theta_{N-1}``; a sample counts as predicted positive at
 ``theta_n`` when ``score >= theta_n``. ``TP[n]`` and ``FP[n]`` are therefore
 non-decreasing in ``n``, and when the last point is ``<= min(score)`` (always true for the
 default uniform points, whose last point is 0) ``TP[N-1]`` and ``FP[N-1]`` are the class
 totals.
 
-The trapezoid rule (seed 000, Eq. 3) is applied to the points
+The trapezoid rule (Baykara et al., Eq. 3) is applied to the points
 ``(FP[n]/FP[N-1], TP[n]/TP[N-1])`` preceded by the origin ``(0, 0)``. The paper's sum
 starts at ``n = 1``; adding the origin segment makes the curve start where scikit-learn's
 does, so that with every distinct score among the points the result equals
@@ -137,7 +137,7 @@ def trapezoid_terms(tp: Any, fp: Any) -> tuple[IntArray, IntArray]:
     """Per-point terms of the trapezoid sum, with the origin prepended.
 
     ``T[n] = TP[n] + TP[n-1]`` and ``F[n] = FP[n] - FP[n-1]`` for ``n = 0..N-1`` with
-    ``TP[-1] = FP[-1] = 0`` (seed 000, Sec. IV-C step 3). Then
+    ``TP[-1] = FP[-1] = 0`` (Baykara et al., Sec. IV-C step 3). Then
     ``AUC = sum(T * F) / (2 * TP[N-1] * FP[N-1])``.
     """
     tp_a = np.asarray(tp, dtype=np.int64)
@@ -164,7 +164,7 @@ def class_totals_from_terms(t: Any, f: Any) -> tuple[int, int]:
 
 
 def trapezoid_auc_from_counts(tp: Any, fp: Any) -> float:
-    """Trapezoid AUC from per-point counts (seed 000, Eq. 3, with the origin segment).
+    """Trapezoid AUC from per-point counts (Baykara et al., Eq. 3, with the origin segment).
 
     Raises
     ------

@@ -1,4 +1,5 @@
-"""Personalised federated learning that resists poisoning: BALANCE and Priv-PFL (seed 002).
+"""Personalised federated learning that resists poisoning: BALANCE and Priv-PFL
+(Aghabagherloo et al.).
 
 * :mod:`fedsec.pfl.selection` -- Ineq. 1, the brute-force selection and Algorithm 1 with a
   pluggable check oracle that counts Ineq. 1 evaluations;

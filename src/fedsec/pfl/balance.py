@@ -1,4 +1,5 @@
-"""BALANCE personalised federated learning (Fang et al., CCS 2024; seed 002, Sec. 2), in the clear.
+"""BALANCE personalised federated learning (Fang et al., CCS 2024; Aghabagherloo et al.,
+Sec. 2), in the clear.
 
 In round ``t`` of ``T`` every client trains its model locally to ``w_i^{t+1/2}``; client ``i``
 accepts peer ``j`` when ``||w_i - w_j||^2 <= sigma_i(t)^2 ||w_i||^2`` with

@@ -1,4 +1,5 @@
-"""BALANCE trained end to end with encrypted selection and aggregation (Priv-PFL, seed 002).
+"""BALANCE trained end to end with encrypted selection and aggregation (Priv-PFL,
+Aghabagherloo et al.).
 
 :func:`run_secure_pfl` is :func:`fedsec.pfl.simulate.run_pfl`'s server-assisted BALANCE --
 same data split, malicious set, local training, attacks and seeds
@@ -13,7 +14,8 @@ every client publishes ``||w_i^{t+1/2}||`` (one number, before clipping), the bo
 ``B_t = norm_factor * median`` of those norms (robust to fewer than half of the clients
 lying) or a fixed ``norm_bound`` given by the user; ``B_t`` is public and the same for all.
 Clients clip to ``B_t`` and publish ``sigma_i ||w_i||`` of the clipped model for Algorithm 1's
-order (as in seed 002). What a curious party learns beyond the plaintext protocol: the raw
+order (as in Aghabagherloo et al.). What a curious party learns beyond the plaintext
+protocol: the raw
 norm of every client's local model in every round. With ``unclipped_attackers`` the
 malicious clients send unclipped models; those above ``B_t`` must come out *invalid*
 (accepted by nobody, accepting nobody, keeping their own model) -- the run records whether

@@ -1,12 +1,14 @@
 """BALANCE client selection: Ineq. 1, the brute-force check and Algorithm 1 of Priv-PFL.
 
-Client ``i`` accepts client ``j`` in round ``t`` when (seed 002, Ineq. 1, in the squared form
+Client ``i`` accepts client ``j`` in round ``t`` when (Aghabagherloo et al., Ineq. 1, in the
+squared form
 used throughout fedsec)::
 
     ||w_i - w_j||^2  <=  sigma_i(t)^2 * ||w_i||^2,     sigma_i(t) = gamma_i * exp(-kappa * t / T)
 
 where the ``w`` are the intermediate models ``w^{t+1/2}`` as flat vectors. The squared form is
-equivalent to Ineq. 1 (both sides are non-negative). **Note on seed 002, Appendix B:** the
+equivalent to Ineq. 1 (both sides are non-negative). **Note on Aghabagherloo et al.,
+Appendix B:** the
 FHE version there squares the left side (it expands ``sum_k (w_ik - w_jk)^2``) but compares it
 with ``gamma * exp(-kappa*lambda(t)) * sum_k w_ik^2`` -- sigma *not* squared -- which is a
 different (and scale-dependent) test. fedsec squares both sides, so the plaintext and the
@@ -22,13 +24,14 @@ they request (:attr:`SelectionResult.checks`).
 
 * :func:`brute_force_selection` -- BALANCE as written: every client checks every neighbour,
   ``K (K - 1)`` checks on a complete graph.
-* :func:`efficient_selection` -- Algorithm 1 of seed 002: clients processed in ascending
+* :func:`efficient_selection` -- Algorithm 1 of Aghabagherloo et al.: clients processed in ascending
   order of ``sigma_i ||w_i||`` (here its square, the *key*); each one checks only the peers it
   has not yet been given, then hands out **mutual acceptance** (Theorem I: if ``i`` accepts
   ``j`` and ``key_i <= key_j`` then ``j`` accepts ``i``) and **inheritance** (Theorem II: if
   ``j`` is in ``S_i`` and ``key_j >= 4 key_i`` -- i.e. ``sigma_j||w_j|| >= 2 sigma_i||w_i||`` --
   then ``j`` accepts all of ``S_i``). Both theorems are exact consequences of the triangle
-  inequality (seed 002, App. C), so with exact keys and an exact oracle the result equals the
+  inequality (Aghabagherloo et al., App. C), so with exact keys and an exact oracle the
+   result equals the
   brute force; the tests check this on 1,400 random instances with ties and equal norms
   (complete and random graphs) and on every round of real training runs.
 
@@ -185,7 +188,7 @@ def brute_force_selection(n_clients: int, oracle: CheckOracle, *,
 def efficient_selection(keys: Sequence[SupportsKey], oracle: CheckOracle, *,
                         neighbours: Sequence[Collection[int]] | None = None
                         ) -> SelectionResult:
-    """Algorithm 1 of seed 002: client selection without redundant Ineq. 1 checks.
+    """Algorithm 1 of Aghabagherloo et al.: client selection without redundant Ineq. 1 checks.
 
     Parameters
     ----------

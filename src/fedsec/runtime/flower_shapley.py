@@ -2,7 +2,7 @@
 
 :class:`RecordingFedAvg` is a small subclass of Flower's Message-API ``FedAvg``
 (``flwr.serverapp.strategy.FedAvg``, flwr 1.41). Training runs exactly as with FedAvg;
-in addition, for every round it keeps what the Federated Shapley Value needs (seed 004):
+in addition, for every round it keeps what the Federated Shapley Value needs (Zheng et al.):
 the global model ``θ^t`` sent out, the participants ``I^t``, their local models ``θ_i^t``
 and weights ``ω_i^t`` (the ``num-examples`` each client reports). Aggregation is done by
 fedsec's own :class:`~fedsec.learning.fedavg.FedAvgServer` role -- the one the in-process
@@ -27,7 +27,7 @@ in-process run, so both yield the same FSV on the same seeds (tested). Run confi
 ``client-id`` node config (deployment) or its ``partition-id`` (simulation).
 
 In this plaintext form the ServerApp evaluates contributions on the task's collective
-test set itself; the secure protocols of seed 004 (HESV, SecSV) will consume the same
+test set itself; the secure protocols of Zheng et al. (HESV, SecSV) will consume the same
 record without seeing models or test data in the clear.
 """
 

@@ -1,6 +1,6 @@
 """Run independent units of work (e.g. the rounds of a secure Shapley evaluation) in parallel.
 
-Seed 004 (Sec. 6.2.2) notes that rounds are independent, so they can be evaluated in
+Zheng et al. (Sec. 6.2.2) notes that rounds are independent, so they can be evaluated in
 parallel. :func:`map_ordered` maps a picklable, module-level function over items and returns
 the results **in input order**, so a parallel run returns exactly what the sequential run
 returns (given the same inputs; fresh encryption randomness is drawn inside each call
@@ -147,7 +147,7 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
                         ray_address: str | None = None,
                         progress: Callable[[str], None] | None = None,
                         **kwargs: Any) -> Any:
-    """Federated Shapley values with the rounds split over workers (seed 004, Sec. 6.2.2).
+    """Federated Shapley values with the rounds split over workers (Zheng et al., Sec. 6.2.2).
 
     The rounds of ``record`` are cut into at most ``workers`` contiguous slices
     (:meth:`~fedsec.learning.record.TrainingRecord.slice`); every slice runs the whole

@@ -1,4 +1,4 @@
-"""Contribution evaluation for federated learning (seed 004).
+"""Contribution evaluation for federated learning (Zheng et al.).
 
 In the clear (the reference every secure protocol is tested against, NSSV in the
 paper): exact single-round and Federated Shapley values, SampleSkip, and the estimators

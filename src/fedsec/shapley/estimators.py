@@ -1,4 +1,4 @@
-"""Estimators of one round's Shapley values from a utility oracle (seed 004's baselines).
+"""Estimators of one round's Shapley values from a utility oracle (Zheng et al.'s baselines).
 
 Each function takes a game -- anything with ``k`` (players) and ``value(mask)`` -- a budget
 and a seeded numpy generator (sampling here simulates nothing secret), and returns the
@@ -6,23 +6,23 @@ and a seeded numpy generator (sampling here simulates nothing secret), and retur
 ``u(S) = v(S) − v(∅)`` where they need ``u(∅) = 0``.
 
 * :func:`permutation_sampling` -- Monte-Carlo over random orderings (PS; Maleki et al.,
-  seed 004 ref. [43]): the average marginal contribution over ``budget`` permutations.
-* :func:`group_testing` -- Group Testing (GT; Jia et al. 2019, seed 004 ref. [23]): sample
+  Zheng et al. ref. [43]): the average marginal contribution over ``budget`` permutations.
+* :func:`group_testing` -- Group Testing (GT; Jia et al. 2019, Zheng et al. ref. [23]): sample
   ``budget`` coalitions with size ``s`` drawn with probability ``∝ 1/s + 1/(k−s)``,
   estimate pairwise differences ``φ_i − φ_j`` from them, then find values summing to
   ``u(N)`` that fit the differences -- as the paper's feasibility programme with the
   smallest tolerance ε that makes it feasible, a linear programme solved by SciPy's HiGHS
   (:func:`scipy.optimize.linprog`).
-* :func:`kernel_shap` -- KernelSHAP (KS; Lundberg & Lee, seed 004 ref. [39]): ``budget``
+* :func:`kernel_shap` -- KernelSHAP (KS; Lundberg & Lee, Zheng et al. ref. [39]): ``budget``
   coalitions drawn from the Shapley-kernel distribution, then the efficiency-constrained
   least-squares fit ``min Σ (u(S) − Σ_{i∈S} φ_i)²  s.t.  Σ φ_i = u(N)`` (Covert & Lee 2021),
   solved in closed form with ``numpy.linalg``. Why not ``shap.KernelExplainer``: shap
   0.52+ needs Python >= 3.12 (we support 3.11) and 0.51 pulls numba, llvmlite and pandas;
   and KernelExplainer explains a model on feature vectors against background data, and
   spends its budget enumerating whole coalition sizes when it can -- with ``k = 5`` it
-  becomes exact rather than the sampling estimator whose error seed 004 reports. The solve
+  becomes exact rather than the sampling estimator whose error Zheng et al. reports. The solve
   itself is three lines of maintained linear algebra.
-* :func:`gtg_shapley` -- GTG-Shapley (Liu et al. 2022, seed 004 ref. [38]), the FL-specific
+* :func:`gtg_shapley` -- GTG-Shapley (Liu et al. 2022, Zheng et al. ref. [38]), the FL-specific
   estimator: skip the round when ``|v(I^t) − v(θ^t)|`` is below ``eps_between``
   (between-round truncation); otherwise guided Monte-Carlo permutations (each permutation
   starts with the next player in turn), truncated within a permutation once

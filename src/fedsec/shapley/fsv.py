@@ -1,4 +1,4 @@
-"""Federated Shapley values in the clear (NSSV, seed 004): exact, SampleSkip, estimators.
+"""Federated Shapley values in the clear (NSSV, Zheng et al.): exact, SampleSkip, estimators.
 
 For every round ``t`` the single-round Shapley values (SSV) of the participants are
 computed from the utilities ``v(θ_S^t)`` (clients outside ``I^t`` get 0), and each
@@ -9,7 +9,7 @@ client's Federated Shapley Value is the sum over rounds, ``φ_i = Σ_t φ_i^t``.
     result = federated_shapley(record, x_test, y_test)                       # exact
     result = federated_shapley(record, x_test, y_test, sample_skip=True)     # Alg. 6-7
     approx = federated_shapley(record, x_test, y_test, estimator="ps", budget=20, seed=1)
-    approx.error_to(result)   # Euclidean distance to the exact FSV, as seed 004 measures
+    approx.error_to(result)   # Euclidean distance to the exact FSV, as Zheng et al. measures
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = ["ESTIMATORS", "DEFAULT_BUDGETS", "ShapleyResult", "federated_shapley"
 FloatArray = NDArray[np.float64]
 Progress = Callable[[str], None]
 
-#: ``exact`` plus the estimators' short names (seed 004's PS, GT, KS; GTG-Shapley).
+#: ``exact`` plus the estimators' short names (Zheng et al.'s PS, GT, KS; GTG-Shapley).
 ESTIMATORS: tuple[str, ...] = ("exact", "ps", "gt", "ks", "gtg")
 #: Per-round budgets used when none is given: permutations (ps, gtg) or sampled
 #: coalitions (gt, ks).
@@ -63,7 +63,7 @@ class ShapleyResult:
     skip: SkipStats = field(default_factory=SkipStats)
 
     def error_to(self, exact: ShapleyResult | FloatArray) -> float:
-        """Euclidean distance ``||φ̂ − φ||_2`` to the exact FSV (seed 004's error)."""
+        """Euclidean distance ``||φ̂ − φ||_2`` to the exact FSV (Zheng et al.'s error)."""
         ref = exact.fsv if isinstance(exact, ShapleyResult) else np.asarray(exact)
         return float(np.linalg.norm(self.fsv - ref))
 
@@ -147,7 +147,7 @@ def federated_shapley(record: TrainingRecord, x_test: NDArray[Any], y_test: NDAr
     budget : int, optional
         Per-round budget of the estimator (:data:`DEFAULT_BUDGETS`); ignored by ``exact``.
     sample_skip : bool, default=False
-        Skip samples as SampleSkip does (seed 004, Alg. 6-7).
+        Skip samples as SampleSkip does (Zheng et al., Alg. 6-7).
     audit : bool, default=False
         With ``sample_skip``: also count wrongly skipped samples (extra, uncounted work).
     seed : int, default=0

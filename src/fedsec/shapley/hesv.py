@@ -1,4 +1,4 @@
-"""HESV: Federated Shapley values with one server and CKKS only (seed 004, Alg. 1-2).
+"""HESV: Federated Shapley values with one server and CKKS only (Zheng et al., Alg. 1-2).
 
 Roles and steps
 ---------------
@@ -33,7 +33,7 @@ Each role times its own work (its ``clock``); the network counts the bytes.
 
 Beyond the paper: labels
 ------------------------
-Seed 004's server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
+Zheng et al.'s server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
 is the error, whose sign gives a binary label (over three rounds the decryptor pinned 108
 of 200 BANK-like labels). fedsec's one-hot product opens only the correctness bit (the
 decryptor refuses values that are not bits, up to CKKS noise); a random factor on
@@ -67,7 +67,7 @@ encrypted) and refuses a run it cannot place (:class:`~fedsec.shapley.views.Unsa
 each client checks its own view (:class:`~fedsec.errors.PolicyViolation`). With
 ``schedule="paper"`` (a :class:`~fedsec.errors.PrivacyWarning`) the chain below applies.
 
-Seed 004's: all parties honest-but-curious and non-colluding; the server never holds the
+Zheng et al.'s: all parties honest-but-curious and non-colluding; the server never holds the
 secret key (it receives public material only and never a decrypted value beyond the
 counts ``cnt``, which the paper's server learns too). Clients hold the secret key and may
 decrypt what they are sent, so *who* decrypts *what* is the protection (Prop. 6.8, under
@@ -1273,7 +1273,7 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
                  complex_packing: bool = True, schedule: str = "strict",
                  progress: Progress | None = None, network: Network | None = None
                  ) -> SecureShapleyResult:
-    """Federated Shapley values by HESV (seed 004, Alg. 1-2), every role in one process.
+    """Federated Shapley values by HESV (Zheng et al., Alg. 1-2), every role in one process.
 
     Parameters
     ----------
@@ -1283,7 +1283,7 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     test_sets : sequence of (X_i, y_i)
         Each client's private test data, in client order.
     estimator : {"exact", "ps", "gt", "ks", "gtg"}, default="exact"
-        Exact SSVs (all coalitions) or one of seed 004's estimators over the secure utility.
+        Exact SSVs (all coalitions) or one of Zheng et al.'s estimators over the secure utility.
     budget : int, optional
         The estimator's per-round budget (:data:`fedsec.shapley.fsv.DEFAULT_BUDGETS`).
     seed : int, default=0

@@ -1,4 +1,4 @@
-"""SecretSV: seed 004's two-server baseline -- models *and* test data additively shared.
+"""SecretSV: Zheng et al.'s two-server baseline -- models *and* test data additively shared.
 
 Everything is shared modulo ``2^64`` (numpy ``uint64`` arithmetic is exactly that ring):
 clients split their fixed-point models and test data between the **principal server P**
@@ -1119,7 +1119,7 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
                      schedule: str = "strict",
                      progress: Callable[[str], None] | None = None,
                      network: Network | None = None) -> SecureShapleyResult:
-    """Federated Shapley values with SecretSV (seed 004's pure secret-sharing baseline).
+    """Federated Shapley values with SecretSV (Zheng et al.'s pure secret-sharing baseline).
 
     Parameters
     ----------

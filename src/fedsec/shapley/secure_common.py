@@ -1,6 +1,6 @@
 """What the secure Shapley protocols (HESV, SecSV, SecretSV) share: inputs and result type.
 
-Test data are the clients' private assets (seed 004, Sec. 3): client ``i`` holds
+Test data are the clients' private assets (Zheng et al., Sec. 3): client ``i`` holds
 ``D_i = (X_i, y_i)``; the collective test set is their concatenation. Every secure protocol
 takes the per-client test sets, never a pooled array, and returns a
 :class:`SecureShapleyResult` — the plaintext :class:`~fedsec.shapley.fsv.ShapleyResult`

@@ -104,7 +104,7 @@ def plan_groups(n: int, n_layers: int) -> tuple[list[list[int]], bool]:
             raise ValueError(
                 f"SecSV needs at least {need_weak + 2} clients for a {n_layers}-layer model "
                 f"(a batch owner, a model owner and {need_weak} decrypting client(s) that "
-                f"are neither; seed 004, Prop. 6.8). Got {n} clients instead.")
+                f"are neither; Zheng et al., Prop. 6.8). Got {n} clients instead.")
     clients = list(range(n))
     return [clients[k:k + g] for k in range(0, n, g)], strong
 
@@ -116,7 +116,7 @@ def decryptor_chain(n: int, n_layers: int, batch_owners: Sequence[int],
     need = n_layers if strong else min(n_layers, 2)
     if len(eligible) < need:
         raise ValueError("not enough clients outside the batch's and the model's owners to "
-                         "decrypt (seed 004, Prop. 6.8)")
+                         "decrypt (Zheng et al., Prop. 6.8)")
     start = turn % len(eligible)
     picked = [eligible[(start + k) % len(eligible)] for k in range(need)]
     return [picked[k % need] for k in range(n_layers)]

@@ -1,4 +1,4 @@
-"""Utilities ``v(θ_S^t)`` of one round, tested on the collective test set (seed 004, Sec. 3).
+"""Utilities ``v(θ_S^t)`` of one round, tested on the collective test set (Zheng et al., Sec. 3).
 
 :class:`RoundGame` is the utility oracle of round ``t``: ``value(mask)`` returns the
 accuracy of ``θ_S^t`` on the collective test set, where bit ``j`` of ``mask`` selects the
@@ -6,7 +6,7 @@ accuracy of ``θ_S^t`` on the collective test set, where bit ``j`` of ``mask`` s
 Values are cached, and the oracle counts what it costs: models tested and (model, sample)
 predictions made.
 
-With ``sample_skip=True`` it follows SampleSkip (seed 004, Algorithms 6 and 7):
+With ``sample_skip=True`` it follows SampleSkip (Zheng et al., Algorithms 6 and 7):
 
 * every local model ``θ_i^t`` is tested on the whole test set first, giving the ID set
   ``Φ_{{i}}`` of samples it predicts correctly (Alg. 6, steps 2-4);

@@ -1,4 +1,4 @@
-"""Priv-PFL (Cui et al.): BALANCE's selection and aggregation on encrypted models.
+"""Priv-PFL (Aghabagherloo et al.): BALANCE's selection and aggregation on encrypted models.
 
 The server selects, for every client ``i``, the peers ``j`` whose models pass Ineq. 1 in
 the squared form ``||w_i - w_j||^2 <= sigma_i^2 ||w_i||^2`` and returns each client its
@@ -120,7 +120,7 @@ into the ``2^-alpha`` band, where honest clients accepted it by CKKS noise.
 
 Why clients upload no ciphertext (a departure from the paper)
 -------------------------------------------------------------
-In Priv-PFL (Cui et al.) clients upload ``Enc(w_i)`` under the trusted party's public
+In Priv-PFL (Aghabagherloo et al.) clients upload ``Enc(w_i)`` under the trusted party's public
 key. Then a client chooses both components of a ciphertext whose decryption it receives:
 uploading ``(c0, c1) = (0, c)`` with norm 0 passed the norm checks, accepted nobody, and
 its "result" was ``c s + e'`` -- rounding gave every coefficient of the secret key ``s``

@@ -1,4 +1,4 @@
-"""SecSV (seed 004, Sec. 5, Alg. 3-4, 6-7): two servers, BFV-encrypted models, shared data.
+"""SecSV (Zheng et al., Sec. 5, Alg. 3-4, 6-7): two servers, BFV-encrypted models, shared data.
 
 Modules, by role: :mod:`~fedsec.shapley.secsv.client` (the clients),
 :mod:`~fedsec.shapley.secsv.principal` (server P), :mod:`~fedsec.shapley.secsv.auxiliary`

@@ -201,7 +201,7 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
         groups, strong = plan_groups(n, n_layers)
     if not strong:
         warnings.warn(f"SecSV with {n} clients and a {n_layers}-layer model cannot keep "
-                      f"all {n_layers + 2} parties of a decryption chain distinct (seed 004, "
+                      f"all {n_layers + 2} parties of a decryption chain distinct (Zheng et al., "
                       "Prop. 6.8): two clients alternate, which leaves multi-layer "
                       "equation-solving attacks possible.", PrivacyWarning, stacklevel=3)
     clock = Clock()
@@ -248,7 +248,7 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                   schedule: str = "strict", config: SecSVConfig | None = None,
                   progress: Progress | None = None, network: Network | None = None
                   ) -> SecureShapleyResult:
-    """Federated Shapley values with SecSV (seed 004, Alg. 3-4; SampleSkip Alg. 6-7).
+    """Federated Shapley values with SecSV (Zheng et al., Alg. 3-4; SampleSkip Alg. 6-7).
 
     Parameters
     ----------
@@ -258,11 +258,11 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         Each client's private test set, in client order.
     estimator : {"exact", "ps", "gt", "ks", "gtg"}, default="exact"
         Exact SSVs or one of the estimators of :mod:`fedsec.shapley.estimators` run over
-        the secure utility oracle (seed 004, Table 3).
+        the secure utility oracle (Zheng et al., Table 3).
     budget : int, optional
         Per-round budget of the estimator.
     sample_skip : bool, default=False
-        SampleSkip (seed 004, Alg. 6-7) at the principal server.
+        SampleSkip (Zheng et al., Alg. 6-7) at the principal server.
     seed : int, default=0
         Seed of the estimators' sampling (public randomness).
     linear_shortcut : bool, default=True
