@@ -15,29 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import fedsec
 from fedsec.protocol.roles import handlers
+from fedsec.testing.inventory import product_classes
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "protocols"
 _CELL = re.compile(r"`([^`]+)`")
 
 
 def _classes() -> dict[str, list[type]]:
-    """Every class of the product by name (role classes and roles that only send)."""
-    out: dict[str, list[type]] = {}
-    src = Path(fedsec.__file__).resolve().parent
-    for path in sorted(src.rglob("*.py")):
-        parts = list(path.relative_to(src.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        name = ".".join(parts)
-        if name.startswith(("fedsec.testing", "fedsec.runtime", "fedsec.cli")):
-            continue
-        mod = importlib.import_module(name)
-        for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if obj.__module__ == name:
-                out.setdefault(obj.__name__, []).append(obj)
-    return out
+    return product_classes()
 
 
 def _role_classes() -> dict[str, type]:

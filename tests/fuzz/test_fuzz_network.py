@@ -15,16 +15,12 @@ delivered by some honest run. The long run is ``benchmarks/fuzz_decoders.py --pa
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from pathlib import Path
-
 import network_worlds as nw
 import pytest
 
-import fedsec
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import handlers
+from fedsec.testing.inventory import role_classes
 from fedsec.testing.mutations import Pools
 from fedsec.testing.netfuzz import Fuzzable, coverage, fuzz_target, record, targets
 
@@ -45,23 +41,6 @@ def _world(name: str) -> tuple[Fuzzable, Network]:
 NAMES = [p.name for p in nw.all_protocols()]
 
 
-def _product_roles() -> dict[str, type]:
-    src = Path(fedsec.__file__).resolve().parent
-    out: dict[str, type] = {}
-    for path in sorted(src.rglob("*.py")):
-        parts = list(path.relative_to(src.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        name = ".".join(parts)
-        if name.startswith(("fedsec.testing", "fedsec.runtime", "fedsec.cli")):
-            continue
-        mod = importlib.import_module(name)
-        for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if obj.__module__ == name and handlers(obj):
-                out[f"{name}.{obj.__qualname__}"] = obj
-    return out
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_every_delivered_kind_is_declared(name: str) -> None:
     f, net = _world(name)
@@ -78,9 +57,7 @@ def test_every_declared_pair_is_delivered_by_some_run() -> None:
             for cls in classes if isinstance(classes, tuple) else (classes,):
                 if kind in handlers(cls):
                     covered.add((cls, kind))
-    roles = _product_roles()
-    concrete = [c for c in roles.values()
-                if not any(o is not c and issubclass(o, c) for o in roles.values())]
+    concrete = list(role_classes(concrete=True).values())
     missing = sorted(f"{c.__qualname__} <- {k}" for c in concrete for k in handlers(c)
                      if not any(issubclass(c, cc) and cc is c and k == kk
                                 for cc, kk in covered))
