@@ -213,7 +213,33 @@ def _client_name(i: int) -> str:
 
 
 # ====================================================================== dealer
-class Dealer:
+class _SessionMember:
+    """A role that joins P's session: sends its fresh nonce, takes the session if its
+    nonce is in it (``_session_roles()``: how many nonces the session must hold, if known)."""
+
+    _nonce: bytes
+    _binding: Binding | None
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def _session_roles(self) -> int | None:
+        raise NotImplementedError
+
+    def hello(self) -> bytes:
+        """This role's fresh session nonce (``secretsv/hello``, for P)."""
+        return _hello(self._nonce)
+
+    @receives("secretsv/session")
+    def join(self, data: bytes) -> None:
+        """Take the session P announces, if it holds this role's nonce."""
+        if self._binding is not None:
+            raise ProtocolError("already in a session")
+        self._binding = _join(data, self._nonce, self._session_roles(), self.name)
+
+
+class Dealer(_SessionMember):
     """Produces Beaver matrix triples ``(U, V, U·V)`` and sends one share to each server.
 
     Each triple answers P's request for one product (its round, coalition, batch group and
@@ -233,17 +259,8 @@ class Dealer:
     def name(self) -> str:
         return "dealer"
 
-    def hello(self) -> bytes:
-        """This dealer's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello(self._nonce)
-
-    @receives("secretsv/session")
-    def join(self, data: bytes) -> None:
-        """Take the session P announces, if it holds this dealer's nonce."""
-        if self._binding is not None:
-            raise ProtocolError("already in a session")
-        self._binding = _join(data, self._nonce, None, self.name)
-
+    def _session_roles(self) -> int | None:
+        return None
     @receives("secretsv/triple-request")
     def triple(self, request: bytes) -> tuple[bytes, bytes]:
         """P's request for a triple of a ``d_out × d_in`` by ``d_in × m`` product: the
@@ -300,7 +317,7 @@ class _Eval:
         return (self.mask, self.group, self.layer if layer is None else layer)
 
 
-class SecretSVServer:
+class SecretSVServer(_SessionMember):
     """What P and A share (:class:`SecretSVPrincipal`, :class:`SecretSVAuxiliary`): model
     and data shares, and the Beaver products on them.
 
@@ -372,16 +389,8 @@ class SecretSVServer:
     def _n_roles(self) -> int | None:
         return None if self._n is None else self._n + 3
 
-    def hello(self) -> bytes:
-        """This server's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello(self._nonce)
-
-    @receives("secretsv/session")
-    def join(self, data: bytes) -> None:
-        """Take the session P announces, if it holds this server's nonce."""
-        if self._binding is not None:
-            raise ProtocolError("already in a session")
-        self._binding = _join(data, self._nonce, self._n_roles(), self._name)
+    def _session_roles(self) -> int | None:
+        return self._n_roles()
 
     # ------------------------------------------------------------- shares
     @receives("secretsv/data")
@@ -836,7 +845,7 @@ class SecretSVAuxiliary(SecretSVServer):
 
 
 # ====================================================================== client
-class SecretSVClient:
+class SecretSVClient(_SessionMember):
     """A client: shares its test data and models between P and A, and reconstructs the
     layer outputs it is asked to (under Prop. 6.8's rules or its own view).
 
@@ -878,16 +887,8 @@ class SecretSVClient:
         """This client's role name on the network (``"client:<index>"``)."""
         return _client_name(self._index)
 
-    def hello(self) -> bytes:
-        """This client's fresh session nonce (``secretsv/hello``, for P)."""
-        return _hello(self._nonce)
-
-    @receives("secretsv/session")
-    def join(self, data: bytes) -> None:
-        """Take the session P announces, if it holds this client's nonce."""
-        if self._binding is not None:
-            raise ProtocolError("already in a session")
-        self._binding = _join(data, self._nonce, self._n + 3, self.name)
+    def _session_roles(self) -> int | None:
+        return self._n + 3
 
     def share_model(self, rnd: int, key: str, params: Params) -> tuple[bytes, bytes]:
         """Shares of a model of round ``rnd`` (``key``: ``"global"`` or ``"c<index>"``,
