@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, nargs=3, default=[2000, 3000, 1500],
                     help="protocol trials: R=2 scale, R=3 scale, R=2 X+bY")
     ap.add_argument("--points", type=int, default=100)
-    ap.add_argument("--preset", default="INSECURE_TEST_N4096_DEPTH2_S49")
+    ap.add_argument("--preset", default="INSECURE_TEST_N4096_DEPTH1_S39")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "blind_shift_bound"))
     args = ap.parse_args()
     started = time.time()

@@ -20,7 +20,7 @@ from fedsec.auc.fhauc_malicious import secure_auc_malicious
 from fedsec.errors import PrivacyWarning
 from fedsec.metrics import trapezoid_auc, trapezoid_error_bound
 
-TEST = {"preset": "INSECURE_TEST_N4096_DEPTH2_S49", "allow_insecure": True}
+TEST = {"preset": "INSECURE_TEST_N4096_DEPTH1_S39", "allow_insecure": True}
 
 
 def split(y, s, parties=3):

@@ -27,7 +27,7 @@ from fedsec.testing.auc import (
     adaptive_blind_shift,
 )
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 POINTS = 30
 LOOSE = PartyPolicy(quorum=2, max_tolerance=0.4, min_bound_bits=0.0)
 
@@ -139,12 +139,13 @@ def test_semi_honest_mode_accepts_the_forgery(semi: TamperHarness, name: str) ->
 def test_semi_honest_oracle_reads_a_partys_negative_count(semi: TamperHarness) -> None:
     """Semi-honest finalize is a decryption oracle: an answer made from the last party's
     submission (slot sums, conjugation and a plaintext constant - public operations)
-    passes every check and the party reports Neg_j / R. A party that shares its AUC
+    passes every check and the party reports 3*Neg_j / R (class 0 holds the F terms,
+    which sum to Neg_j, and the noise term ``e + 2i*Neg_j``). A party that shares its AUC
     gives the aggregator Neg_j; the level is not checked, and checking it would not help
     (the aggregator can move any ciphertext down to the answer's level)."""
     t = semi.trial("oracle-slotsum")
     neg_last = int((semi.parties[-1][0] == 0).sum())
-    assert t.accepted and all(a * ORACLE_DENOMINATOR == pytest.approx(neg_last, abs=1e-6)
+    assert t.accepted and all(a * ORACLE_DENOMINATOR == pytest.approx(3 * neg_last, abs=1e-6)
                               for a in t.accepted)
 
 
@@ -267,7 +268,7 @@ def test_a_party_verifies_one_answer_per_evaluation(mal: TamperHarness) -> None:
         roles[0].finalize(b"garbage")
     with pytest.raises(ProtocolError, match="already verified"):
         roles[0].finalize(honest)
-    assert abs(roles[1].finalize(honest) - mal.truth) < 1e-9
+    assert abs(roles[1].finalize(honest) - mal.truth) < 1e-7  # malicious: the counts' noise (2^-22), within its 1e-6 target
 
 
 class _VerifiesTwice(MaliciousParty):

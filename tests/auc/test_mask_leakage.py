@@ -52,7 +52,7 @@ from fedsec.crypto.keysetup import run_key_setup
 from fedsec.metrics import confusion_counts, trapezoid_auc_from_counts
 from fedsec.protocol import wire
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 N_POINTS = 16
 OLD_BITS = 14          # the earlier masks: k / 2^14, k in [2^13, 2^14), scale 2^16
 OLD_SCALE = 2.0 ** 16

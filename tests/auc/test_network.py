@@ -13,7 +13,7 @@ from fedsec.protocol import wire
 from fedsec.protocol.network import Envelope, Network
 from fedsec.protocol.roles import handlers
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 
 
 def _parties(n: int = 3, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -11,7 +11,7 @@ from fedsec.auc.policy import PartyPolicy
 from fedsec.crypto.identity import Roster
 from fedsec.errors import PolicyViolation, ProtocolError
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 
 
 def test_default_quorum_is_whole_roster_in_malicious_and_two_in_semi_honest():
@@ -105,7 +105,7 @@ def test_preset_defaults_to_the_protocols_own():
     from fedsec.auc.policy import DEFAULT_MAX_KEY_BYTES, estimated_key_bytes
     from fedsec.crypto.params import DEFAULT_PRESET
 
-    big = "CKKS_128_N32768_DEPTH19"
+    big = "CKKS_128_N32768_DEPTH1_S50"
     mid = "CKKS_128_N16384_DEPTH4"
     PartyPolicy().check_config(FHAUCConfig.create(100))
     PartyPolicy().check_config(MaliciousConfig.create(100))
@@ -120,10 +120,12 @@ def test_preset_defaults_to_the_protocols_own():
     PartyPolicy(presets=(DEFAULT_PRESET, mid)).check_config(FHAUCConfig.create(100,
                                                                               preset=mid))
     with pytest.raises(PolicyViolation) as info:
-        PartyPolicy(presets=(big,)).check_config(FHAUCConfig.create(100, preset=big))
+        PartyPolicy(presets=(big,), max_key_bytes=64 << 20).check_config(
+            FHAUCConfig.create(100, preset=big))
     assert info.value.check == "key-size" and "MiB" in str(info.value)
     assert time.perf_counter() - t0 < 5.0
-    assert estimated_key_bytes(big, 2) > DEFAULT_MAX_KEY_BYTES  # relin + one rotation
+    # ring 2^15 with the deep chain: over the default cap with relin + one rotation
+    assert estimated_key_bytes("CKKS_128_N32768_DEPTH19", 2) > DEFAULT_MAX_KEY_BYTES
     PartyPolicy(presets=(big,), max_key_bytes=8 << 30).check_config(
         FHAUCConfig.create(100, preset=big))
     with pytest.raises(PolicyViolation) as info:

@@ -25,7 +25,7 @@ from fedsec.errors import ProtocolError
 from fedsec.protocol import wire
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1"
-FHAUC_TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"  # FHAUC's chain (rescaled masks)
+FHAUC_TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"  # FHAUC's chain (rescaled masks)
 SLOTS = 2048
 
 
@@ -293,7 +293,7 @@ def test_presets_state_security_and_support():
             limit = seal.CoeffModulus.MaxBitCount(p.poly_modulus_degree,
                                                   seal.SEC_LEVEL_TYPE.TC128)
             assert p.total_modulus_bits <= limit
-    assert DEFAULT_PRESET == "CKKS_128_N8192_DEPTH2_S49"
+    assert DEFAULT_PRESET == "CKKS_128_N8192_DEPTH1_S39"
     paper = PRESETS["CKKS_128_N16384_DEPTH4"]
     assert (paper.poly_modulus_degree, paper.scale_bits, paper.depth) == (16384, 50, 4)
 

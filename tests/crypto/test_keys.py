@@ -17,7 +17,7 @@ from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec
 from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.protocol import wire
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 CTX = b"fedsec/test|session-1|bob"
 SECRET = b"the CKKS secret key and the shared seed" * 10
 

@@ -18,7 +18,7 @@ from fedsec.crypto.keysetup import (
 from fedsec.errors import ProtocolError
 from fedsec.protocol import wire
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]
 SPEC = KeySpec.create(TEST_PRESET, [1, 2, 8], True, allow_insecure=True)
 

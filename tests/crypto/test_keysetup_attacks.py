@@ -24,7 +24,7 @@ from fedsec.testing.keysetup import (
     run_attack,
 )
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 NAMES = ["hospital-a", "hospital-b", "hospital-c", "hospital-d"]
 SPEC = KeySpec.create(TEST_PRESET, [8, 16], True, allow_insecure=True)
 WHOLE = len(NAMES)  # malicious mode's default quorum: the whole roster

@@ -87,7 +87,7 @@ except ImportError:  # pragma: no cover
 __all__ = ["World", "Session", "Target", "Case", "Report", "build_world", "make_targets",
            "run", "TEST_PRESET"]
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 OTHER_PRESET = "INSECURE_TEST_N4096_DEPTH2"
 NAMES = ("hospital-a", "hospital-b", "hospital-c")
 N_POINTS = 8

@@ -43,7 +43,7 @@ from fedsec.shapley.secretsv import (
 from fedsec.shapley.secsv import AuxiliaryServer, PrincipalServer, SecSVClient, secsv_shapley
 from fedsec.testing.netfuzz import Fuzzable
 
-AUC_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+AUC_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 HESV_PRESET = "INSECURE_TEST_N2048_DEPTH2_S24"
 PFL_PRESET = "INSECURE_TEST_N4096_DEPTH19"
 

@@ -33,7 +33,7 @@ from fedsec.crypto.keysetup import KeySetupAggregator, _hello_payload
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.protocol import wire
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH2_S49"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
 HERE = Path(__file__).resolve().parent
 
 

@@ -176,7 +176,7 @@ def test_party_policy_checks_the_announced_configuration() -> None:
         with pytest.raises(ProtocolError):
             protocol_config(bad, default)
     huge = {"security": "semi-honest", "decision-points": 10**12,
-            "preset": "CKKS_128_N8192_DEPTH2_S49"}
+            "preset": "CKKS_128_N8192_DEPTH1_S39"}
     with pytest.raises(PolicyViolation) as exc:  # refused before allocating anything
         protocol_config(huge, default)
     assert exc.value.check == "decision-points"

@@ -183,7 +183,7 @@ def test_server_cannot_ask_a_node_for_costly_keys() -> None:
         out["preset"] = preset  # what a server may announce
         return out
 
-    big, mid = "CKKS_128_N32768_DEPTH19", "CKKS_128_N16384_DEPTH4"
+    big, mid = "CKKS_128_N32768_DEPTH1_S50", "CKKS_128_N16384_DEPTH4"
     default = NodePolicy.from_node_config({})
     t0 = time.perf_counter()
     for security in ("malicious", "semi-honest"):
@@ -191,7 +191,8 @@ def test_server_cannot_ask_a_node_for_costly_keys() -> None:
             with pytest.raises(PolicyViolation) as info:
                 protocol_config(meta(preset, security), default)
             assert info.value.check == "preset"
-    allows = NodePolicy.from_node_config({"presets": f"CKKS_128_N8192_DEPTH2_S49, {mid} {big}"})
+    allows = NodePolicy.from_node_config({"presets": f"CKKS_128_N8192_DEPTH1_S39, {mid} {big}",
+                                          "max-key-bytes": 100 << 20})
     assert protocol_config(meta(mid), allows).preset == mid
     with pytest.raises(PolicyViolation) as info:
         protocol_config(meta(big), allows)

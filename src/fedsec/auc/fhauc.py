@@ -152,7 +152,10 @@ from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
     Masks,
     add_result_noise,
+    bound_offset,
+    bound_overstatement,
     check_masking_capacity,
+    count_noise,
     finish_masked,
     masked_product,
 )
@@ -230,7 +233,7 @@ class FHAUCConfig(BoundConfig):
         """Validate and build a configuration."""
         points = as_decision_points(decision_points, max_points=MAX_DECISION_POINTS)
         params = get_preset(preset, allow_insecure=allow_insecure)
-        cap = MAX_CHUNKS * (params.slots // POINT_STRIDE)
+        cap = MAX_CHUNKS * (params.slots // POINT_STRIDE) - 1   # one slot for the noise
         if points.size > cap:
             raise ValueError(f"{points.size} decision points exceed the {params.slots} slots "
                              f"of {preset} times {MAX_CHUNKS} ciphertexts; use at most "
@@ -255,8 +258,9 @@ class FHAUCConfig(BoundConfig):
 
     @property
     def n_chunks(self) -> int:
-        """Ciphertexts per party: one up to ``slots/4`` decision points."""
-        return -(-self.n_points // self.points_per_chunk)
+        """Ciphertexts per party: one up to ``slots/4 - 1`` decision points (the class-0
+        slot after the last point carries the numerator's noise term)."""
+        return self.n_points // self.points_per_chunk + 1
 
     def rotations(self) -> list[int]:
         """The Galois keys the aggregator needs: the class sums (multiples of
@@ -345,19 +349,33 @@ class FHAUCParty:
         t, f = trapezoid_terms(tp, fp)
         dtp = np.diff(tp, prepend=0)
         dtp[single_value_bins(cfg.points)] = 0   # exact ties: no error, no count
+        n = self._keys.n_parties
+        # the counts' noise (issue 22, fedsec.auc.masking): on Pos and Neg (the
+        # denominator), a term e + 2i*Neg in the class-0 slot after the last point (the
+        # numerator gets 2*e*Neg, e pooled), one-sided offsets on the bound terms
+        e, (off_p, off_n) = self._draw_noise(n)
+        pos, neg = float(tp[-1]) + e[0], float(fp[-1]) + e[1]
+        dtp_b, f_b = dtp + off_p, f + off_n
+        m = cfg.n_points
         per = cfg.points_per_chunk
         out = []
         for c in range(cfg.n_chunks):
             vec = np.zeros(cfg.slots, dtype=np.complex128)
-            sl = slice(c * per, min((c + 1) * per, cfg.n_points))
+            sl = slice(min(c * per, m), min((c + 1) * per, m))
             k = sl.stop - sl.start
             vec[0:POINT_STRIDE * k:POINT_STRIDE] = t[sl] + 1j * f[sl]
-            vec[1:POINT_STRIDE * k:POINT_STRIDE] = dtp[sl] + 1j * f[sl]
+            vec[1:POINT_STRIDE * k:POINT_STRIDE] = dtp_b[sl] + 1j * f_b[sl]
             if c == 0:
-                vec[2] = float(tp[-1]) + 2j * float(fp[-1])
-                vec[3] = float(tp[-1]) - 2j * float(fp[-1])
+                vec[2] = pos + 2j * neg
+                vec[3] = pos - 2j * neg
+            if c == m // per:
+                vec[POINT_STRIDE * (m % per)] = e[2] + 2j * float(fp[-1])
             out.append(vec)
         return out
+
+    def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
+        """This party's share of the counts' noise (3 values) and its two bound offsets."""
+        return count_noise(3, n_parties), (bound_offset(n_parties), bound_offset(n_parties))
 
     def submit(self) -> bytes:
         """Step 4: encrypt the slot vectors (one ciphertext per ``slots/4`` points)."""
@@ -403,7 +421,8 @@ class FHAUCParty:
             raise ProtocolError("the response is not a masked FHAUC result (check: "
                                 "denominator)")
         auc = finish_auc(num, denom, ratio)
-        self._error_bound = finish_error_bound(num_b, denom, -ratio, auc)
+        slack = bound_overstatement(abs(denom), self._config.n_points) + 1e-6
+        self._error_bound = finish_error_bound(num_b, denom, -ratio, auc, slack=slack)
         return auc
 
 
@@ -492,7 +511,7 @@ class FHAUCAggregator(AggregatorInfo):
         chunks = list(z) if isinstance(z, (list, tuple)) else [z]
         q = None
         for c in chunks:
-            sq = ctx.square(c)
+            sq = ctx.square(c, rescale=False)   # masked at the top prime (masking docs)
             q = sq if q is None else ctx.add(q, sq)
         assert q is not None
         q = ctx.sub(q, ctx.conjugate(q))          # 4i * Im/2 of every square, per slot

@@ -120,8 +120,12 @@ from fedsec.auc.common import (
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
-    MALICIOUS_RESULT_NOISE_SD,
+    MALICIOUS_COUNT_NOISE_SD,
+    RESULT_NOISE_SD,
     add_result_noise,
+    bound_offset,
+    bound_overstatement,
+    count_noise,
     check_masking_capacity,
     finish_masked,
     masked_product,
@@ -446,6 +450,7 @@ class MaliciousParty:
         self._error_bound: float = float("nan")
         self._participants: list[int] = []
         self._local = SystemRandomSource()
+        self._noise: tuple[np.ndarray, tuple[float, float]] = (np.zeros(0), (0.0, 0.0))
         # This party's role name (``"party:<name>"``) and its side of the binding.
         self._role = party_role(keys.name)
         self._binding = evaluation_binding(keys.session, config.digest(), "fhauc-m", self._role)
@@ -524,12 +529,17 @@ class MaliciousParty:
         ``sum dTP*F`` counts the pairs within a bin)."""
         tp, fp = confusion_counts(self._y, self._s, self._config.points)
         t, f = trapezoid_terms(tp, fp)
+        noise, offsets = self._noise
+        n = self._config.n_points
         if bound:
             t = np.diff(tp, prepend=0)
             t[single_value_bins(self._config.points)] = 0   # exact ties: no error
-        pos, neg = float(tp[-1]), float(fp[-1])
+            # one-sided offsets: the bound stays certified (fedsec.auc.masking)
+            t, f = t + offsets[0], f + offsets[1]
+        else:
+            t = t + noise[:n]          # the numerator's noise, the same in every run
+        pos, neg = float(tp[-1]) + noise[n], float(fp[-1]) + noise[n + 1]
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)
-        n = self._config.n_points
         tv = np.empty(n + 1)
         fv = np.empty(n + 1)
         tv[:n] = r3 * (t + rr.tr[row, :n])
@@ -559,6 +569,12 @@ class MaliciousParty:
         permuted[rr.perm] = flat
         return permuted, dpair
 
+    def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
+        """This party's share of the counts' noise (``N + 2`` values: the terms, Pos, Neg)
+        and its two bound offsets."""
+        return (count_noise(self._config.n_points + 2, n_parties, MALICIOUS_COUNT_NOISE_SD),
+                (bound_offset(n_parties), bound_offset(n_parties)))
+
     @receives("fhauc-m/start")
     def submit(self, start: bytes) -> bytes:
         """Round 2 (step 8): every run packed into the same ciphertext(s) - run ``k`` in
@@ -567,6 +583,10 @@ class MaliciousParty:
         assert self._runs is not None
         cfg = self._config
         row = self._participants.index(self._keys.index)
+        parties = len(self._participants)
+        # this party's share of the counts' noise, drawn once: every run and both channels
+        # see the same noisy counts, so the runs still agree (fedsec.auc.masking)
+        self._noise = self._draw_noise(parties)
         with self.clock("share_generation"):
             runs = [self._positions(rr, row) for rr in self._runs]
             bruns = [self._positions(rb, row, bound_channel=True)[0]
@@ -693,8 +713,11 @@ class MaliciousParty:
         # the bound channel is verified like the AUC: in range (the trapezoid counts the
         # pairs within a bin as 1/2, so B/denom <= min(auc, 1 - auc)) and the runs agree
         self._verification["bound_runs"] = bounds
+        # the parties' one-sided offsets may lift B/denom above min(AUC, 1 - AUC); only
+        # by this much (an upward shift loosens a bound, it never breaks it)
+        lift = bound_overstatement(min(abs(d) for d in dens), self._config.n_points)
         for k, b in enumerate(bounds):
-            if not -tol <= b <= min(auc, 1.0 - auc) + tol:
+            if not -tol <= b <= min(auc, 1.0 - auc) + tol + lift:
                 raise TamperingDetected(f"run {k + 1} yields an error bound outside "
                                         "[0, min(AUC, 1 - AUC)]", check="range")
         if max(bounds) - min(bounds) > tol:
@@ -802,7 +825,7 @@ class MaliciousAggregator(AggregatorInfo):
         ctx = self._context
         q = None
         for z in chunk_sums:
-            sq = ctx.square(z)
+            sq = ctx.square(z, rescale=False)   # masked at the top prime (masking docs)
             q = sq if q is None else ctx.add(q, sq)
         assert q is not None
         q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
@@ -812,7 +835,7 @@ class MaliciousAggregator(AggregatorInfo):
              noise: bool = True) -> Any:
         """Step 11: multiply every slot by one real mask ``c`` (:func:`real_mask`), the same
         for every run, encoded at the scale of the prime the result is then rescaled by,
-        then add :data:`~fedsec.auc.masking.MALICIOUS_RESULT_NOISE_SD` noise to the numerator and
+        then add :data:`~fedsec.auc.masking.RESULT_NOISE_SD` noise to the numerator and
         the denominator channels. ``masks`` (numerator, denominator channel) lets
         :mod:`fedsec.testing.auc` scale one channel."""
         ctx = self._context
@@ -823,7 +846,7 @@ class MaliciousAggregator(AggregatorInfo):
             out = finish_masked(ctx, masked_product(ctx, q, np.where(even, *masks)))
         if noise:
             out = add_result_noise(ctx, out, lambda e: np.where(even, 1j * e[0], 1j * e[1]),
-                                   sigma=MALICIOUS_RESULT_NOISE_SD)
+                                   sigma=RESULT_NOISE_SD)
         return out
 
     @receives("fhauc-m/submit")

@@ -1,11 +1,53 @@
-"""The aggregator's masks, shared by both FHAUC variants.
+"""What keeps a party from reading the federation's class counts out of an FHAUC result.
 
-Masks are real numbers with a full 52-bit mantissa from ``secrets``, encoded at exactly the
-prime the masked result is then rescaled by: the rescale rounds away the exact multiple of
-the mask that the decrypted polynomial would otherwise be (a party holding the secret key
-can decrypt raw coefficients and take their gcd). A small Gaussian noise from the operating
-system's randomness is added to each masked value so that the mask's encoding grid does not
-give candidate denominators away. :mod:`fedsec.auc.fhauc` states what a party learns.
+The grid, and why noise must scale with the counts
+--------------------------------------------------
+The aggregator hides ``num`` and ``denom = 2*Pos*Neg`` behind one real mask ``d``, and a
+party divides. A mask is a plaintext constant encoded at the prime ``q`` the result is then
+rescaled by, so it is ``K/q`` for an integer ``K``: the value a party reads, ``Y =
+(K/q)*denom``, lies on a grid of step ``denom/q``, and a candidate denominator ``q'`` is
+consistent only if ``q*Y/q'`` is an integer. Issue 22 showed that test (with the error
+bound's) leaves only the true denominator from ~10^4 samples on.
+
+Noise on ``Y`` hides the grid only if it is at least about one step, ``denom/q``: noise
+proportional to the counts. A fixed noise cannot do that across federations of 2 to 2^20
+samples without ruining small ones' precision; and any second plaintext mask (per slot,
+per class) is again an integer polynomial that a party who reads many slots can solve for.
+Two things together do it:
+
+* **A fine grid**: the default chain (``CKKS_128_N8192_DEPTH1_S39``) masks the product
+  before any rescale, at a 48-bit prime (the earlier chain: 35 bits), so ``d`` has ~47 bits.
+* **Noise proportional to the pooled counts, from the parties**: every party adds Gaussian
+  noise of standard deviation :data:`COUNT_NOISE_SD` ``/ sqrt(parties)`` to each count it
+  encrypts (``T, F, Pos, Neg``). The aggregator squares the *sum*, so a count's noise is
+  multiplied by the federation's pooled counts: ``denom`` gets noise of about
+  ``sigma * sqrt(Pos**2 + 4*Neg**2)``, i.e. a relative error of ``~sigma / min(Pos, Neg)``.
+  A party knows its own noise but not the others' (at least one other party takes part),
+  and that is at least ``sigma / sqrt(2)``. With ``K ~ 2^47`` and ``min(Pos, Neg) <= 2^19``
+  the grid residual ``K * noise / denom`` then has a standard deviation of at least ~0.5 -
+  the residual is close to uniform and the test rules nothing out - while the AUC keeps a
+  relative precision of ``~2^-27 / min(Pos, Neg)`` (6e-11 from 50 samples per class; 4e-9
+  at worst, one sample in one class). Noise added by the parties also stays the same in
+  every run of malicious mode (it is part of the data), so runs still agree.
+
+The error bound (``B/denom``, ``B`` the pairs within a bin) is the second fraction over the
+same denominator: read exactly, "``q' * bound`` is an integer" is another test. Every party
+therefore adds a one-sided offset ``delta_m`` uniform in ``[0,`` :data:`BOUND_OFFSET_MAX`
+``/ parties)`` to each of its bound terms (both the positives and the negatives of each
+bin), so the pooled ``B`` becomes ``B + delta*Neg + delta'*Pos + n*delta*delta' >= B``: the
+bound stays certified (it can only grow), a party cannot tell ``B`` within
+``~delta*(Pos + Neg)`` counts (more than 2 from ~100 samples per class), and the reported
+bound overstates by at most ``~0.05 * (1/Pos + 1/Neg)``: two significant digits once the
+classes hold a few hundred samples each. (Exact mode certifies a zero bound from its
+refinement rounds instead, see :mod:`fedsec.auc.exact`.)
+
+After the mask, the aggregator adds :data:`RESULT_NOISE_SD` Gaussian noise to every slot:
+far below the AUC's precision, it floods the rounding of the rescale, which would otherwise
+leave ``round(d * n)`` for the small key-switching noise ``n`` in the coefficients a party
+decrypts - enough, over thousands of coefficients, to estimate ``d``.
+
+What remains is measured in ``tests/auc/test_count_leakage.py`` and
+``benchmarks/attack_auc_counts.py`` (:mod:`fedsec.testing.auc_counts`).
 """
 
 from __future__ import annotations
@@ -19,26 +61,26 @@ from typing import Any
 import numpy as np
 
 from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.dpnoise import gaussian_noise
+from fedsec.crypto.dpnoise import gaussian_noise, secure_uniform
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams
 
-__all__ = ["RESULT_NOISE_SD", "MALICIOUS_RESULT_NOISE_SD",
-           "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "masked_product",
-           "finish_masked", "add_result_noise", "check_masking_capacity"]
+__all__ = ["COUNT_NOISE_SD", "MALICIOUS_COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD", "MIN_MASK_PRIME_BITS",
+           "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "count_noise", "bound_offset",
+           "masked_product", "finish_masked", "add_result_noise", "check_masking_capacity",
+           "bound_overstatement"]
 
-# Gaussian noise (standard deviation, in units of the masked values) added to each masked
-# value a party reads. A mask encoded at the prime S is K/S for an integer K; CKKS's own noise
-# on the numerator channel is far below a step of that grid (value/S), which would let a
-# party test candidate denominators for an integer K. This noise spreads each value over
-# ~S * 2^-29 = 64 grid steps (default chain). 2^-29 since FHAUC's 4-slot layout (issue 13):
-# its CKKS noise is smaller than the earlier layout's, and with 2^-32 the grid test kept
-# 32-46 of ~9,000 candidates at denom = 20,000 (pair mask: 1-2) where the earlier layout kept
-# 78-675; with 2^-29 it keeps ~290 (pair: ~37). Larger noise hides more and costs precision
-# (absolute AUC error ~ noise / denom: ~2.6e-9 relative at worst, one sample per class).
-RESULT_NOISE_SD = 2.0 ** -29
-#: Malicious mode keeps the earlier 2^-32: its CKKS noise (2^12 zero-sum masks) is larger
-#: anyway, and its runs must agree within the tolerance.
-MALICIOUS_RESULT_NOISE_SD = 2.0 ** -32
+#: Standard deviation of the noise the parties together add to each count they encrypt
+#: (each party ``COUNT_NOISE_SD / sqrt(parties)``); see the module docs.
+COUNT_NOISE_SD = 2.0 ** -28
+#: Malicious mode: noise on every trapezoid term and on Pos and Neg (its numerator is a sum
+#: over the terms, so each term carries noise; its precision target is 1e-6, not 1e-9).
+MALICIOUS_COUNT_NOISE_SD = 2.0 ** -22
+#: The parties' one-sided offsets on the bound terms add up to at most this.
+BOUND_OFFSET_MAX = 0.1
+#: Gaussian noise the aggregator adds to every masked slot (floods the rescale's rounding).
+RESULT_NOISE_SD = 2.0 ** -40
+#: A mask prime below this leaves a grid the counts' noise cannot hide at 2^20 samples.
+MIN_MASK_PRIME_BITS = 46
 # The masked result is computed at 4x its value (the slot sums carry a factor 4) and the
 # factor is removed exactly by declaring the ciphertext's scale 4x larger.
 OUTPUT_SCALE_FACTOR = 4.0
@@ -48,8 +90,29 @@ def real_mask() -> float:
     """A mask uniform in [1/2, 1) with a full 52-bit mantissa, from ``secrets``.
 
     Encoding it at a prime's scale ``q`` rounds it to ``K/q`` for an integer ``K`` with
-    ``log2(q)`` bits: the mask a party faces lives on that grid (see the module docs)."""
+    ``log2(q)`` bits: the grid the counts' noise must hide (see the module docs)."""
     return float((1 << 52) + secrets.randbits(52)) / float(1 << 53)
+
+
+def count_noise(size: int, n_parties: int, sigma: float = COUNT_NOISE_SD) -> np.ndarray:
+    """One party's share of the counts' noise: ``size`` Gaussian values of standard
+    deviation ``sigma / sqrt(n_parties)`` (operating-system randomness)."""
+    if size == 0:
+        return np.zeros(0)
+    return gaussian_noise(size, sigma=sigma / math.sqrt(max(1, n_parties)))
+
+
+def bound_offset(n_parties: int) -> float:
+    """One party's one-sided offset for its bound terms, uniform in ``[0,
+    BOUND_OFFSET_MAX / n_parties)``."""
+    return BOUND_OFFSET_MAX / max(1, n_parties) * float(secure_uniform(1)[0])
+
+
+def bound_overstatement(denom_lower: float, n_points: int) -> float:
+    """The most the parties' offsets can add to a bound ``B/denom`` for any ``denom >=
+    denom_lower`` (``(Pos + Neg)/denom <= 1`` whenever both classes exist)."""
+    d = max(1.0, float(denom_lower))
+    return BOUND_OFFSET_MAX + n_points * BOUND_OFFSET_MAX ** 2 / d
 
 
 def masked_product(ctx: CKKSContext, ct: Any, values: complex | np.ndarray) -> Any:
@@ -64,8 +127,8 @@ def masked_product(ctx: CKKSContext, ct: Any, values: complex | np.ndarray) -> A
 
 
 def finish_masked(ctx: CKKSContext, ct: Any) -> Any:
-    """Rescale a sum of :func:`masked_product` terms (rounding away the exact multiple of the
-    mask the decrypted polynomial would otherwise be) and divide by
+    """Rescale a sum of :func:`masked_product` terms (rounding away the exact multiple of
+    the mask the decrypted polynomial would otherwise be) and divide by
     :data:`OUTPUT_SCALE_FACTOR` through the scale."""
     out = ctx.rescale(ct)
     out.scale = out.scale * OUTPUT_SCALE_FACTOR
@@ -82,25 +145,33 @@ def add_result_noise(ctx: CKKSContext, ct: Any, pattern: Callable[[np.ndarray], 
 
 
 def check_masking_capacity(params: CKKSParams, max_total_samples: int) -> None:
-    """Refuse a preset whose prime chain cannot carry FHAUC's rescaled masks.
+    """Refuse a preset whose chain cannot carry FHAUC's masked result, or whose mask prime
+    leaves a grid too coarse for the counts' noise.
 
-    FHAUC rescales twice (after the product, after the mask) and the last level must hold
-    every coefficient of the masked result: at most ``2 * M**2`` at the product's scale for
-    ``M`` total samples (the pre-mask sums are at most ``3 * M**2``; masks are below 1)."""
+    FHAUC squares without rescaling (scale ``s**2``), multiplies by a mask encoded at the
+    top prime ``q`` and rescales by it: the top level must hold the masked product and the
+    last level the result, values up to ``6 * M**2`` for ``M`` total samples."""
     primes = params.primes()[:-1]
-    if len(primes) < 3:
+    if len(primes) < 2:
         raise ValueError(f"{params.name} has {len(primes)} data primes; FHAUC needs at least "
-                         "3 (two rescales and a last level)")
-    scale = 2.0 ** (2 * params.scale_bits) / primes[-1]
-    last = 1
-    for q in primes[:-2]:
-        last *= q
-    need = 2.0 * 3.0 * float(max_total_samples) ** 2 * scale
-    if math.log2(last) <= math.log2(need):
+                         "2 (the mask's rescale and a last level)")
+    mask_prime = primes[-1]
+    if math.log2(mask_prime) < MIN_MASK_PRIME_BITS:
         raise ValueError(
-            f"{params.name} cannot carry FHAUC's masked result for max_total_samples="
-            f"{max_total_samples}: its last level has {math.log2(last):.1f} bits, "
-            f"{math.log2(need):.1f} are needed; use {DEFAULT_PRESET}")
+            f"{params.name} masks at a {math.log2(mask_prime):.0f}-bit prime; FHAUC needs "
+            f"at least {MIN_MASK_PRIME_BITS} bits (a coarser mask grid lets a party test "
+            f"candidate class counts); use {DEFAULT_PRESET}")
+    scale_sq = 2.0 * params.scale_bits
+    value = math.log2(6.0 * float(max_total_samples) ** 2)
+    last = sum(math.log2(q) for q in primes[:-1])
+    top = last + math.log2(mask_prime)
+    for name, bits, need in (("last level", last, value + scale_sq),
+                             ("top level", top, value + scale_sq + math.log2(mask_prime))):
+        if bits - 1.0 <= need:
+            raise ValueError(
+                f"{params.name} cannot carry FHAUC's masked result for max_total_samples="
+                f"{max_total_samples}: its {name} has {bits:.1f} bits, {need + 1.0:.1f} "
+                f"are needed; use {DEFAULT_PRESET}")
 
 
 @dataclass(frozen=True)
@@ -124,5 +195,3 @@ class Masks:
     def draw(cls, masking: str) -> Masks:
         d = real_mask()
         return cls(d, d, real_mask() if masking == "pair" else 0.0)
-
-

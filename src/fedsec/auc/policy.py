@@ -86,7 +86,7 @@ class PartyPolicy:
         Most decision points accepted (default 8192).
     presets : tuple of str, optional
         Presets accepted. Default: only the protocol's own default preset
-        (``CKKS_128_N8192_DEPTH2_S49``), plus the ``INSECURE_TEST_*`` presets for a
+        (``CKKS_128_N8192_DEPTH1_S39``), plus the ``INSECURE_TEST_*`` presets for a
         configuration built with ``allow_insecure=True`` (tests; never reachable from the
         CLI or the Flower app). A server cannot make a party build other keys unless the
         party lists them here.

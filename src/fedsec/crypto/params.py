@@ -104,6 +104,19 @@ class CKKSParams:
 FHAUC_CHAIN = (35, 35, 34, 35, 37, 42)
 FHAUC_SCALE_BITS = 49
 
+# FHAUC's masked chain (issue 22, the default). A mask encoded at a prime ``q`` is ``K/q``
+# for an integer ``K``: a party can test candidate denominators against that grid unless the
+# values it reads carry noise above one grid step, ``denom/q``, which grows with the
+# federation. So the grid must be fine (a large ``q``) and the noise proportional to the
+# counts (parties add it to their own counts before the aggregator squares: it then scales
+# with the pooled counts; see fedsec.auc.masking). Fresh scale 2^39; the product is NOT
+# rescaled before masking (scale 2^78); the mask is encoded at the 48-bit top prime and
+# rescaled by it, so the last level (41 + 41 + 40 = 122 bits) holds the masked result, values
+# up to 6 * 2^40 at scale 2^78. Special prime 48 bits (= the largest data prime; rotations
+# and relinearization happen at the top level). 218 bits: the 128-bit limit at n = 8192.
+MASKED_CHAIN = (41, 41, 40, 48, 48)
+MASKED_SCALE_BITS = 39
+
 @functools.lru_cache(maxsize=32)
 def _primes(n: int, bits: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(m.value()) for m in seal.CoeffModulus.Create(n, list(bits)))
@@ -111,12 +124,30 @@ def _primes(n: int, bits: tuple[int, ...]) -> tuple[int, ...]:
 
 _PRESETS = [
     CKKSParams(
+        "CKKS_128_N8192_DEPTH1_S39", 8192, MASKED_CHAIN, MASKED_SCALE_BITS, 128,
+        "4096 complex slots; fresh scale 2^39; one ciphertext product (not rescaled), then "
+        "a real plaintext multiplication encoded at the 48-bit top prime and rescaled; the "
+        "last level holds values up to 6*2^40 at scale 2^78. Used by FHAUC (default, both "
+        "modes): its 48-bit mask grid is fine enough that the parties' count-proportional "
+        "noise hides it up to 2^20 samples (fedsec.auc.masking).",
+    ),
+    CKKSParams(
+        "CKKS_128_N32768_DEPTH1_S50", 32768, (48, 48, 48, 60, 60), 50, 128,
+        "16384 complex slots; FHAUC's masked flow on ring 2^15 (fresh scale 2^50, mask at a "
+        "60-bit prime): 4x the points per ciphertext, ~10x the key material of the "
+        "default; for very many decision points.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH1_S39", 4096, MASKED_CHAIN, MASKED_SCALE_BITS, 0,
+        "TESTS ONLY, NOT SECURE: FHAUC's default chain on a 4096 ring (2048 slots).",
+    ),
+    CKKSParams(
         "CKKS_128_N8192_DEPTH2_S49", 8192, FHAUC_CHAIN, FHAUC_SCALE_BITS, 128,
         "4096 complex slots; fresh scale 2^49; one ciphertext product rescaled by a 37-bit "
         "prime (scale ~2^61), then a real plaintext multiplication encoded at the next "
         "(35-bit) prime and rescaled. The last level holds values up to 3*2^40 at scale 2^61. "
-        "Used by FHAUC (default): ~1e-11 relative precision on the AUC from 100 samples on, "
-        "~1e-9 at worst (one positive and one negative sample).",
+        "FHAUC's chain before issue 22 (kept for comparisons): its 35-bit mask grid "
+        "let a party test candidate denominators, so FHAUC refuses it.",
     ),
     CKKSParams(
         "CKKS_128_N8192_DEPTH1", 8192, (54, 54, 50, 60), 50, 128,
@@ -176,7 +207,7 @@ _PRESETS += [
 ]
 
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
-DEFAULT_PRESET = "CKKS_128_N8192_DEPTH2_S49"
+DEFAULT_PRESET = "CKKS_128_N8192_DEPTH1_S39"
 
 # ---------------------------------------------------------------- HESV (Zheng et al.) presets
 # Added for fedsec.shapley.hesv; nothing above changes. Zheng et al. used ring 2^12

@@ -78,7 +78,7 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
     accepted (default 8192). See :class:`fedsec.auc.policy.PartyPolicy`.
 ``presets``
     CKKS presets this party builds keys for, separated by commas or spaces (default:
-    FHAUC's own ``CKKS_128_N8192_DEPTH2_S49`` only), so a server cannot make it build
+    FHAUC's own ``CKKS_128_N8192_DEPTH1_S39`` only), so a server cannot make it build
     ring-2^14 or 2^15 keys.
 ``max-key-bytes``
     Cap on the key material (estimated bytes) the party builds for one run, checked

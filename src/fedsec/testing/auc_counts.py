@@ -1,79 +1,143 @@
-"""What a curious party can solve for from a semi-honest FHAUC result: the class counts.
+"""What a curious party, or the server, can solve for from an FHAUC result: the class counts.
 
-A party decrypts, in slot class 0 and 1, ``Y = d*denom``, ``X = d*num + c*denom`` and
-``Bm = d*B - c*denom`` (``denom = 2*Pos*Neg``; ``d = K/S`` with ``K`` an integer and
-``S`` the public prime the result was rescaled by; result noise of standard deviation
-``sigma``). It announces ``AUC = X/Y - c/d`` and ``bound = Bm/Y + c/d``. A candidate
-denominator ``q`` in ``(Y, 2Y]`` (``d`` is in ``[1/2, 1)``) is *consistent* with
+Issue 22's attack. A party decrypts, per run ``k`` (semi-honest mode has one run with
+``a = b = g = 1``), ``Y = (K/S)*a*denom``, ``X = (K/S)*b*num`` and ``Xb = (K/S)*g*B`` after
+removing the multiples of ``denom`` it can compute (the pair mask's ``c*denom``, malicious
+mode's ``r1*denom``): ``K`` an integer, ``S`` the public prime the result was rescaled by,
+``a, b, g`` known to the party, ``denom = 2*Pos*Neg``, ``num`` and ``B`` (pairs within a
+bin) carrying the parties' noise and offsets (:mod:`fedsec.auc.masking`). A candidate
+denominator ``q`` in ``(Y/a, 2Y/a]`` (``K/S`` is in ``[1/2, 1)``) is *consistent* with
 
-* the AUC alone: ``q*AUC`` is an integer (the numerator), to the AUC's precision;
-* the whole view: also ``q*bound`` is an integer (the pairs in shared bins) and ``S*Y/q``
-  is an integer (the mask's grid), each to its precision.
+* **the AUC alone**: ``q*AUC`` is an integer (the numerator) to the AUC's precision;
+* **the whole view**: also ``S*Y/(a*q)`` is an integer (the mask's grid), ``S*X/(b*num')``
+  with ``num' = round(q*AUC)`` is the same integer, and some integer ``B`` lies where the
+  bound puts it, ``q*bound`` minus an offset the parties' one-sided offsets allow.
 
-:func:`denominator_candidates` counts both. The issue-22 goal is that the whole view leaves
-at least half of the candidates the AUC alone leaves; today it leaves about one (the truth)
-from ``~10^4`` samples on. :func:`observe` runs one in-process federation and returns
-party 0's view (with the truth, for the measurement).
+The attacker is given every advantage the measurement can give it: it adds **no** noise or
+offsets of its own (:class:`QuietParty`, :class:`QuietMaliciousParty`), and it knows the
+true noise scale (its tolerances are ``k`` true standard deviations, from the true counts),
+so a test that rules out candidates shows up. :func:`denominator_candidates` counts both
+sets (scanning the whole window, or a uniform sample of it when the window is large) and
+says whether the truth survives.
+
+The server sees what nodes share: in malicious mode the AUC rounded to
+:data:`~fedsec.auc.common.SHARED_AUC_DIGITS` significant digits and the bound rounded up
+to :data:`~fedsec.auc.common.SHARED_BOUND_DIGITS` (:func:`server_candidates`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fedsec.auc.common import AGGREGATOR, local_federation, party_role
+from fedsec.auc.common import AGGREGATOR, local_federation, party_role, shared_result
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty
-from fedsec.auc.masking import RESULT_NOISE_SD
+from fedsec.auc.fhauc_malicious import (
+    MaliciousAggregator,
+    MaliciousConfig,
+    MaliciousParty,
+)
+from fedsec.auc.masking import (
+    BOUND_OFFSET_MAX,
+    COUNT_NOISE_SD,
+    MALICIOUS_COUNT_NOISE_SD,
+)
 from fedsec.auc.policy import IN_PROCESS_MAX_KEY_BYTES, PartyPolicy
 from fedsec.crypto.keysetup import run_key_setup
+from fedsec.metrics import confusion_counts, trapezoid_terms
 from fedsec.protocol import wire
-from fedsec.protocol.network import Envelope, Network
+from fedsec.protocol.network import Network
 
-__all__ = ["PartyView", "observe", "denominator_candidates"]
+__all__ = ["PartyView", "QuietParty", "QuietMaliciousParty", "observe", "observe_malicious",
+           "denominator_candidates", "server_candidates"]
+
+
+class QuietParty(FHAUCParty):
+    """A party that skips its own share of the counts' noise and offsets (the attacker:
+    what it adds it would only have to subtract)."""
+
+    def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
+        return np.zeros(3), (0.0, 0.0)
+
+
+class QuietMaliciousParty(MaliciousParty):
+    """:class:`QuietParty` for malicious mode."""
+
+    def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
+        return np.zeros(self._config.n_points + 2), (0.0, 0.0)
 
 
 @dataclass(frozen=True)
 class PartyView:
-    """What party 0 decrypted (``y, x, b`` from slot classes 0 and 1), the public prime
-    ``s`` and the ratio ``c/d`` it was told, what it announced, and the truth."""
+    """What the attacking party decrypted, per run: ``y``, ``x``, ``xb`` (after removing the
+    known multiples of denom) and their known factors ``a``, ``b``, ``g``; the mask prime
+    ``s``; what it announced (``auc``, ``bound``); the noise scales an attacker could know
+    (``sd_num``, ``sd_den``: standard deviations of num and denom from the other parties'
+    noise; ``offset_max``: the most their offsets add to ``B``); and the truth."""
 
-    y: float
-    x: float
-    b: float
+    y: NDArray[np.float64]
+    x: NDArray[np.float64]
+    xb: NDArray[np.float64]
+    a: NDArray[np.float64]
+    b: NDArray[np.float64]
+    g: NDArray[np.float64]
     s: int
-    ratio: float
     auc: float
     bound: float
-    true_denom: int
+    sd_num: float
+    sd_den: float
+    offset_max: float
+    pos: int
+    neg: int
+    mode: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def true_denom(self) -> int:
+        return 2 * self.pos * self.neg
 
 
-def observe(parties: Sequence[tuple[NDArray[np.int64], NDArray[np.float64]]], *,
-            decision_points: int = 100, masking: str = "single",
-            preset: str = "CKKS_128_N8192_DEPTH2_S49", allow_insecure: bool = False
-            ) -> PartyView:
-    """Run semi-honest FHAUC in this process and return party 0's view of the result."""
+def _pooled(parties: Sequence[tuple[Any, Any]], points: Any) -> tuple[int, int, np.ndarray,
+                                                                    np.ndarray]:
+    y = np.concatenate([np.asarray(p[0]) for p in parties])
+    s = np.concatenate([np.asarray(p[1], dtype=np.float64) for p in parties])
+    tp, fp = confusion_counts(y, s, np.asarray(points))
+    t, f = trapezoid_terms(tp, fp)
+    return int(tp[-1]), int(fp[-1]), np.asarray(t, dtype=np.float64), np.asarray(
+        f, dtype=np.float64)
+
+
+def _federation(names: Sequence[str], spec: Any) -> tuple[Any, Any, Any, Any]:
+    identities, roster = local_federation(names)
+    ks_agg, keys = run_key_setup(identities, roster, spec)
+    return ks_agg, keys, roster, identities
+
+
+def observe(parties: Sequence[tuple[Any, Any]], *, decision_points: int = 100,
+            masking: str = "single", preset: str = "CKKS_128_N8192_DEPTH1_S39",
+            allow_insecure: bool = False, noise: bool = True) -> PartyView:
+    """Run semi-honest FHAUC in this process (party 0 quiet) and return party 0's view.
+    ``noise=False`` makes every party quiet (the control: the search must then find the
+    denominator)."""
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
     names = [f"p{i}" for i in range(len(parties))]
-    identities, roster = local_federation(names)
-    ks_agg, keys = run_key_setup(identities, roster, cfg.key_spec())
-    assert ks_agg.context is not None
+    ks_agg, keys, roster, _ = _federation(names, cfg.key_spec())
     agg = FHAUCAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session)
     policy = PartyPolicy(max_decision_points=max(1000, cfg.n_points), presets=(cfg.preset,),
                          max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
-    roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
-             for (y, s), k in zip(parties, keys, strict=True)]
+    roles = [(QuietParty if i == 0 or not noise else FHAUCParty)(
+        y, s, keys=k, config=cfg, roster=roster, policy=policy)
+             for i, ((y, s), k) in enumerate(zip(parties, keys, strict=True))]
     seen: list[bytes] = []
-
-    def keep(batch: list[Envelope]) -> None:
-        seen.extend(e.payload for e in batch if e.kind == "fhauc/result")
-
     net = Network()
-    net.intercept(keep)
+    net.intercept(lambda batch: seen.extend(e.payload for e in batch
+                                            if e.kind == "fhauc/result"))
     subs = net.gather([party_role(n) for n in names], AGGREGATOR, [r.submit() for r in roles])
     result = net.broadcast(AGGREGATOR, [party_role(n) for n in names], agg.aggregate(subs))
     auc = roles[0].finalize(result[0])
@@ -81,45 +145,198 @@ def observe(parties: Sequence[tuple[NDArray[np.int64], NDArray[np.float64]]], *,
     msg = wire.decode(seen[0])
     ct = ctx.deserialize(msg.blobs[0])
     z = ctx.decrypt(ct)
-    chain = ctx.level_primes(ctx.top_parms_id)
-    s = int(chain[len(ctx.level_primes(ct))])  # the prime the result was rescaled by
-    y_all = np.concatenate([np.asarray(y) for y, _ in parties])
-    pos = int(y_all.sum())
-    return PartyView(y=float(z[0].real), x=float(z[0].imag), b=float(z[1].imag), s=s,
-                     ratio=float(msg.meta.get("ratio", 0.0)), auc=auc,
-                     bound=roles[0].error_bound, true_denom=2 * pos * (len(y_all) - pos))
+    s_prime = int(ctx.level_primes(ctx.top_parms_id)[len(ctx.level_primes(ct))])
+    ratio = float(msg.meta.get("ratio", 0.0))
+    pos, neg, t_all, f_all = _pooled(parties, cfg.points)
+    y, x, xb = float(z[0].real), float(z[0].imag), float(z[1].imag)
+    others = len(parties) - 1 if noise else 0
+    sig = COUNT_NOISE_SD * math.sqrt(others / len(parties))
+    off = others * BOUND_OFFSET_MAX / len(parties)
+    return PartyView(
+        y=np.array([y]), x=np.array([x - ratio * y]), xb=np.array([xb + ratio * y]),
+        a=np.ones(1), b=np.ones(1), g=np.ones(1), s=s_prime, auc=auc,
+        bound=roles[0].error_bound,
+        # denom = 2*(Pos + e1)*(Neg + e2); num gets 2*e3*Neg (fedsec.auc.fhauc)
+        sd_num=2.0 * sig * neg, sd_den=2.0 * sig * math.hypot(pos, neg),
+        offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
+        mode=f"semi-honest/{masking}",
+        extra={"fresh": _fresh(len(parties), pos, neg, t_all, f_all)})
 
 
-def _near_integer(v: NDArray[np.float64], tol: NDArray[np.float64] | float) -> NDArray[np.bool_]:
-    return np.abs(v - np.round(v)) <= tol
+def observe_malicious(parties: Sequence[tuple[Any, Any]], *, decision_points: int = 100,
+                      preset: str = "CKKS_128_N8192_DEPTH1_S39",
+                      allow_insecure: bool = False, noise: bool = True) -> PartyView:
+    """Run malicious FHAUC in this process (party 0 quiet) and return party 0's view
+    (``noise=False``: every party quiet, the control)."""
+    cfg = MaliciousConfig.create(decision_points, preset=preset, allow_insecure=allow_insecure,
+                                 min_bound_bits=0.0)
+    names = [f"p{i}" for i in range(len(parties))]
+    ks_agg, keys, roster, identities = _federation(names, cfg.key_spec())
+    policy = PartyPolicy(max_decision_points=max(1000, cfg.n_points), presets=(cfg.preset,),
+                         max_key_bytes=IN_PROCESS_MAX_KEY_BYTES, min_bound_bits=0.0)
+    roles = [(QuietMaliciousParty if i == 0 or not noise else MaliciousParty)(
+        y, s, keys=k, config=cfg, identity=ident, roster=roster, policy=policy)
+        for i, ((y, s), k, ident) in enumerate(zip(parties, keys, identities, strict=True))]
+    agg = MaliciousAggregator(ks_agg.context, cfg, names=ks_agg.names,
+                              session=ks_agg.session, roster=roster)
+    seen: list[bytes] = []
+    net = Network()
+    net.intercept(lambda batch: seen.extend(e.payload for e in batch
+                                            if e.kind == "fhauc-m/result"))
+    on_net = [party_role(n) for n in names]
+    commits = net.gather(on_net, AGGREGATOR, [r.commit() for r in roles])
+    start = net.broadcast(AGGREGATOR, on_net, agg.start(commits))
+    subs = net.gather(on_net, AGGREGATOR,
+                      [r.submit(st) for r, st in zip(roles, start, strict=True)])
+    result = net.broadcast(AGGREGATOR, on_net, agg.aggregate(subs))
+    auc = roles[0].finalize(result[0])
+    ctx = keys[0].context
+    ct = ctx.deserialize(wire.decode(seen[0]).blobs[0])
+    z = ctx.decrypt(ct)
+    s_prime = int(ctx.level_primes(ctx.top_parms_id)[len(ctx.level_primes(ct))])
+    party = roles[0]
+    runs, bruns = party._runs, party._bound_runs   # the attacker's own randomness
+    assert runs is not None and bruns is not None
+    stride, r = cfg.stride, cfg.runs
+    ys, xs, xbs, a, b, g = [], [], [], [], [], []
+    for k in range(r):
+        yk = float(z[2 * k + 1].imag)
+        xk = float(z[2 * k].imag)
+        xbk = float(z[2 * r + 2 * k].imag)
+        rr, rb = runs[k], bruns[k]
+        ys.append(yk)
+        a.append(rr.r2)
+        xs.append(xk - rr.r1 / rr.r2 * yk)
+        b.append(rr.r0)
+        xbs.append(xbk - rb.r1 / rr.r2 * yk)
+        g.append(rb.r0)
+    del stride
+    pos, neg, t_all, f = _pooled(parties, cfg.points)
+    others = len(parties) - 1 if noise else 0
+    sig = MALICIOUS_COUNT_NOISE_SD * math.sqrt(others / len(parties))
+    off = others * BOUND_OFFSET_MAX / len(parties)
+    return PartyView(
+        y=np.array(ys), x=np.array(xs), xb=np.array(xbs), a=np.array(a), b=np.array(b),
+        g=np.array(g), s=s_prime, auc=auc, bound=party.error_bound,
+        # every term T_n gets noise (num gets sum e_n*F_n); denom as semi-honest
+        sd_num=sig * float(np.sqrt(np.sum(f * f))),
+        sd_den=2.0 * sig * math.hypot(pos, neg),
+        offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
+        mode="malicious",
+        # shares and zero-sum masks make the slots ~2^12 larger than the counts
+        extra={"runs": r, "fresh": _fresh(len(parties), pos, neg, t_all, f, 2.0 ** 13)})
 
 
-def denominator_candidates(view: PartyView, *, sigma: float = RESULT_NOISE_SD,
-                           k: float = 6.0, chunk: int = 1 << 22) -> dict[str, int | bool]:
-    """Count the denominators in ``(Y, 2Y]`` consistent with the AUC alone and with the
-    whole view, keeping a candidate whose residuals are within ``k`` standard deviations
-    of the noise (``sigma`` on each decrypted value; a deliberately generous tolerance for
-    the grid, which also carries CKKS noise). Also whether the truth survives."""
-    y = view.y
-    lo, hi = max(1, math.floor(y)), math.ceil(2 * y)
+def _near_integer(v: NDArray[Any], tol: NDArray[Any] | float) -> NDArray[np.bool_]:
+    return np.asarray(np.abs(v - np.round(v)) <= tol)
+
+
+#: CKKS's own noise on a fresh slot at the default scale 2^39 (measured ~2^-32; twice that):
+#: it is multiplied by the pooled counts like the parties' noise, and every party's
+#: encryption adds it, the attacker's included. A floor under the noise scales, so the
+#: no-noise control finds the truth.
+FRESH_NOISE = 2.0 ** -31
+
+
+def _tests(view: PartyView, q: NDArray[np.float64], k: float
+           ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """(consistent with the AUC alone, consistent with the whole view) for candidates q."""
+    auc = view.auc
+    view = _with_floor(view)
+    # the AUC's noise: relative sd of num and denom, both from the others' noise
+    rel = math.hypot(view.sd_num / max(1.0, auc * view.true_denom),
+                     view.sd_den / view.true_denom)
+    tol_ratio = k * rel * max(auc, 1e-12) * q + q * 4e-15 + 1e-12
+    ok_auc = _near_integer(q * auc, tol_ratio)
+    ok = ok_auc.copy()
+    s = np.longdouble(view.s)
+    num_c = np.round(q * auc)
+    for y, x, xb, a, b, g in zip(view.y, view.x, view.xb, view.a, view.b, view.g, strict=True):
+        kq = s * np.longdouble(y) / (np.longdouble(a) * q.astype(np.longdouble))
+        # the grid residual of the truth: K * (noise of denom) / denom
+        sd_y = kq * np.longdouble(view.sd_den / view.true_denom)
+        tol_y = np.minimum(np.longdouble(k) * sd_y + np.longdouble(1e-6), np.longdouble(0.5))
+        ok &= np.abs(kq - np.round(kq)) <= tol_y
+        kx = s * np.longdouble(x) / (np.longdouble(b) * np.maximum(num_c, 1.0
+                                                                  ).astype(np.longdouble))
+        sd_x = kx * np.longdouble(view.sd_num / max(1.0, auc * view.true_denom))
+        tol_x = np.minimum(np.longdouble(k) * sd_x + np.longdouble(1e-6), np.longdouble(0.5))
+        ok &= (np.abs(kx - np.round(kx)) <= tol_x) | (num_c < 1)
+        # the bound: B' = q * bound_raw; the true B lies in [B' - offset_max, B'] (+ noise)
+        b_raw = q * (xb / g) / (y / a)
+        lo = np.ceil(b_raw - view.offset_max - 1e-6)
+        hi = np.floor(b_raw + 1e-6)
+        ok &= lo <= hi
+    return ok_auc, ok
+
+
+def _with_floor(view: PartyView) -> PartyView:
+    from dataclasses import replace
+
+    fl = view.extra["fresh"]
+    return replace(view, sd_num=math.hypot(view.sd_num, fl[0]),
+                   sd_den=math.hypot(view.sd_den, fl[1]))
+
+
+def _fresh(n_parties: int, pos: int, neg: int, t: np.ndarray, f: np.ndarray,
+           factor: float = 1.0) -> tuple[float, float]:
+    e = FRESH_NOISE * math.sqrt(n_parties) * factor
+    return (e * float(np.sqrt(np.sum(t * t) + np.sum(f * f))),
+            2.0 * e * math.hypot(pos, neg))
+
+
+def denominator_candidates(view: PartyView, *, k: float = 4.0, max_scan: int = 1 << 26,
+                           samples: int = 1 << 23, chunk: int = 1 << 21,
+                           seed: int = 0) -> dict[str, Any]:
+    """Count the denominators in ``(Y/a, 2Y/a]`` consistent with the AUC alone and with the
+    whole view (every candidate when the window holds at most ``max_scan``, else a uniform
+    sample of ``samples``, scaled to the window), keeping a candidate whose residuals are
+    within ``k`` true standard deviations. Also whether the truth survives each."""
+    y0 = float(view.y[0] / view.a[0])
+    lo, hi = max(1, math.floor(y0)), math.ceil(2 * y0)
+    window = hi - lo + 1
+    scan = window <= max_scan
     n_auc = n_all = 0
-    truth_auc = truth_all = False
-    for start in range(lo, hi + 1, chunk):
-        q = np.arange(start, min(hi + 1, start + chunk), dtype=np.float64)
-        # numerator q*AUC: the noise of X/Y is ~ sigma*sqrt(1+AUC^2)/Y, times q <= 2Y, and
-        # the AUC is a float64 (relative error a few 1e-16 after the division)
-        tol_ratio = k * sigma * q / y * 2.0 + q * 4e-15
-        ok_auc = _near_integer(q * view.auc, tol_ratio)
-        ok = ok_auc & _near_integer(q * view.bound, tol_ratio)
-        # the grid in extended precision (S*Y has ~88 bits; float64 would round it by ~64)
-        grid = np.longdouble(view.s) * np.longdouble(y) / q.astype(np.longdouble)
-        # Y also carries CKKS noise: measured, the truth's grid residual reaches ~5.5 sigma
-        # (3,000-sample parties), so the grid's sigma is taken 3x the result noise
-        ok &= np.abs(grid - np.round(grid)) <= np.longdouble(3 * k * view.s * sigma) / q + 1e-9
-        n_auc += int(ok_auc.sum())
-        n_all += int(ok.sum())
-        if start <= view.true_denom < start + len(q):
-            i = view.true_denom - start
-            truth_auc, truth_all = bool(ok_auc[i]), bool(ok[i])
-    return {"window": hi - lo + 1, "auc_alone": n_auc, "whole_view": n_all,
-            "truth_survives_auc": truth_auc, "truth_survives_view": truth_all}
+    rng = np.random.default_rng(seed)   # which candidates to test: not a secret
+    total = window if scan else samples
+    done = 0
+    while done < total:
+        m = min(chunk, total - done)
+        if scan:
+            q = np.arange(lo + done, lo + done + m, dtype=np.float64)
+        else:
+            q = rng.integers(lo, hi + 1, m).astype(np.float64)
+        a_ok, w_ok = _tests(view, q, k)
+        n_auc += int(a_ok.sum())
+        n_all += int(w_ok.sum())
+        done += m
+    t_auc, t_all = _tests(view, np.array([float(view.true_denom)]), k)
+    scale = 1.0 if scan else window / samples
+    return {"mode": view.mode, "pos": view.pos, "neg": view.neg, "window": window,
+            "scanned": "all" if scan else samples,
+            "auc_alone": n_auc * scale, "whole_view": n_all * scale,
+            "kept_fraction": (n_all / n_auc) if n_auc else 1.0,
+            "truth_survives_auc": bool(t_auc[0]), "truth_survives_view": bool(t_all[0])}
+
+
+def server_candidates(auc: float, bound: float, true_denom: int, *,
+                      span: float = 4.0, max_scan: int = 1 << 24, seed: int = 0
+                      ) -> dict[str, Any]:
+    """The server's search over what a node shares (:func:`fedsec.auc.common.shared_result`)
+    in ``[denom/span, denom*span]`` (the server knows no ``Y``; the window is generous to
+    it): consistent with the shared AUC alone, and with the shared bound as well (the true
+    ``B/denom`` lies in ``(previous 2-digit value, shared bound]``)."""
+    sa, sb = shared_result(auc, bound)
+    lo, hi = max(2, int(true_denom / span)), int(true_denom * span)
+    window = hi - lo + 1
+    rng = np.random.default_rng(seed)
+    q = (np.arange(lo, hi + 1, dtype=np.float64) if window <= max_scan
+         else rng.integers(lo, hi + 1, max_scan).astype(np.float64))
+    half = 0.5 * 10.0 ** (math.floor(math.log10(sa)) - 5) if sa > 0 else 5e-7
+    ok_auc = np.floor(q * (sa + half)) >= np.ceil(q * (sa - half))
+    step = 10.0 ** (math.floor(math.log10(sb)) - 1) if sb > 0 else 0.0
+    ok = ok_auc & (np.floor(q * sb) >= np.ceil(q * max(0.0, sb - step)))
+    scale = 1.0 if window <= max_scan else window / max_scan
+    return {"window": window, "auc_alone": int(ok_auc.sum()) * scale,
+            "whole_view": int(ok.sum()) * scale,
+            "kept_fraction": float(ok.sum() / max(1, ok_auc.sum()))}
