@@ -106,15 +106,16 @@ def test_exact_mode_on_decision_function_logits(cancer_logits):
 
 
 def test_exact_mode_malicious_verifies_the_final_result():
-    """wine 'class 0 vs rest', GaussianNB log-odds (raw logits); malicious mode warns that
-    refinement rounds are not verified."""
+    """wine 'class 0 vs rest', GaussianNB log-odds (raw logits); refinement rounds are
+    verified too (canaries), so malicious exact mode raises no PrivacyWarning."""
     x, y = load_wine(return_X_y=True)
     y = (y == 1).astype(int)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.5, random_state=2)
     lp = GaussianNB().fit(xtr, ytr).predict_log_proba(xte)
     parts = split(yte, lp[:, 1] - lp[:, 0], 2)
     yy, ss = pooled(parts)
-    with pytest.warns(PrivacyWarning, match="refinement rounds are not"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
         res = secure_auc_malicious(parts, decision_points="exact", scores="logit",
                                    min_bound_bits=0.0, runs=2, tolerance=1e-7, **TEST)
     assert res.verified and res.error_bound <= 1e-6
