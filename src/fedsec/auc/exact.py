@@ -74,21 +74,23 @@ Threat model
 As FHAUC's (the parties share the key set-up's seed and secret keys and do not collude
 with the aggregator). Every refinement round is **verified in both modes** by its
 canaries. An aggregator that answers with anything but the honest function -- one
-party's submission or a subset of the parties' (a canary with zero pooled counts reads a
-uniform residue: caught unless it is 0, probability ``1/t`` per canary, ``>=`` 192 such
-canaries per round), a product of the pooled positives or negatives only (a ``(p, 0)`` or
-``(0, n)`` canary reads non-zero: caught with certainty), a replayed, swapped or
-re-ordered ciphertext (the layout and masks are fresh each round and secret) -- makes
-every party raise ``TamperingDetected``, and no grid follows. A deviation confined to
-``k`` slots goes unnoticed with probability about ``(1 - C/S)^k`` (``C`` canaries among
-``S`` slots: 7,170 of 8,192 in the first round, never fewer than 256); whatever it is, a
-function of masked submissions is independent of any one party's data, so the marks it
-could show are too. A slot permutation within a ciphertext needs Galois keys, which the
-aggregator never gets. The answer is a ciphertext the aggregator chose, decrypted with
-the refinement keys (derived for this key set-up only) and used only if every canary reads
-right: a probe of the key learns, per round, little more than whether the run goes on.
-An aggregator can still stop the refinement (no answer, or a
-detected one); the final AUC and bound stay certified (and verified in malicious mode).
+party's submission or a subset of the parties' (a canary that must read zero -- three
+quarters of them, at least 192 per round -- reads a uniform residue instead: it passes
+with probability ``1/t < 2^-40`` per canary), a product of the pooled positives or
+negatives only (a ``(p, 0)`` or ``(0, n)`` canary reads non-zero: caught with
+certainty), a replayed, swapped or re-ordered ciphertext (the layout and masks are fresh
+each round and secret) -- makes every party raise ``TamperingDetected``, and no grid
+follows. A deviation confined to ``k`` slots goes unnoticed with probability about
+``(1 - C/S)^k`` (``C`` canaries among ``S`` slots: 7,170 of 8,192 in the first round,
+never fewer than 256). Even unnoticed, a function of fewer than all submissions is uniform
+noise, independent of every party's data, and one of the pooled counts shows a pooled
+fact about ``k`` bins the aggregator cannot locate (the layout is secret). A slot
+permutation within a ciphertext needs Galois keys, which the aggregator never gets. The
+answer is a ciphertext the aggregator chose, decrypted with the refinement keys (derived
+for this key set-up only) and used only if every canary reads right: a probe of the key
+learns, per round, little more than whether the run goes on. An aggregator can still stop
+the refinement (no answer, or a detected one); the final AUC and bound stay certified
+(and verified in malicious mode).
 """
 
 from __future__ import annotations
