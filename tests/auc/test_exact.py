@@ -389,3 +389,25 @@ def test_refinement_decoders_refuse_malformed_bytes(fed):
         agg.aggregate(subs[:2])  # every party is needed
     with pytest.raises(ProtocolError):
         agg.aggregate([subs[0], *subs[:2]])  # a duplicate
+
+
+@pytest.mark.parametrize("n_parties", [2, 5])
+def test_zero_sum_masks_cancel_for_any_federation_size(n_parties):
+    """Random federations of 2 and 5 parties with ties and one-class parties: the honest
+    round marks exactly the bins holding a pooled pair."""
+    g = np.random.default_rng(n_parties)
+    data = []
+    for i in range(n_parties):
+        n = int(g.integers(5, 60))
+        y = np.zeros(n, dtype=int) if i == 0 else g.integers(0, 2, n)
+        data.append((y, np.round(g.random(n) ** 4, 3)))
+    identities, roster = local_federation([f"p{i}" for i in range(n_parties)])
+    spec = KeySpec.create(TEST["preset"], [], False, allow_insecure=True)
+    ks_agg, keys = run_key_setup(identities, roster, spec)
+    fed5 = {"data": data, "agg": ks_agg, "keys": keys,
+            "bfv": [refinement_keys(k) for k in keys]}
+    pts = initial_grid(512)
+    marks, _, _ = _round(fed5, pts)
+    want = _pooled_pairs(fed5, pts)
+    assert want.any()
+    assert all(isinstance(m, np.ndarray) and np.array_equal(m, want) for m in marks)

@@ -520,8 +520,8 @@ class BFVContext:
         """Slot-wise product of two coefficient-form ciphertexts modulo ``t``: a
         3-polynomial ciphertext, *not* relinearised (no key material leaves the key
         holders; SEAL decrypts any size, :meth:`deserialize` reads it with
-        ``polys=3``). One product uses about ``log2(t) + 40`` bits of the noise budget
-        (81 of 134 left for ``t`` of 41 bits at ``N = 8192``, measured)."""
+        ``polys=3``). One product of fresh ciphertexts uses about ``log2(t) + 12`` bits
+        of the noise budget (134 -> 81 for ``t`` of 41 bits at ``N = 8192``, measured)."""
         if a.is_ntt_form() or b.is_ntt_form():
             raise ValueError("multiply needs coefficient-form ciphertexts")
         out = seal.Ciphertext()
