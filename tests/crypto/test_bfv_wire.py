@@ -21,9 +21,11 @@ def bfv() -> BFVContext:
 
 def _forms(bfv: BFVContext) -> list[tuple[bytes, dict[str, bool]]]:
     ct = bfv.encrypt(np.arange(10, dtype=np.uint64))
+    prod = bfv.multiply(ct, bfv.encrypt(np.ones(bfv.slots, dtype=np.uint64)))
     return [(bfv.serialize(ct), {}),
             (bfv.serialize(bfv.mod_switch_down(ct)), {"low": True}),
-            (bfv.serialize(ct, ntt=True), {"ntt": True})]
+            (bfv.serialize(ct, ntt=True), {"ntt": True}),
+            (bfv.serialize(bfv.mod_switch_down(prod)), {"low": True, "polys": 3})]
 
 
 def _plain(data: bytes) -> bytes:
@@ -51,7 +53,8 @@ def test_rejects_malformed(bfv: BFVContext) -> None:
         bad = [data[:-1], data + b"\0", data[:_SEAL_HEADER.size], b"",
                plain[:-8], plain + bytes(8)]
         # every parsed header byte (object header, members, nested array header)
-        prefix = bfv._prefix(kw.get("ntt", False), kw.get("low", False))[0]
+        prefix = bfv._prefix(kw.get("ntt", False), kw.get("low", False),
+                             kw.get("polys", 2))[0]
         for i in range(len(prefix)):
             flipped = bytearray(plain)
             flipped[i] ^= 0x01
@@ -69,3 +72,27 @@ def test_rejects_malformed(bfv: BFVContext) -> None:
         bfv.deserialize(low)  # wrong level
     with pytest.raises(ProtocolError):
         bfv.deserialize(full, ntt=True)  # wrong form
+
+
+def test_ciphertext_product_is_exact_mod_t_and_keeps_its_size(bfv: BFVContext) -> None:
+    """``multiply`` (no relinearisation) then a full-range plaintext product and one
+    modulus switch: exact modulo ``t`` for full-range residues at the 41-bit prime exact
+    mode uses; a 3-polynomial result is read only with ``polys=3``."""
+    from fedsec.auc.exact import EXACT_BFV
+    from fedsec.crypto.drbg import SystemRandomSource
+
+    ctx = BFVContext.from_seed(os.urandom(32), params=EXACT_BFV)
+    rnd = SystemRandomSource()
+    a, b, r = (rnd.integers(0, ctx.t, ctx.slots).astype(np.uint64) for _ in range(3))
+    prod = ctx.multiply(ctx.encrypt(a), ctx.encrypt(b))
+    out = ctx.mod_switch_down(ctx.multiply_plain(prod, ctx.encode(r)))
+    assert ctx.noise_budget(out) >= 20
+    data = ctx.serialize(out)
+    got = ctx.decrypt(ctx.deserialize(data, low=True, polys=3))
+    want = [int(x) * int(y) * int(z) % ctx.t for x, y, z in zip(a, b, r, strict=True)]
+    assert got.tolist() == want
+    with pytest.raises(ProtocolError):
+        ctx.deserialize(data, low=True)  # 3 polynomials where 2 are expected
+    with pytest.raises(ProtocolError):
+        ctx.deserialize(ctx.serialize(ctx.mod_switch_down(ctx.encrypt(a))), low=True,
+                        polys=3)

@@ -21,12 +21,23 @@ Protocol (``decision_points="exact"``)
 1. The grid starts with :data:`INITIAL_POINTS` public points: half uniform in value, half
    uniform in the bit pattern of the float (a log-like spacing reaching down to 1e-300).
 2. *Refinement round* (roles :class:`BinPairsParty`, :class:`BinPairsAggregator`, bytes
-   only): every party encrypts ``dTP[b] + i*dFP[b]`` for every bin ``b`` (one slot per
-   bin); the aggregator adds the parties' ciphertexts, squares, keeps ``4i*pos_b*neg_b``
-   (``z**2 - conj(z**2)``: no rotation), multiplies slot ``b`` by a fresh mask
-   ``r_b`` log-uniform in ``[2^-10, 1]`` (from ``secrets``, encoded at the prime the result
-   is then rescaled by), adds 2^-29 noise and returns it. Each party decrypts and marks the
-   bins whose value exceeds ``2^-11`` (a bin with one pair reads at least ``2^-10``).
+   only; BFV modulo a prime ``t``, :data:`EXACT_BFV`). The parties derive from the key
+   set-up's shared seed, which the aggregator never has, the round's **layout** (fresh
+   each round): every bin and at least :data:`MIN_CANARIES` **canary** slots -- every
+   free slot of the last ciphertext is one -- shuffled by a secret permutation of the
+   slots. A canary has seed-derived pooled counts known to every party: a quarter each
+   ``(0, 0)``, ``(p, 0)``, ``(0, n)`` and ``(p, n)`` with ``p, n`` in
+   ``[1, CANARY_MAX_COUNT]`` (party 0 contributes them). Every party encrypts, per slot,
+   ``dTP[b] + r_m`` and ``dFP[b] + s_m`` (mod ``t``) where the **zero-sum masks**
+   ``(r_m, s_m) = F(m) - F(m+1 mod M)`` are seed-derived (one stream ``F(j)`` per party
+   index, round and session), uniform, and sum to zero over the ``M`` parties: one
+   party's submission is uniform noise, only the sum of all is the pooled counts. The
+   aggregator adds the parties' ciphertexts, multiplies ``pos_b * neg_b`` (ciphertext
+   product, not relinearised: no key material reaches it), multiplies each slot by a
+   fresh uniform non-zero ``r_b`` (from the operating system), drops one prime and
+   returns it. Each party decrypts, checks every canary (``(p, n)`` must read non-zero,
+   the others zero), raising :class:`~fedsec.errors.TamperingDetected` otherwise, and
+   marks the bins whose value is non-zero (``t`` is a prime above any ``pos * neg``).
 3. Every marked bin that can still be split (it holds more than one float) is split into
    ``k`` sub-bins, uniform in the bit pattern of the float - so any bin reaches
    single-float width in a few rounds whatever its scale - plus the float right after its
@@ -38,28 +49,53 @@ Protocol (``decision_points="exact"``)
    If the bound is above ``target`` the result says so (``target_reached=False``) and a
    ``UserWarning`` is raised.
 
+Parameters: ring ``N = 8192`` (8192 slots per ciphertext), a 41-bit batching prime ``t``
+(``> 2^40``, above ``pos * neg`` for up to ``2^20`` samples), the coefficient modulus of
+:data:`fedsec.crypto.bfv.BFV_DEFAULT` (three 60-bit data primes, 128-bit secure). A
+fresh ciphertext has 134 bits of noise budget, the product 81, after the mask 36, kept by
+the switch to two primes (measured): the answer decrypts exactly.
+
 What refinement reveals
 -----------------------
-*To the parties*, per bin of each refinement round: whether the bin holds a pair, and the
-federation's pair count in it within a factor 2^10 (the mask's spread). Nothing per party.
-*To everyone, the aggregator included*: the refined grid, i.e. which score intervals hold
-both a positive and a negative of the federation, at the resolution reached. With the final
-AUC and bound this is the price of exactness; the default mode (fixed points) reveals none
-of it. The final evaluation reveals what FHAUC reveals (see :mod:`fedsec.auc.fhauc`).
+*To the parties*, per bin of each refinement round: whether the bin holds a
+(positive, negative) pair of the federation -- nothing else: a non-empty bin reads a
+uniform non-zero residue, whatever its counts, and nothing per party. (The answer's
+decryption noise depends on the pooled counts; only key holders can read it, and only
+of pooled values.)
+*To the aggregator*: the submissions are encryptions of uniformly masked values, and the
+answer goes back unread; what it learns is the next grid, public to everyone, i.e. which
+score intervals hold both a positive and a negative of the federation, at the resolution
+reached. With the final AUC and bound this is the price of exactness; the default mode
+(fixed points) reveals none of it. The final evaluation reveals what FHAUC reveals (see
+:mod:`fedsec.auc.fhauc`).
 
 Threat model
 ------------
-As FHAUC's. In **malicious** mode the final AUC and bound are verified as usual
-(:mod:`fedsec.auc.fhauc_malicious`) - a cheating aggregator during refinement can only make
-the grid worse (a larger, still certified bound) - but the refinement rounds themselves are
-*not* verified: an aggregator that answers one with another ciphertext (e.g. a party's own
-submission) learns, through the next public grid, which of its slots are non-zero. Exact
-mode therefore raises a :class:`~fedsec.errors.PrivacyWarning` in malicious mode.
+As FHAUC's (the parties share the key set-up's seed and secret keys and do not collude
+with the aggregator). Every refinement round is **verified in both modes** by its
+canaries. An aggregator that answers with anything but the honest function -- one
+party's submission or a subset of the parties' (a canary that must read zero -- three
+quarters of them, at least 192 per round -- reads a uniform residue instead: it passes
+with probability ``1/t < 2^-40`` per canary), a product of the pooled positives or
+negatives only (a ``(p, 0)`` or ``(0, n)`` canary reads non-zero: caught with
+certainty), a replayed, swapped or re-ordered ciphertext (the layout and masks are fresh
+each round and secret) -- makes every party raise ``TamperingDetected``, and no grid
+follows. A deviation confined to ``k`` slots goes unnoticed with probability about
+``(1 - C/S)^k`` (``C`` canaries among ``S`` slots: 7,170 of 8,192 in the first round,
+never fewer than 256). Even unnoticed, a function of fewer than all submissions is uniform
+noise, independent of every party's data, and one of the pooled counts shows a pooled
+fact about ``k`` bins the aggregator cannot locate (the layout is secret). A slot
+permutation within a ciphertext needs Galois keys, which the aggregator never gets. The
+answer is a ciphertext the aggregator chose, decrypted with the refinement keys (derived
+for this key set-up only) and used only if every canary reads right: a probe of the key
+learns, per round, little more than whether the run goes on. An aggregator can still stop
+the refinement (no answer, or a detected one); the final AUC and bound stay certified
+(and verified in malicious mode).
 """
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -67,7 +103,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from fedsec._validation import check_int, check_real
 from fedsec.auc.common import (
@@ -82,12 +118,11 @@ from fedsec.auc.common import (
     prepare_federation,
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
-from fedsec.auc.masking import RESULT_NOISE_SD, finish_masked, masked_product
-from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.dpnoise import gaussian_noise
+from fedsec.crypto.bfv import BFVContext, BFVParams
+from fedsec.crypto.drbg import SEED_BYTES, SeededRandomSource, SystemRandomSource
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
 from fedsec.crypto.params import DEFAULT_PRESET, get_preset
-from fedsec.errors import PrivacyWarning, ProtocolError
+from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.metrics import confusion_counts
 from fedsec.protocol import wire
 from fedsec.protocol.binding import BROADCAST
@@ -95,8 +130,9 @@ from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
 __all__ = ["DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
-           "initial_grid", "refine_grid", "refinable_bins", "BinPairsParty",
-           "BinPairsAggregator", "secure_auc_exact"]
+           "EXACT_BFV", "MIN_CANARIES", "CANARY_MAX_COUNT", "initial_grid", "refine_grid",
+           "refinable_bins", "refinement_keys", "BinPairsParty", "BinPairsAggregator",
+           "secure_auc_exact"]
 
 #: Most decision points of the final grid (semi-honest: 16 ciphertexts on the default ring).
 DEFAULT_MAX_POINTS = 16384
@@ -105,12 +141,16 @@ DEFAULT_MAX_POINTS_MALICIOUS = 2048
 INITIAL_POINTS = 1024
 #: Sub-bins per refined bin and round (fewer final points, a few more cheap rounds).
 REFINE_SPLIT = 64
-#: Most bins one refinement round may carry (one ciphertext holds ``slots`` bins).
+#: Most bins one refinement round may carry.
 MAX_REFINE_BINS = 1 << 16
-#: Masks of the refinement round are log-uniform in [2^-MASK_SPREAD_BITS, 1].
-MASK_SPREAD_BITS = 10
-_THRESHOLD = 2.0 ** -(MASK_SPREAD_BITS + 1)
+#: Refinement rounds' BFV parameters: 8192 slots, a 41-bit batching prime ``t > 2^40``.
+EXACT_BFV = BFVParams(poly_modulus_degree=8192, plain_bits=41)
+#: Fewest canary slots of a refinement round (every free slot of its last ciphertext is one).
+MIN_CANARIES = 256
+#: A canary's non-zero pooled counts are uniform in ``[1, CANARY_MAX_COUNT]``.
+CANARY_MAX_COUNT = 1 << 10
 _ONE_BITS = int(np.float64(1.0).view(np.int64))
+U64 = NDArray[np.uint64]
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -162,81 +202,162 @@ def refine_grid(points: np.ndarray, marked: np.ndarray, k: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _RoundConfig:
     points: tuple[float, ...]
-    preset: str
     round: int
 
     def digest(self) -> str:
-        import hashlib
-
-        h = hashlib.sha256(b"fedsec/fhauc-exact/round/v1|" + self.preset.encode()
-                           + b"|" + str(self.round).encode() + b"|")
+        h = hashlib.sha256(b"fedsec/fhauc-exact/round/v2|bfv:"
+                           + str(EXACT_BFV.poly_modulus_degree).encode() + b":"
+                           + str(EXACT_BFV.plain_bits).encode() + b"|"
+                           + str(self.round).encode() + b"|")
         h.update(np.asarray(self.points, dtype=np.float64).tobytes())
         return h.hexdigest()[:32]
 
 
+def _chunks(n_bins: int, slots: int) -> int:
+    """Ciphertexts per count vector: every bin plus at least MIN_CANARIES canaries."""
+    return -(-(n_bins + MIN_CANARIES) // slots)
+
+
+def _label(what: str, session: str, round_index: int, index: int = -1) -> bytes:
+    return f"fedsec/fhauc-exact/v2|{what}|{session}|{round_index}|{index}".encode()
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One round's secret slot layout (every party derives the same from the seed)."""
+
+    bin_slots: NDArray[np.int64]      # slot of bin b
+    canary_slots: NDArray[np.int64]
+    canary_pos: U64                   # pooled counts every party knows
+    canary_neg: U64
+
+    @property
+    def canary_pairs(self) -> NDArray[np.bool_]:
+        """Which canaries hold a pair (must read non-zero; the others zero)."""
+        out: NDArray[np.bool_] = (self.canary_pos > 0) & (self.canary_neg > 0)
+        return out
+
+
+def _layout(seed: bytes, session: str, round_index: int, n_bins: int, slots: int
+            ) -> _Layout:
+    total = _chunks(n_bins, slots) * slots
+    src = SeededRandomSource(seed, _label("layout", session, round_index))
+    # a uniform permutation (ties among 64-bit keys: probability < total^2 / 2^65)
+    order = np.argsort(src.uint64(total), kind="stable").astype(np.int64)
+    n_can = total - n_bins
+    kinds = np.arange(n_can) % 4  # (0, 0), (p, 0), (0, n), (p, n): a quarter each
+    counts = src.integers(1, CANARY_MAX_COUNT + 1, 2 * n_can).astype(np.uint64)
+    zero = np.zeros(n_can, dtype=np.uint64)
+    return _Layout(order[:n_bins], order[n_bins:],
+                   np.where(kinds & 1, counts[:n_can], zero).astype(np.uint64),
+                   np.where(kinds & 2, counts[n_can:], zero).astype(np.uint64))
+
+
+def _mask_stream(seed: bytes, session: str, round_index: int, index: int, t: int,
+                 n: int) -> U64:
+    src = SeededRandomSource(seed, _label("mask", session, round_index, index))
+    return src.integers(0, t, n).astype(np.uint64)
+
+
+def _zero_sum_mask(seed: bytes, session: str, round_index: int, index: int, n_parties: int,
+                   t: int, n: int) -> U64:
+    """Party ``index``'s mask ``F(index) - F(index + 1 mod M)`` mod ``t``: uniform to
+    anyone without the seed, and the masks of all ``M`` parties sum to zero."""
+    a = _mask_stream(seed, session, round_index, index, t, n)
+    b = _mask_stream(seed, session, round_index, (index + 1) % n_parties, t, n)
+    out: U64 = (a + (np.uint64(t) - b)) % np.uint64(t)
+    return out
+
+
+def refinement_keys(keys: PartyKeys) -> BFVContext:
+    """A party's BFV keys for refinement rounds, derived from the key set-up's shared seed
+    (every party derives the same; the aggregator never has the seed). Derive once per
+    key set-up and pass to every round's :class:`BinPairsParty`."""
+    return BFVContext.from_seed(keys.seed, params=EXACT_BFV, label=b"fhauc-exact")
+
+
 class BinPairsParty:
-    """A party's side of a refinement round: encrypt per-bin class counts, read which
-    bins hold pairs."""
+    """A party's side of a refinement round: encrypt per-bin class counts under zero-sum
+    masks among canaries, check the canaries, read which bins hold pairs.
+
+    ``bfv``: this party's :func:`refinement_keys` (derived here when not given)."""
 
     def __init__(self, y_true: np.ndarray, y_score: np.ndarray, *, keys: PartyKeys,
-                 points: np.ndarray, round_index: int) -> None:
-        if not keys.context.has_secret_key:
-            raise ValueError("a party needs the CKKS secret key")
+                 points: np.ndarray, round_index: int, bfv: BFVContext | None = None
+                 ) -> None:
+        if not isinstance(keys.seed, bytes) or len(keys.seed) != SEED_BYTES:
+            raise ValueError("a party needs the key set-up's shared seed")
+        self._bfv = bfv if bfv is not None else refinement_keys(keys)
+        if not self._bfv.has_secret_key or self._bfv.params != EXACT_BFV:
+            raise ValueError("the 'bfv' parameter must be this party's refinement_keys")
         self._keys = keys
         self._points = np.asarray(points, dtype=np.float64)
-        self._cfg = _RoundConfig(tuple(self._points.tolist()), keys.context.params.name,
-                                 round_index)
+        self._cfg = _RoundConfig(tuple(self._points.tolist()), round_index)
         self._round = int(round_index)
         self._binding = evaluation_binding(keys.session, self._cfg.digest(), "fhauc-exact",
                                            party_role(keys.name))
+        self._layout = _layout(keys.seed, self._binding.session, self._round,
+                               self._points.size, self._bfv.slots)
         self._y, self._s = y_true, y_score
 
     @property
     def n_chunks(self) -> int:
-        return -(-self._points.size // self._keys.context.slots)
+        return _chunks(self._points.size, self._bfv.slots)
 
     def submit(self) -> bytes:
         tp, fp = confusion_counts(self._y, self._s, self._points)
         dtp, dfp = np.diff(tp, prepend=0), np.diff(fp, prepend=0)
-        ctx, per = self._keys.context, self._keys.context.slots
+        bfv, lay, per = self._bfv, self._layout, self._bfv.slots
+        total = self.n_chunks * per
+        pos = np.zeros(total, dtype=np.uint64)
+        neg = np.zeros(total, dtype=np.uint64)
+        pos[lay.bin_slots] = dtp.astype(np.uint64)
+        neg[lay.bin_slots] = dfp.astype(np.uint64)
+        if self._keys.index == 0:
+            pos[lay.canary_slots] = lay.canary_pos
+            neg[lay.canary_slots] = lay.canary_neg
+        mask = _zero_sum_mask(self._keys.seed, self._binding.session, self._round,
+                              self._keys.index, self._keys.n_parties, bfv.t, 2 * total)
+        t = np.uint64(bfv.t)
+        pos = (pos + mask[:total]) % t
+        neg = (neg + mask[total:]) % t
         blobs = []
         for c in range(self.n_chunks):
-            vec = np.zeros(per, dtype=np.complex128)
-            part = slice(c * per, min((c + 1) * per, self._points.size))
-            vec[:part.stop - part.start] = dtp[part] + 1j * dfp[part]
-            blobs.append(ctx.encrypt_bytes(vec))
+            part = slice(c * per, (c + 1) * per)
+            blobs += [bfv.serialize(bfv.encrypt(pos[part])),
+                      bfv.serialize(bfv.encrypt(neg[part]))]
         meta = self._binding.bind({"party": self._keys.index}, step="bins", to=AGGREGATOR,
                                   round=self._round)
         return wire.encode("fhauc-exact/bins", meta, blobs)
 
     @receives("fhauc-exact/pairs")
     def read(self, response: bytes, max_bytes: int = 1 << 30) -> np.ndarray:
-        """Which bins hold a (positive, negative) pair of the federation."""
+        """Which bins hold a (positive, negative) pair of the federation;
+        ``TamperingDetected`` (check ``"canary"``) if any canary reads wrong."""
         msg = wire.decode(response, expect="fhauc-exact/pairs", max_bytes=max_bytes)
         check_bound(self._binding, msg.meta, step="pairs", sender=AGGREGATOR,
                     round=self._round, broadcast=True, what="refinement result")
         if len(msg.blobs) != self.n_chunks:
             raise ProtocolError(f"refinement result must hold {self.n_chunks} ciphertext(s)")
-        ctx = self._keys.context
-        vals = np.concatenate([ctx.decrypt(ctx.deserialize(b)) for b in msg.blobs])
-        vals = vals[:self._points.size]
-        if np.abs(vals.real).max(initial=0.0) > 1e-3 + 1e-6 * np.abs(vals).max(initial=0.0):
-            raise ProtocolError("the refinement result is not a masked pair count (check: "
-                                "real-part)")
-        return np.asarray(np.abs(vals.imag) > _THRESHOLD)
+        bfv = self._bfv
+        vals = np.concatenate([bfv.decrypt(bfv.deserialize(b, low=True, polys=3))
+                               for b in msg.blobs])
+        lay = self._layout
+        if not np.array_equal(vals[lay.canary_slots] != 0, lay.canary_pairs):
+            raise TamperingDetected("the refinement result is not the masked pooled pair "
+                                    "counts (check: canary)", check="canary")
+        return np.asarray(vals[lay.bin_slots] != 0)
 
 
 class BinPairsAggregator:
-    """The aggregator's side of a refinement round (ciphertexts only, no rotations)."""
+    """The aggregator's side of a refinement round: BFV ciphertexts and public parameters
+    only (no key of any kind, no rotations)."""
 
-    def __init__(self, context: CKKSContext, *, points: np.ndarray, names: Sequence[str],
-                 session: str, round_index: int) -> None:
-        if context.has_secret_key:
-            raise ValueError("the aggregator must not hold the secret key")
-        self._context = context
+    def __init__(self, *, points: np.ndarray, names: Sequence[str], session: str,
+                 round_index: int) -> None:
+        self._bfv = BFVContext(EXACT_BFV)
         self._points = np.asarray(points, dtype=np.float64)
-        self._cfg = _RoundConfig(tuple(self._points.tolist()), context.params.name,
-                                 round_index)
+        self._cfg = _RoundConfig(tuple(self._points.tolist()), round_index)
         self._names = tuple(names)
         self._session = session
         self._round = int(round_index)
@@ -252,9 +373,10 @@ class BinPairsAggregator:
     @receives("fhauc-exact/bins")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         t0 = time.perf_counter()
-        ctx = self._context
-        chunks = -(-self._points.size // ctx.slots)
-        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
+        bfv = self._bfv
+        chunks = _chunks(self._points.size, bfv.slots)
+        pos: list[list[Any]] = [[] for _ in range(chunks)]
+        neg: list[list[Any]] = [[] for _ in range(chunks)]
         seen: list[int] = []
         for raw in submissions:
             msg = wire.decode(raw, expect="fhauc-exact/bins")
@@ -264,25 +386,21 @@ class BinPairsAggregator:
                         what="a submission")
             if idx in seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
-            if len(msg.blobs) != chunks:
-                raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
+            if len(msg.blobs) != 2 * chunks:
+                raise ProtocolError(f"a submission must hold {2 * chunks} ciphertext(s)")
             seen.append(idx)
             for c in range(chunks):
-                per_chunk[c].append(ctx.deserialize(msg.blobs[c], at_top=True,
-                                                    scale=ctx.scale))
+                pos[c].append(bfv.deserialize(msg.blobs[2 * c]))
+                neg[c].append(bfv.deserialize(msg.blobs[2 * c + 1]))
         if len(seen) != len(self._names):
             raise ProtocolError("a refinement round needs every party")
+        rnd = SystemRandomSource()
         out = []
-        for cts in per_chunk:
-            z = ctx.add_many(cts)
-            sq = ctx.square(z)
-            q = ctx.sub(sq, ctx.conjugate(sq))        # 4i * pos_b * neg_b per slot
-            u = np.array([secrets.randbits(52) for _ in range(ctx.slots)], dtype=np.float64)
-            r = np.exp2(-MASK_SPREAD_BITS * u / float(1 << 52))
-            res = finish_masked(ctx, masked_product(ctx, q, r))
-            noise = gaussian_noise(2 * ctx.slots, sigma=RESULT_NOISE_SD)
-            res = ctx.add_plain(res, noise[0::2] + 1j * noise[1::2])
-            out.append(ctx.serialize(res))
+        for c in range(chunks):
+            prod = bfv.multiply(bfv.add_many(pos[c]), bfv.add_many(neg[c]))
+            r = rnd.integers(1, bfv.t, bfv.slots).astype(np.uint64)  # uniform non-zero
+            res = bfv.mod_switch_down(bfv.multiply_plain(prod, bfv.encode(r)))
+            out.append(bfv.serialize(res))
         self._timing = {"total_s": time.perf_counter() - t0}
         meta = self._binding.bind({}, step="pairs", to=BROADCAST, round=self._round)
         return wire.encode("fhauc-exact/pairs", meta, out)
@@ -313,11 +431,6 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     check_int(max_points, "max_points", "secure_auc", min_value=INITIAL_POINTS,
               max_value=1 << 16)
     check_int(max_rounds, "max_rounds", "secure_auc", min_value=0, max_value=64)
-    if security == "malicious":
-        warnings.warn("decision_points='exact' in malicious mode: the final AUC and bound "
-                      "are verified, the refinement rounds are not (an aggregator can use "
-                      "one as a decryption oracle whose answer shows in the next grid); "
-                      "see fedsec.auc.exact", PrivacyWarning, stacklevel=3)
     get_preset(preset, allow_insecure=allow_insecure)
     data, party_names = prepare_federation(parties, names, 1 << 20)
     points = initial_grid(INITIAL_POINTS)
@@ -327,17 +440,17 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     if max_rounds > 0:
         identities, roster = local_federation(party_names)
         say(f"exact mode: key set-up for refinement ({len(data)} parties)")
-        spec = KeySpec.create(preset, [], True, allow_insecure=allow_insecure)
+        spec = KeySpec.create(preset, [], False, allow_insecure=allow_insecure)
         ks_agg, keys = run_key_setup(identities, roster, spec, network=net)
-        assert ks_agg.context is not None
         on_net = [party_role(k.name) for k in keys]
+        bfv = [refinement_keys(k) for k in keys]  # each party's own, derived once
         while rounds < max_rounds:
             if points.size > MAX_REFINE_BINS:
                 capped = True
                 break
-            roles = [BinPairsParty(y, s, keys=k, points=points, round_index=rounds)
-                     for (y, s), k in zip(data, keys, strict=True)]
-            agg = BinPairsAggregator(ks_agg.context, points=points, names=ks_agg.names,
+            roles = [BinPairsParty(y, s, keys=k, points=points, round_index=rounds, bfv=b)
+                     for (y, s), k, b in zip(data, keys, bfv, strict=True)]
+            agg = BinPairsAggregator(points=points, names=ks_agg.names,
                                      session=ks_agg.session, round_index=rounds)
             before = dict(net.accounting.bytes_by_message)
             subs = net.gather(on_net, AGGREGATOR, [r.submit() for r in roles])

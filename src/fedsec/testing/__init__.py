@@ -7,6 +7,8 @@ purpose). An adversary here is an *interceptor* on the in-process
 bytes between roles and never touches a role's state -- or a role subclass that deviates:
 
 * :mod:`~fedsec.testing.auc` -- the cheating aggregator of the malicious-mode tamper battery;
+* :mod:`~fedsec.testing.exact` -- an aggregator that answers exact mode's refinement
+  rounds with other functions of the submissions (one party's, a subset's, replays);
 * :mod:`~fedsec.testing.keysetup` -- a dishonest key set-up aggregator;
 * :mod:`~fedsec.testing.pfl` -- Priv-PFL clients that deviate (unclipped models, crafted
   uploads);
