@@ -268,7 +268,7 @@ def test_a_party_verifies_one_answer_per_evaluation(mal: TamperHarness) -> None:
         roles[0].finalize(b"garbage")
     with pytest.raises(ProtocolError, match="already verified"):
         roles[0].finalize(honest)
-    assert abs(roles[1].finalize(honest) - mal.truth) < 1e-7  # malicious: the counts' noise (2^-22), within its 1e-6 target
+    assert abs(roles[1].finalize(honest) - mal.truth) < 1e-7
 
 
 class _VerifiesTwice(MaliciousParty):

@@ -125,8 +125,8 @@ from fedsec.auc.masking import (
     add_result_noise,
     bound_offset,
     bound_overstatement,
-    count_noise,
     check_masking_capacity,
+    count_noise,
     finish_masked,
     masked_product,
     real_mask,
@@ -528,16 +528,18 @@ class MaliciousParty:
         ``bound`` the first factor is ``dTP`` instead of ``T`` (the error-bound channel:
         ``sum dTP*F`` counts the pairs within a bin)."""
         tp, fp = confusion_counts(self._y, self._s, self._config.points)
-        t, f = trapezoid_terms(tp, fp)
+        t_int, f_int = trapezoid_terms(tp, fp)
         noise, offsets = self._noise
         n = self._config.n_points
         if bound:
-            t = np.diff(tp, prepend=0)
-            t[single_value_bins(self._config.points)] = 0   # exact ties: no error
+            dtp = np.diff(tp, prepend=0)
+            dtp[single_value_bins(self._config.points)] = 0   # exact ties: no error
             # one-sided offsets: the bound stays certified (fedsec.auc.masking)
-            t, f = t + offsets[0], f + offsets[1]
+            t = dtp + offsets[0]
+            f = f_int + offsets[1]
         else:
-            t = t + noise[:n]          # the numerator's noise, the same in every run
+            t = t_int + noise[:n]      # the numerator's noise, the same in every run
+            f = f_int.astype(np.float64)
         pos, neg = float(tp[-1]) + noise[n], float(fp[-1]) + noise[n + 1]
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)
         tv = np.empty(n + 1)

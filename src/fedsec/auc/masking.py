@@ -64,7 +64,8 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.dpnoise import gaussian_noise, secure_uniform
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams
 
-__all__ = ["COUNT_NOISE_SD", "MALICIOUS_COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD", "MIN_MASK_PRIME_BITS",
+__all__ = ["COUNT_NOISE_SD", "MALICIOUS_COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
+           "MIN_MASK_PRIME_BITS",
            "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "count_noise", "bound_offset",
            "masked_product", "finish_masked", "add_result_noise", "check_masking_capacity",
            "bound_overstatement"]
