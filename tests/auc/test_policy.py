@@ -136,3 +136,24 @@ def test_preset_defaults_to_the_protocols_own():
                                                   allow_insecure=True))
     with pytest.raises(TypeError):
         PartyPolicy(presets=DEFAULT_PRESET)  # type: ignore[arg-type]
+
+
+def test_decision_points_below_the_policy_floor_are_refused():
+    """Issue 22: a server that asks for very few decision points reads pooled confusion
+    counts from the AUC and its bound; a party refuses N below its floor (default 10)."""
+    from fedsec.auc.policy import DEFAULT_MIN_DECISION_POINTS
+
+    few = FHAUCConfig.create(3, preset=TEST_PRESET, allow_insecure=True)
+    with pytest.raises(PolicyViolation) as info:
+        PartyPolicy().check_config(few)
+    assert info.value.check == "decision-points" and "minimum of 10" in str(info.value)
+    assert DEFAULT_MIN_DECISION_POINTS == 10
+    PartyPolicy().check_config(FHAUCConfig.create(10, preset=TEST_PRESET,
+                                                  allow_insecure=True))
+    PartyPolicy(min_decision_points=3).check_config(few)
+    with pytest.raises(PolicyViolation):
+        PartyPolicy(min_decision_points=50).check_config(
+            MaliciousConfig.create(20, preset=TEST_PRESET, allow_insecure=True,
+                                   min_bound_bits=0.0))
+    with pytest.raises(ValueError):
+        PartyPolicy(min_decision_points=0)

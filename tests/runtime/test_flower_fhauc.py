@@ -156,14 +156,15 @@ def test_malicious_fhauc_deployment_tls(flower: Callable[[Path], Deployment],
                for r in doc["party_results"].values())
     assert doc["auc"] == pytest.approx(plain_auc(paths), abs=1e-6)
     assert doc["auc"] == pytest.approx(_inprocess_auc(paths, "malicious"), abs=1e-6)
-    assert doc["error_bound"] == pytest.approx(plain_bound(paths), abs=1e-6)
+    # shared rounded up to 2 significant digits, over the parties' one-sided offsets
+    assert plain_bound(paths) - 1e-12 <= doc["error_bound"] <= 1.1 * plain_bound(paths) + 1e-2
     # the aggregator received public key material (~11 MB of Galois keys), no secret
     assert doc["bytes"]["public_key_material"] > 1_000_000
     _no_secrets_left(fed)
     for name in NAMES:  # each party keeps its own outcome and log
         mine = _party_result(fed, name)
         assert mine["status"] == "ok" and mine["verified"] is True
-        assert mine["auc"] == pytest.approx(doc["auc"], abs=1e-12)
+        assert mine["auc"] == pytest.approx(doc["auc"], abs=1e-6)
         assert "result: AUC" in fed.log_path(name).read_text()
 
 
@@ -218,7 +219,7 @@ def test_party_dropped_mid_run(flower: Callable[[Path], Deployment],
     assert expected != pytest.approx(plain_auc(paths), abs=1e-3)  # the drop matters
     if security == "semi-honest":
         assert doc["verified"] is False and doc["restarts"] == []
-        assert doc["auc"] == pytest.approx(expected, abs=1e-9)
+        assert doc["auc"] == pytest.approx(expected, abs=1e-6)
     else:
         assert doc["verified"] is True
         assert len(doc["restarts"]) == 1 and doc["restarts"][0]["step"] == "submit"
@@ -277,6 +278,6 @@ def test_semi_honest_fhauc_simulation(flower: Callable[[Path], Deployment],
     print(f"simulation run {time.monotonic() - t0:.1f}s: timings {doc['timings']}")
     assert doc["status"] == "done", doc
     assert sorted(doc["parties"]["included"]) == NAMES
-    assert doc["auc"] == pytest.approx(plain_auc(paths), abs=1e-9)
-    assert doc["auc"] == pytest.approx(_inprocess_auc(paths, "semi-honest"), abs=1e-9)
+    assert doc["auc"] == pytest.approx(plain_auc(paths), abs=1e-6)
+    assert doc["auc"] == pytest.approx(_inprocess_auc(paths, "semi-honest"), abs=1e-6)
     _no_secrets_left(fed)

@@ -290,3 +290,26 @@ def test_server_log_escapes_party_supplied_names(caplog: pytest.LogCaptureFixtur
     (record,) = [r for r in caplog.records if "left out" in r.getMessage()]
     assert "\n" not in record.getMessage() and "\x1b" not in record.getMessage()
     json.dumps(run.doc)  # the result document keeps the raw value (JSON escapes it)
+
+
+def test_node_refuses_decision_points_below_its_floor():
+    """Issue 22: the server picks N; a node refuses one below its floor (node config
+    ``min-decision-points``, default 10) before building any key."""
+    from fedsec.runtime.flower_client import NodePolicy, protocol_config
+    from fedsec.runtime.flower_server import RunOptions
+
+    def meta(n: int) -> dict[str, Any]:
+        opts = RunOptions.from_run_config({"security": "malicious", "decision-points": n})
+        return dict(opts.protocol_meta(opts.protocol_config()))
+
+    with pytest.raises(PolicyViolation) as info:
+        protocol_config(meta(3), NodePolicy.from_node_config({}))
+    assert info.value.check == "decision-points"
+    assert protocol_config(meta(10), NodePolicy.from_node_config({})).n_points == 10
+    strict = NodePolicy.from_node_config({"min-decision-points": 50})
+    with pytest.raises(PolicyViolation):
+        protocol_config(meta(20), strict)
+    assert protocol_config(meta(3), NodePolicy.from_node_config(
+        {"min-decision-points": 3})).n_points == 3
+    with pytest.raises(ValueError, match="min-decision-points"):
+        NodePolicy.from_node_config({"min-decision-points": "few"})

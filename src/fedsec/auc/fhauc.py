@@ -161,6 +161,7 @@ from fedsec.auc.masking import (
 )
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
+    DEFAULT_MIN_DECISION_POINTS,
     IN_PROCESS_MAX_KEY_BYTES,
     PartyPolicy,
 )
@@ -308,7 +309,10 @@ class FHAUCParty:
                  roster: Roster | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
-        self._policy = policy if policy is not None else PartyPolicy()
+        # no policy given: the caller chose the configuration itself (in a deployment the
+        # node passes its own policy), so its decision points are admitted
+        self._policy = policy if policy is not None else PartyPolicy(
+            min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, config.n_points))
         self._policy.check_config(config)
         self._config = config
         self._keys = keys
@@ -556,7 +560,8 @@ class FHAUCAggregator(AggregatorInfo):
                 return np.tile(np.asarray(cls), ctx.slots // POINT_STRIDE)
 
             out = add_result_noise(ctx, out, pattern, count=3)
-        return out, m.ratio
+        # the ratio of the integers actually encoded, C/K (c/d would differ by ~2^-48)
+        return out, (c / d_den if c else 0.0)
 
     @receives("fhauc/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
@@ -684,6 +689,7 @@ def _secure_auc_fixed(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     # in one process the caller chose N for every party: its policy admits that N
     # in one process the caller chose N and the preset for every party: its policy admits them
     policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
+                         min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, cfg.n_points),
                          presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
     roles = [FHAUCParty(y, s, keys=k, config=cfg, roster=roster, policy=policy)
              for (y, s), k in zip(data, keys, strict=True)]

@@ -135,6 +135,7 @@ from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
     DEFAULT_MAX_TOLERANCE,
     DEFAULT_MIN_BOUND_BITS,
+    DEFAULT_MIN_DECISION_POINTS,
     IN_PROCESS_MAX_KEY_BYTES,
     PartyPolicy,
 )
@@ -433,7 +434,10 @@ class MaliciousParty:
         if identity.name != keys.name or identity.name not in roster or \
                 roster.public_key(identity.name) != identity.public_key:
             raise ValueError("the identity does not match the keys and the roster")
-        self._policy = policy if policy is not None else PartyPolicy()
+        # no policy given: the caller chose the configuration itself (in a deployment the
+        # node passes its own policy), so its decision points are admitted
+        self._policy = policy if policy is not None else PartyPolicy(
+            min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, config.n_points))
         self._policy.check_config(config)
         self._config = config
         self._keys = keys
@@ -926,6 +930,7 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     pol = policy if policy is not None else PartyPolicy(
         max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE), min_bound_bits=min_bound_bits,
         max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
+        min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, cfg.n_points),
         presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
     data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
     identities, roster = local_federation(party_names)

@@ -18,6 +18,7 @@ from fedsec.crypto.params import DEFAULT_PRESET, get_preset
 from fedsec.errors import PolicyViolation
 
 __all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
+           "DEFAULT_MAX_DECISION_POINTS", "DEFAULT_MIN_DECISION_POINTS",
            "DEFAULT_MAX_KEY_BYTES", "IN_PROCESS_MAX_KEY_BYTES", "default_quorum",
            "estimated_key_bytes"]
 
@@ -26,6 +27,10 @@ DEFAULT_MAX_TOLERANCE = 1e-6
 #: The weakest cheating bound (in bits) a party accepts, tolerance term included.
 DEFAULT_MIN_BOUND_BITS = 40.0
 DEFAULT_MAX_DECISION_POINTS = 8192
+#: Fewest decision points a party accepts from a server by default: with very few points
+#: the trapezoid AUC and its bound are a handful of pooled confusion counts (issue 22: at
+#: N = 3 a server read the pooled Pos, Neg, TP and FP at 0.5).
+DEFAULT_MIN_DECISION_POINTS = 10
 #: Cap on the key material (estimated in-memory bytes, :func:`estimated_key_bytes`) a
 #: party builds for one run: FHAUC's keys on the default ring 2^13 are ~50 MiB, on the
 #: papers' ring 2^14 ~105 MiB; ring 2^15 (``CKKS_128_N32768_DEPTH19``) would be 2-3 GiB
@@ -84,6 +89,9 @@ class PartyPolicy:
         (default 40, i.e. at most 2^-40).
     max_decision_points : int
         Most decision points accepted (default 8192).
+    min_decision_points : int
+        Fewest decision points accepted (default 10; see
+        :data:`DEFAULT_MIN_DECISION_POINTS`).
     presets : tuple of str, optional
         Presets accepted. Default: only the protocol's own default preset
         (``CKKS_128_N8192_DEPTH1_S39``), plus the ``INSECURE_TEST_*`` presets for a
@@ -102,6 +110,7 @@ class PartyPolicy:
     max_tolerance: float = DEFAULT_MAX_TOLERANCE
     min_bound_bits: float = DEFAULT_MIN_BOUND_BITS
     max_decision_points: int = DEFAULT_MAX_DECISION_POINTS
+    min_decision_points: int = DEFAULT_MIN_DECISION_POINTS
     presets: tuple[str, ...] | None = None
     max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES
     max_key_bytes: int = DEFAULT_MAX_KEY_BYTES
@@ -113,6 +122,8 @@ class PartyPolicy:
         check_real(self.min_bound_bits, "min_bound_bits", "PartyPolicy", ge=0.0)
         check_int(self.max_decision_points, "max_decision_points", "PartyPolicy",
                   min_value=2)
+        check_int(self.min_decision_points, "min_decision_points", "PartyPolicy",
+                  min_value=1, max_value=self.max_decision_points)
         check_int(self.max_message_bytes, "max_message_bytes", "PartyPolicy",
                   min_value=1 << 16)
         check_int(self.max_key_bytes, "max_key_bytes", "PartyPolicy", min_value=1)
@@ -141,6 +152,9 @@ class PartyPolicy:
     def check_config(self, config: Any) -> None:
         """Refuse a configuration outside this policy (``PolicyViolation``)."""
         n = int(config.n_points)
+        if n < self.min_decision_points:
+            raise PolicyViolation(f"{n} decision points are below this party's minimum of "
+                                  f"{self.min_decision_points}", check="decision-points")
         if n > self.max_decision_points:
             raise PolicyViolation(f"{n} decision points exceed this party's limit of "
                                   f"{self.max_decision_points}", check="decision-points")

@@ -72,10 +72,11 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
     The fewest parties an evaluation (and its key set-up) may cover (default:
     :func:`fedsec.auc.policy.default_quorum`: the roster's quorum, else the whole roster
     in malicious mode and 2 in semi-honest mode).
-``max-tolerance``, ``min-bound-bits``, ``max-decision-points``
+``max-tolerance``, ``min-bound-bits``, ``max-decision-points``, ``min-decision-points``
     Malicious mode: the largest run-agreement tolerance (default 1e-6) and the weakest
     cheating bound in bits (default 40) accepted; any mode: the most decision points
-    accepted (default 8192). See :class:`fedsec.auc.policy.PartyPolicy`.
+    accepted (default 8192) and the fewest (default 10: with very few points the AUC and
+    its bound are a few pooled confusion counts). See :class:`fedsec.auc.policy.PartyPolicy`.
 ``presets``
     CKKS presets this party builds keys for, separated by commas or spaces (default:
     FHAUC's own ``CKKS_128_N8192_DEPTH1_S39`` only), so a server cannot make it build
@@ -91,8 +92,10 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
     does not trust it should insist on verification). Default: ``true`` when the node
     config says ``security='malicious'``, else ``false``.
 ``share-auc``
-    Whether the finalize reply carries the decrypted AUC. Default ``true`` in malicious
-    mode (the AUC the party verified) and ``false`` in semi-honest mode: the semi-honest
+    Whether the finalize reply carries the decrypted AUC, rounded to 6 significant digits
+    with its certified bound rounded up to 2 (:func:`fedsec.auc.common.shared_result`: at
+    full precision the two would pin the federation's class counts). Default ``true`` in
+    malicious mode (the AUC the party verified) and ``false`` in semi-honest mode: the semi-honest
     threat model trusts the aggregator to follow the protocol, and one that deviates can
     send any ciphertext for decryption in place of the masked result and would read what
     the party decrypted from it. Without sharing, the reply says only whether the party
@@ -134,7 +137,13 @@ with warnings.catch_warnings():
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
-from fedsec.auc.common import DEFAULT_MAX_TOTAL_SAMPLES, check_party_inputs
+from fedsec.auc.common import (
+    DEFAULT_MAX_TOTAL_SAMPLES,
+    SHARED_AUC_DIGITS,
+    SHARED_BOUND_DIGITS,
+    check_party_inputs,
+    shared_result,
+)
 from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
 from fedsec.auc.policy import (
@@ -142,6 +151,7 @@ from fedsec.auc.policy import (
     DEFAULT_MAX_KEY_BYTES,
     DEFAULT_MAX_TOLERANCE,
     DEFAULT_MIN_BOUND_BITS,
+    DEFAULT_MIN_DECISION_POINTS,
     PartyPolicy,
 )
 from fedsec.crypto.identity import Identity, Roster
@@ -368,7 +378,8 @@ class NodePolicy:
     @classmethod
     def from_node_config(cls, cfg: Mapping[str, Any]) -> NodePolicy:
         """Read ``security``, ``quorum``, ``max-tolerance``, ``min-bound-bits``,
-        ``max-decision-points``, ``presets``, ``max-key-bytes``, ``require-malicious``
+        ``max-decision-points``, ``min-decision-points``, ``presets``, ``max-key-bytes``,
+        ``require-malicious``
         and ``share-auc``; ``ValueError`` names a bad key.
 
         ``require-malicious`` defaults to ``true`` when the node config says
@@ -393,6 +404,9 @@ class NodePolicy:
             max_decision_points=_number(cfg.get("max-decision-points",
                                                 DEFAULT_MAX_DECISION_POINTS),
                                         "max-decision-points", int),
+            min_decision_points=_number(cfg.get("min-decision-points",
+                                                DEFAULT_MIN_DECISION_POINTS),
+                                        "min-decision-points", int),
             presets=presets,
             max_key_bytes=_number(cfg.get("max-key-bytes", DEFAULT_MAX_KEY_BYTES),
                                   "max-key-bytes", int))
@@ -774,8 +788,10 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
         len(included), included, shared)
     out: dict[str, Any] = {"verified": verified, "included": included, "shared": shared}
     if shared:
-        out["auc"] = float(auc)
-        out["error_bound"] = float(bound)
+        # what leaves the node is rounded (the AUC to 6 significant digits, the bound up to
+        # 2): at full precision the pair pins the federation's class counts (issue 22)
+        out["auc"], out["error_bound"] = shared_result(float(auc), float(bound))
+        out["auc_digits"], out["bound_digits"] = SHARED_AUC_DIGITS, SHARED_BOUND_DIGITS
     return [], out
 
 

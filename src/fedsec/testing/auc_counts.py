@@ -223,8 +223,15 @@ def observe_malicious(parties: Sequence[tuple[Any, Any]], *, decision_points: in
         sd_den=2.0 * sig * math.hypot(pos, neg),
         offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
         mode="malicious",
-        # shares and zero-sum masks make the slots ~2^12 larger than the counts
-        extra={"runs": r, "fresh": _fresh(len(parties), pos, neg, t_all, f, 2.0 ** 13)})
+        # CKKS noise differs between runs (the counts' noise does not): the spread of the
+        # runs' values, which the attacker sees, measures it (twice, for margin)
+        extra={"runs": r, "fresh": (
+            2.0 * _spread(np.array(xs) / np.array(b)) * auc * 2.0 * pos * neg,
+            2.0 * _spread(np.array(ys) / np.array(a)) * 2.0 * pos * neg)})
+
+
+def _spread(v: NDArray[np.float64]) -> float:
+    return float(np.std(v) / abs(np.mean(v)))
 
 
 def _near_integer(v: NDArray[Any], tol: NDArray[Any] | float) -> NDArray[np.bool_]:
@@ -264,8 +271,9 @@ def _tests(view: PartyView, q: NDArray[np.float64], k: float
         ok &= (np.abs(kx - np.round(kx)) <= tol_x) | (num_c < 1)
         # the bound: B' = q * bound_raw; the true B lies in [B' - offset_max, B'] (+ noise)
         b_raw = q * (xb / g) / (y / a)
-        lo = np.ceil(b_raw - view.offset_max - 1e-6)
-        hi = np.floor(b_raw + 1e-6)
+        tol_b = k * float(view.extra["fresh"][0]) + 1e-6   # CKKS noise, as num's
+        lo = np.ceil(b_raw - view.offset_max - tol_b)
+        hi = np.floor(b_raw + tol_b)
         ok &= lo <= hi
     return ok_auc, ok
 
