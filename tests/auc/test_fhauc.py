@@ -216,8 +216,8 @@ def test_secure_auc_default_preset(n_parties, n_points, masking):
     assert res.preset == DEFAULT_PRESET == "CKKS_128_N8192_DEPTH1_S39"
     assert res.auc == approx(trapezoid_auc(*pooled(data), n_points))
     # one seeded ciphertext of 8192 coefficients over 170 bits of data primes per 1024
-    # points (4 slots per point; one more slot for the counts' noise): ~215 kB each
-    assert res.bytes_up_per_party < 240_000 * (n_points // 1024 + 1)
+    # points (4 slots per point): ~215 kB each
+    assert res.bytes_up_per_party < 240_000 * -(-n_points // 1024)
 
 
 def test_default_preset_random_federations():
@@ -235,11 +235,10 @@ def test_default_preset_random_federations():
 
 
 def test_too_many_points_for_the_slots():
-    # 64 chunks (one slot carries the numerator's noise term)
-    assert FHAUCConfig.create(512 * 64 - 1, preset=TEST_PRESET, allow_insecure=True
+    assert FHAUCConfig.create(512 * 64, preset=TEST_PRESET, allow_insecure=True
                               ).n_chunks == 64
     with pytest.raises(ValueError, match="2048 slots"):
-        FHAUCConfig.create(512 * 64, preset=TEST_PRESET, allow_insecure=True)
+        FHAUCConfig.create(512 * 64 + 1, preset=TEST_PRESET, allow_insecure=True)
     with pytest.raises(ValueError, match="masking"):
         FHAUCConfig.create(10, preset=TEST_PRESET, masking="double", allow_insecure=True)
     with pytest.raises(ValueError):

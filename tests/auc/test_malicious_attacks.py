@@ -139,13 +139,12 @@ def test_semi_honest_mode_accepts_the_forgery(semi: TamperHarness, name: str) ->
 def test_semi_honest_oracle_reads_a_partys_negative_count(semi: TamperHarness) -> None:
     """Semi-honest finalize is a decryption oracle: an answer made from the last party's
     submission (slot sums, conjugation and a plaintext constant - public operations)
-    passes every check and the party reports 3*Neg_j / R (class 0 holds the F terms,
-    which sum to Neg_j, and the noise term ``e + 2i*Neg_j``). A party that shares its AUC
+    passes every check and the party reports Neg_j / R. A party that shares its AUC
     gives the aggregator Neg_j; the level is not checked, and checking it would not help
     (the aggregator can move any ciphertext down to the answer's level)."""
     t = semi.trial("oracle-slotsum")
     neg_last = int((semi.parties[-1][0] == 0).sum())
-    assert t.accepted and all(a * ORACLE_DENOMINATOR == pytest.approx(3 * neg_last, abs=1e-6)
+    assert t.accepted and all(a * ORACLE_DENOMINATOR == pytest.approx(neg_last, abs=1e-6)
                               for a in t.accepted)
 
 

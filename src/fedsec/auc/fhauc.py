@@ -234,7 +234,7 @@ class FHAUCConfig(BoundConfig):
         """Validate and build a configuration."""
         points = as_decision_points(decision_points, max_points=MAX_DECISION_POINTS)
         params = get_preset(preset, allow_insecure=allow_insecure)
-        cap = MAX_CHUNKS * (params.slots // POINT_STRIDE) - 1   # one slot for the noise
+        cap = MAX_CHUNKS * (params.slots // POINT_STRIDE)
         if points.size > cap:
             raise ValueError(f"{points.size} decision points exceed the {params.slots} slots "
                              f"of {preset} times {MAX_CHUNKS} ciphertexts; use at most "
@@ -259,9 +259,8 @@ class FHAUCConfig(BoundConfig):
 
     @property
     def n_chunks(self) -> int:
-        """Ciphertexts per party: one up to ``slots/4 - 1`` decision points (the class-0
-        slot after the last point carries the numerator's noise term)."""
-        return self.n_points // self.points_per_chunk + 1
+        """Ciphertexts per party: one up to ``slots/4`` decision points."""
+        return -(-self.n_points // self.points_per_chunk)
 
     def rotations(self) -> list[int]:
         """The Galois keys the aggregator needs: the class sums (multiples of
@@ -355,25 +354,23 @@ class FHAUCParty:
         dtp[single_value_bins(cfg.points)] = 0   # exact ties: no error, no count
         n = self._keys.n_parties
         # the counts' noise (issue 22, fedsec.auc.masking): on Pos and Neg (the
-        # denominator), a term e + 2i*Neg in the class-0 slot after the last point (the
-        # numerator gets 2*e*Neg, e pooled), one-sided offsets on the bound terms
+        # denominator); the same 2e on every T term (the numerator gets 2e*sum(F) =
+        # 2e*Neg, e pooled); one-sided offsets on the bound terms
         e, (off_p, off_n) = self._draw_noise(n)
         pos, neg = float(tp[-1]) + e[0], float(fp[-1]) + e[1]
+        t = t + 2.0 * e[2]
         dtp_b, f_b = dtp + off_p, f + off_n
-        m = cfg.n_points
         per = cfg.points_per_chunk
         out = []
         for c in range(cfg.n_chunks):
             vec = np.zeros(cfg.slots, dtype=np.complex128)
-            sl = slice(min(c * per, m), min((c + 1) * per, m))
+            sl = slice(c * per, min((c + 1) * per, cfg.n_points))
             k = sl.stop - sl.start
             vec[0:POINT_STRIDE * k:POINT_STRIDE] = t[sl] + 1j * f[sl]
             vec[1:POINT_STRIDE * k:POINT_STRIDE] = dtp_b[sl] + 1j * f_b[sl]
             if c == 0:
                 vec[2] = pos + 2j * neg
                 vec[3] = pos - 2j * neg
-            if c == m // per:
-                vec[POINT_STRIDE * (m % per)] = e[2] + 2j * float(fp[-1])
             out.append(vec)
         return out
 

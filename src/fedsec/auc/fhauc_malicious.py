@@ -120,7 +120,6 @@ from fedsec.auc.common import (
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
 from fedsec.auc.masking import (
-    MALICIOUS_COUNT_NOISE_SD,
     RESULT_NOISE_SD,
     add_result_noise,
     bound_offset,
@@ -542,9 +541,11 @@ class MaliciousParty:
             t = dtp + offsets[0]
             f = f_int + offsets[1]
         else:
-            t = t_int + noise[:n]      # the numerator's noise, the same in every run
+            # the numerator's noise: 2e on every term gives num + 2e*sum(F) = num + 2e*Neg
+            # (e pooled over the parties), the same in every run
+            t = t_int + 2.0 * noise[2]
             f = f_int.astype(np.float64)
-        pos, neg = float(tp[-1]) + noise[n], float(fp[-1]) + noise[n + 1]
+        pos, neg = float(tp[-1]) + noise[0], float(fp[-1]) + noise[1]
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)
         tv = np.empty(n + 1)
         fv = np.empty(n + 1)
@@ -576,10 +577,9 @@ class MaliciousParty:
         return permuted, dpair
 
     def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
-        """This party's share of the counts' noise (``N + 2`` values: the terms, Pos, Neg)
-        and its two bound offsets."""
-        return (count_noise(self._config.n_points + 2, n_parties, MALICIOUS_COUNT_NOISE_SD),
-                (bound_offset(n_parties), bound_offset(n_parties)))
+        """This party's share of the counts' noise (Pos, Neg, the terms' shift) and its two
+        bound offsets."""
+        return count_noise(3, n_parties), (bound_offset(n_parties), bound_offset(n_parties))
 
     @receives("fhauc-m/start")
     def submit(self, start: bytes) -> bytes:

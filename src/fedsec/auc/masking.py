@@ -64,7 +64,7 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.dpnoise import gaussian_noise, secure_uniform
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams
 
-__all__ = ["COUNT_NOISE_SD", "MALICIOUS_COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
+__all__ = ["COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
            "MIN_MASK_PRIME_BITS",
            "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "count_noise", "bound_offset",
            "masked_product", "finish_masked", "add_result_noise", "check_masking_capacity",
@@ -73,9 +73,6 @@ __all__ = ["COUNT_NOISE_SD", "MALICIOUS_COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RE
 #: Standard deviation of the noise the parties together add to each count they encrypt
 #: (each party ``COUNT_NOISE_SD / sqrt(parties)``); see the module docs.
 COUNT_NOISE_SD = 2.0 ** -28
-#: Malicious mode: noise on every trapezoid term and on Pos and Neg (its numerator is a sum
-#: over the terms, so each term carries noise; its precision target is 1e-6, not 1e-9).
-MALICIOUS_COUNT_NOISE_SD = 2.0 ** -22
 #: The parties' one-sided offsets on the bound terms add up to at most this.
 BOUND_OFFSET_MAX = 0.1
 #: Gaussian noise the aggregator adds to every masked slot (floods the rescale's rounding).

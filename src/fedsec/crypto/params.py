@@ -132,6 +132,19 @@ _PRESETS = [
         "noise hides it up to 2^20 samples (fedsec.auc.masking).",
     ),
     CKKSParams(
+        "CKKS_128_N16384_DEPTH1_S50", 16384, (48, 48, 48, 52, 60), 50, 128,
+        "8192 complex slots; fresh scale 2^50; one ciphertext product (not rescaled), then "
+        "a real plaintext multiplication encoded at the 52-bit top prime and rescaled. "
+        "Malicious FHAUC's default: its shares and zero-sum masks make slots ~2^12 larger "
+        "than the counts, and the runs must agree to the tolerance (1e-7) even for a "
+        "single sample per class, which the 2^39 scale of the semi-honest chain does not "
+        "allow.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH1_S50", 4096, (48, 48, 48, 52, 60), 50, 0,
+        "TESTS ONLY, NOT SECURE: malicious FHAUC's default chain on a 4096 ring.",
+    ),
+    CKKSParams(
         "CKKS_128_N32768_DEPTH1_S50", 32768, (48, 48, 48, 60, 60), 50, 128,
         "16384 complex slots; FHAUC's masked flow on ring 2^15 (fresh scale 2^50, mask at a "
         "60-bit prime): 4x the points per ciphertext, ~10x the key material of the "

@@ -42,11 +42,7 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousConfig,
     MaliciousParty,
 )
-from fedsec.auc.masking import (
-    BOUND_OFFSET_MAX,
-    COUNT_NOISE_SD,
-    MALICIOUS_COUNT_NOISE_SD,
-)
+from fedsec.auc.masking import BOUND_OFFSET_MAX, COUNT_NOISE_SD
 from fedsec.auc.policy import IN_PROCESS_MAX_KEY_BYTES, PartyPolicy
 from fedsec.crypto.keysetup import run_key_setup
 from fedsec.metrics import confusion_counts, trapezoid_terms
@@ -69,7 +65,7 @@ class QuietMaliciousParty(MaliciousParty):
     """:class:`QuietParty` for malicious mode."""
 
     def _draw_noise(self, n_parties: int) -> tuple[np.ndarray, tuple[float, float]]:
-        return np.zeros(self._config.n_points + 2), (0.0, 0.0)
+        return np.zeros(3), (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -156,7 +152,7 @@ def observe(parties: Sequence[tuple[Any, Any]], *, decision_points: int = 100,
         y=np.array([y]), x=np.array([x - ratio * y]), xb=np.array([xb + ratio * y]),
         a=np.ones(1), b=np.ones(1), g=np.ones(1), s=s_prime, auc=auc,
         bound=roles[0].error_bound,
-        # denom = 2*(Pos + e1)*(Neg + e2); num gets 2*e3*Neg (fedsec.auc.fhauc)
+        # denom = 2*(Pos + e1)*(Neg + e2); every T gets 2*e3, so num gets 2*e3*Neg
         sd_num=2.0 * sig * neg, sd_den=2.0 * sig * math.hypot(pos, neg),
         offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
         mode=f"semi-honest/{masking}",
@@ -213,13 +209,13 @@ def observe_malicious(parties: Sequence[tuple[Any, Any]], *, decision_points: in
     del stride
     pos, neg, t_all, f = _pooled(parties, cfg.points)
     others = len(parties) - 1 if noise else 0
-    sig = MALICIOUS_COUNT_NOISE_SD * math.sqrt(others / len(parties))
+    sig = COUNT_NOISE_SD * math.sqrt(others / len(parties))
     off = others * BOUND_OFFSET_MAX / len(parties)
     return PartyView(
         y=np.array(ys), x=np.array(xs), xb=np.array(xbs), a=np.array(a), b=np.array(b),
         g=np.array(g), s=s_prime, auc=auc, bound=party.error_bound,
-        # every term T_n gets noise (num gets sum e_n*F_n); denom as semi-honest
-        sd_num=sig * float(np.sqrt(np.sum(f * f))),
+        # as semi-honest: num gets 2*e*Neg, denom 2*(Pos*e2 + Neg*e1)
+        sd_num=2.0 * sig * neg,
         sd_den=2.0 * sig * math.hypot(pos, neg),
         offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
         mode="malicious",
