@@ -16,6 +16,8 @@ from fedsec.auc.fhauc_malicious import (
     SHIFT_RESOLUTION,
     MaliciousConfig,
     MaliciousParty,
+    shift_bound,
+    tolerance_bound_bits,
 )
 from fedsec.auc.policy import PartyPolicy
 from fedsec.errors import FedsecError, PolicyViolation, ProtocolError, TamperingDetected
@@ -25,6 +27,7 @@ from fedsec.testing.auc import (
     Observed,
     TamperHarness,
     adaptive_blind_shift,
+    blind_shift,
 )
 
 TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
@@ -109,6 +112,58 @@ def test_tiny_blind_shifts_pass_only_below_the_resolution(mal: TamperHarness,
             or t.error < SHIFT_RESOLUTION, t
         if t.kind != "detected":
             assert t.error < 100 * mal.config.tolerance
+
+
+def _exact_auc(parties: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(np.concatenate([y for y, _ in parties]),
+                               np.concatenate([s for _, s in parties])))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 10, 100])
+def test_shifts_of_k_tolerances_are_detected_or_within_the_reported_bound(
+        mal: TamperHarness, k: int) -> None:
+    """Numerator channels times ``1 - k*tolerance``: every party either raises
+    TamperingDetected or reports an AUC within its certified bound of the exact AUC, and
+    within the bound's shift term of the honest result. Measured (100 trials each,
+    tolerance 1e-7, 8 runs): k = 1 passes 85 times, k = 2 13 times (error up to 3.4
+    tolerances), k >= 3 never; the shift term is 526 tolerances (2^-40)."""
+    tol = mal.config.tolerance
+    term = shift_bound(tol, mal.config.runs, mal.policy.min_bound_bits)
+    assert term == pytest.approx(tol * (1 + 10 * 2 ** (40 / 7)))
+    exact = _exact_auc(mal.parties)
+    for _ in range(25):
+        t = mal.trial(blind_shift(-k * tol))
+        if not t.accepted:
+            assert t.kind == "detected" and set(t.checks) == {"double-execution"}, t
+            continue
+        assert len(t.bounds) == len(t.accepted)
+        assert all(abs(a - exact) <= b for a, b in zip(t.accepted, t.bounds, strict=True)), t
+        assert t.error <= term
+        assert all(b == pytest.approx(t.bounds[0], abs=1e-12) for b in t.bounds)
+
+
+def test_honest_bound_adds_the_shift_term(mal: TamperHarness) -> None:
+    """An honest malicious run reports the trapezoid bound plus what verification admits;
+    the term is the inverse of the blind-shift term of the cheating bound."""
+    roles = mal._roles()
+    agg = mal._aggregator()
+    start = agg.start([r.commit() for r in roles])
+    answer = agg.aggregate([r.submit(start) for r in roles])
+    auc = roles[0].finalize(answer)
+    v = roles[0].verification
+    cfg = mal.config
+    assert v["shift_bound"] == shift_bound(cfg.tolerance, cfg.runs, 40.0)
+    assert roles[0].error_bound == v["trapezoid_bound"] + v["shift_bound"]
+    assert abs(auc - _exact_auc(mal.parties)) <= v["trapezoid_bound"] + 1e-9
+    assert tolerance_bound_bits(cfg.tolerance, cfg.runs,
+                                resolution=v["shift_bound"]) == pytest.approx(40.0)
+    assert v["shift_bound"] < SHIFT_RESOLUTION
+    for bad in ({"tolerance": 0.0}, {"runs": 1}, {"bits": -1.0}):
+        kw: dict[str, Any] = {"tolerance": 1e-7, "runs": 8, "bits": 40.0, **bad}
+        with pytest.raises(ValueError, match="parameter of shift_bound"):
+            shift_bound(**kw)
 
 
 def test_every_attack_is_tested() -> None:

@@ -75,7 +75,11 @@ runs agree only if each lands within the tolerance of the first, so a shift of a
 ``SHIFT_RESOLUTION`` (1e-4) passes with probability at most
 ``(10*tol/(1e-4 - tol))**(R-1)``: 2^-46.5 at the defaults (tolerance 1e-7, 8 runs).
 Measured honest gaps between runs: 6e-9 at worst (one sample of each class), ~1e-12 from
-100 samples on (``benchmarks/bench_precision.py``).
+100 samples on (``benchmarks/bench_precision.py``). Shifts of a few tolerances do pass
+(what a tolerance is), so the certified bound a party reports adds what verification
+admits: :func:`shift_bound`, the shift that passes with probability at most
+``2**-min_bound_bits`` of the party's policy (5.26e-5 at the defaults;
+:attr:`MaliciousParty.error_bound`).
 
 Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
 and ``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
@@ -163,6 +167,7 @@ __all__ = [
     "cheat_bound_bits",
     "permutation_bound_bits",
     "smallest_splits",
+    "shift_bound",
     "secure_auc_malicious",
 ]
 
@@ -211,6 +216,29 @@ def tolerance_bound_bits(tolerance: float, runs: int = 2,
         return 0.0
     p = min(1.0, 4.0 * _RATIO_DENSITY * tolerance / (resolution - tolerance))
     return -(runs - 1) * math.log2(p)
+
+
+def shift_bound(tolerance: float, runs: int, bits: float) -> float:
+    """The tolerance term of a malicious run's certified bound: the smallest shift ``s``
+    of the AUC that a blind forgery achieves in an accepted answer with probability at
+    most ``2**-bits``.
+
+    Verification accepts runs that agree within ``tolerance``; it cannot tell a forgery
+    whose runs all moved by about the same amount. A blind shift moves run ``k`` by
+    ``beta_k * r2/r0`` with the run's secret ratio in [1/8, 2] (density at most 2.5), so
+    for a shift of ``s`` every further run lands in the window with probability at most
+    ``4 * 2.5 * tolerance / (s - tolerance)`` (:func:`tolerance_bound_bits`, which is this
+    function's inverse: ``tolerance_bound_bits(tolerance, runs, resolution=s) == bits``).
+    Hence ``s = tolerance * (1 + 10 * 2**(bits / (runs - 1)))``: 5.26e-5 at tolerance
+    1e-7, 8 runs and 40 bits; 5.26e-7 at tolerance 1e-9; ``11 * tolerance`` at 0 bits.
+    Shifts of a few times the tolerance do pass now and then (measured:
+    ``tests/auc/test_malicious_attacks.py``); what is certified is that none beyond ``s``
+    passes except with probability ``2**-bits``.
+    """
+    tol = check_real(tolerance, "tolerance", "shift_bound", gt=0.0, lt=0.5)
+    r = check_int(runs, "runs", "shift_bound", min_value=2)
+    b = check_real(bits, "bits", "shift_bound", ge=0.0)
+    return float(tol * (1.0 + 4.0 * _RATIO_DENSITY * 2.0 ** (b / (r - 1))))
 
 
 def cheat_bound_bits(n_points: int, splits: int, runs: int = 2,
@@ -464,14 +492,25 @@ class MaliciousParty:
 
     @property
     def error_bound(self) -> float:
-        """The certified bound ``|exact AUC - trapezoid AUC|``, verified like the AUC;
-        set by :meth:`finalize`."""
+        """The certified bound on ``|exact AUC - AUC|``; set by :meth:`finalize`.
+
+        The sum of two terms (both in :attr:`verification`):
+
+        * ``trapezoid_bound``: ``B/denom``, what the decision points leave out (pairs
+          within one bin), computed under encryption and verified like the AUC;
+        * ``shift_bound``: what verification admits,
+          :func:`shift_bound(tolerance, runs, policy.min_bound_bits) <shift_bound>`. An
+          accepted answer whose AUC is off by more than this term is a forgery that
+          passed with probability at most ``2**-min_bound_bits`` (this party's policy;
+          the configuration's permutation and multiplier terms bound the other
+          forgeries). 5.26e-5 at the defaults (tolerance 1e-7, 8 runs, 40 bits).
+        """
         return self._error_bound
 
     @property
     def verification(self) -> dict[str, Any]:
-        """What :meth:`finalize` checked: the AUC of every run, the tolerance and the
-        bound's runs."""
+        """What :meth:`finalize` checked: the AUC of every run, the tolerance, the
+        bound's runs and the two terms of :attr:`error_bound`."""
         return dict(self._verification)
 
     @property
@@ -729,7 +768,10 @@ class MaliciousParty:
         if max(bounds) - min(bounds) > tol:
             raise TamperingDetected(f"the {runs} runs' error bounds disagree beyond the "
                                     f"tolerance {tol:g}", check="double-execution")
-        self._error_bound = min(max(0.0, bounds[0]), max(0.0, min(auc, 1.0 - auc)))
+        trapezoid = min(max(0.0, bounds[0]), max(0.0, min(auc, 1.0 - auc)))
+        shift = shift_bound(tol, runs, self._policy.min_bound_bits)
+        self._verification.update(trapezoid_bound=trapezoid, shift_bound=shift)
+        self._error_bound = min(1.0, trapezoid + shift)
         return auc
 
 
@@ -896,7 +938,11 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     ``decision_points``, ``scores``, ``target``, ``max_points`` and ``max_rounds`` are as
     in :func:`fedsec.auc.fhauc.secure_auc` (``"exact"`` refines the points; the final
     AUC and its error bound are verified, the refinement rounds are not: see
-    :mod:`fedsec.auc.exact`). The result's ``error_bound`` is verified like the AUC.
+    :mod:`fedsec.auc.exact`). The result's ``error_bound`` is the verified trapezoid
+    bound plus what verification admits (:attr:`MaliciousParty.error_bound`,
+    :func:`shift_bound`; both terms in ``extra``): 5.26e-5 at the default tolerance, so
+    exact mode's default target (1e-6) needs ``tolerance`` of about 1e-9 (honest runs
+    agree to ~1e-12 from 100 samples on).
 
     ``network`` is the :class:`~fedsec.protocol.network.Network` every message crosses
     (key set-up included) between ``"aggregator"`` and ``"party:<name>"``: tests,
@@ -986,6 +1032,8 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                "tolerance_bound_bits": tolerance_bound_bits(cfg.tolerance, cfg.runs),
                "shift_resolution": SHIFT_RESOLUTION,
                "tolerance": cfg.tolerance,
+               "trapezoid_bound": roles[0].verification["trapezoid_bound"],
+               "shift_bound": roles[0].verification["shift_bound"],
                "auc_runs": roles[0].verification.get("auc_runs"),
                "aggregator_deserialize_s": agg.timing["deserialize_s"],
                "aggregator_compute_s": agg.timing["compute_s"]},

@@ -637,6 +637,8 @@ class Trial:
     error: float
     checks: list[str]
     accepted: list[float]
+    #: The certified bound each accepting party reported with its AUC (same order).
+    bounds: list[float] = field(default_factory=list)
 
 
 def _check_name(exc: BaseException) -> str:
@@ -794,6 +796,8 @@ class TamperHarness:
             except FedsecError as exc:
                 outcome[i] = exc
         final = [o if o is not None else FedsecError("no answer") for o in outcome]
+        self._last_bounds = [float(r.error_bound) for r, o in zip(roles, final, strict=True)
+                             if isinstance(o, float)]
         return final, obs
 
     def applicable(self, name: str | AUCAttack) -> bool:
@@ -823,7 +827,7 @@ class TamperHarness:
             kind = "undefined"
         else:
             kind = "detected"
-        return Trial(kind, err, checks, accepted)
+        return Trial(kind, err, checks, accepted, list(self._last_bounds))
 
     def honest(self) -> float:
         """A fresh honest evaluation (every party's AUC must agree)."""
