@@ -18,7 +18,7 @@ from typing import Any
 
 from fedsec.cli_common import int_arg as _int_arg
 from fedsec.cli_common import progress_printer as _progress
-from fedsec.crypto.params import DEFAULT_PRESET, PRESETS
+from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET, PRESETS
 
 __all__ = ["register", "add_party_file_options", "load_party_files", "check_limits"]
 
@@ -426,13 +426,12 @@ def register(sub: Any) -> None:
                    help="malicious mode: refuse parameters whose cheating bound, blind-shift "
                         "term included, is weaker than 2^-BITS (default 40)")
     presets = _fhauc_presets()
-    p.add_argument("--preset", choices=presets, default=DEFAULT_PRESET,
+    p.add_argument("--preset", choices=presets, default=None,
                    help=f"CKKS parameter preset (128-bit secure presets whose prime chain "
-                        f"holds FHAUC's rescaled masks). The default {DEFAULT_PRESET} "
-                        "(ring 2^13, 4096 slots, fresh scale 2^49, masks encoded at a 35-bit "
-                        "prime) gives ~1e-11 relative precision from 100 samples on, ~1e-9 at "
-                        "worst for one sample of each class; CKKS_128_N16384_DEPTH4 (the "
-                        "papers' ring 2^14, 8192 slots) costs about 3x")
+                        f"holds FHAUC's masked result). Default: {DEFAULT_PRESET} in "
+                        "semi-honest mode (ring 2^13, 4096 slots, fresh scale 2^39, masks at "
+                        "a 48-bit prime; ~1e-10 relative precision from 50 samples per "
+                        f"class), {MALICIOUS_PRESET} in malicious mode (ring 2^14)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_cmd_auc)
@@ -456,8 +455,9 @@ def register(sub: Any) -> None:
     d.add_argument("--decision-points", "-N", type=_int_arg("--decision-points", 2, 4096),
                    default=100,
                    help="number of uniform decision points N (default 100)")
-    d.add_argument("--preset", choices=presets, default=DEFAULT_PRESET,
-                   help=f"CKKS parameter preset (default {DEFAULT_PRESET})")
+    d.add_argument("--preset", choices=presets, default=None,
+                   help=f"CKKS parameter preset (default {DEFAULT_PRESET} semi-honest, "
+                        f"{MALICIOUS_PRESET} malicious)")
     d.add_argument("--seed", type=int, default=0,
                    help="seed of the data split and the model training (default 0)")
     d.set_defaults(func=_cmd_demo)

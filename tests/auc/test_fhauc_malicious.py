@@ -20,7 +20,7 @@ from fedsec.auc.fhauc_malicious import (
 from fedsec.errors import TamperingDetected, UndefinedMetricError
 from fedsec.metrics import confusion_counts, trapezoid_auc_from_counts
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S50"
 
 
 def _federation(rng: np.random.Generator, parties: int, max_n: int = 200,

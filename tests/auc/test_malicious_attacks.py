@@ -30,7 +30,7 @@ from fedsec.testing.auc import (
     blind_shift,
 )
 
-TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
+TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S50"
 POINTS = 30
 LOOSE = PartyPolicy(quorum=2, max_tolerance=0.4, min_bound_bits=0.0)
 

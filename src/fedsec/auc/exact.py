@@ -117,7 +117,7 @@ from fedsec.auc.common import (
     party_role,
     prepare_federation,
 )
-from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET, default_target
 from fedsec.crypto.bfv import BFVContext, BFVParams
 from fedsec.crypto.drbg import SEED_BYTES, SeededRandomSource, SystemRandomSource
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
@@ -409,7 +409,7 @@ class BinPairsAggregator:
 # ------------------------------------------------------------------ in-process driver
 def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                      final: Callable[..., SecureAUCResult], security: str,
-                     target: float = DEFAULT_TARGET, max_points: int | None = None,
+                     target: float | None = None, max_points: int | None = None,
                      max_rounds: int = DEFAULT_MAX_ROUNDS, preset: str = DEFAULT_PRESET,
                      names: Sequence[str] | None = None,
                      progress: Callable[[str], None] | None = None,
@@ -424,6 +424,8 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     intercept the traffic there."""
     say = progress or (lambda _msg: None)
     net = network if network is not None else Network()
+    if target is None:
+        target = default_target(security)
     check_real(target, "target", "secure_auc", ge=0.0, lt=1.0)
     if max_points is None:
         max_points = (DEFAULT_MAX_POINTS_MALICIOUS if security == "malicious"

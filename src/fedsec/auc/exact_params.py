@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_TARGET", "DEFAULT_MAX_ROUNDS"]
+__all__ = ["DEFAULT_TARGET", "DEFAULT_TARGET_MALICIOUS", "DEFAULT_MAX_ROUNDS", "default_target"]
 
 #: Default target for the certified bound.
 DEFAULT_TARGET = 1e-6
+#: Malicious mode's default: its certified bound includes what verification admits
+#: (fedsec.auc.fhauc_malicious.shift_bound, 5.26e-6 at the default tolerance).
+DEFAULT_TARGET_MALICIOUS = 1e-5
+
+
+def default_target(security: str) -> float:
+    """Exact mode's default target for ``security``."""
+    return DEFAULT_TARGET_MALICIOUS if security == "malicious" else DEFAULT_TARGET
 #: Most refinement rounds before the final evaluation.
 DEFAULT_MAX_ROUNDS = 12

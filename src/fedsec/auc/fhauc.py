@@ -62,59 +62,43 @@ Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B - d*den
 functions of classes 0 and 1, noised so that they stay exactly such functions (see
 :meth:`FHAUCAggregator.mask`).
 
-Masks
------
-``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``). Each is a
+Masks and the counts' noise (issue 22)
+--------------------------------------
+``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``), each a
 plaintext constant encoded at the scale ``S`` of the prime the result is then rescaled by
-(35 bits on the default chain ``CKKS_128_N8192_DEPTH2_S49``), so the scale is unchanged and
-the rescale *rounds*: the decrypted polynomial is not an exact multiple of the mask. (The
-earlier masks - 14 random bits, dyadic, multiplied exactly with no rescale after them - fell
-to a brute force over 8,192 values and to the gcd of the decrypted coefficients.) The mask
-a party faces is ``K/S`` for an integer ``K = round(d*S)``; both channels carry the same
-``K``, and ``c`` is a second integer ``round(c*S)``. Gaussian noise of standard deviation
-:data:`RESULT_NOISE_SD` = 2^-29 is added to each value (2^-32 with the earlier layout,
-whose own CKKS noise was larger; the new layout is more precise, so the result noise was
-raised to keep the mask grid's survivors at the earlier level - measured in
-``tests/auc/test_mask_leakage.py``). Some numbers below were measured with the earlier
-layout and noise; the tests' printed figures are the current ones. The numbers below are from
-``tests/auc/test_mask_leakage.py`` and ``benchmarks/bench_precision.py``.
+(the 48-bit top prime of the default chain ``CKKS_128_N8192_DEPTH1_S39``; the product is
+masked before any rescale), so the rescale *rounds* and the decrypted polynomial is not an
+exact multiple of the mask. The mask a party faces is ``K/S`` for an integer ``K`` of ~47
+bits: the values it reads lie on a grid of step ``denom/S``. Every party therefore adds
+noise to the counts it encrypts - Gaussian on ``Pos``, ``Neg`` and one shift ``2e`` of
+every ``T`` term (so ``num`` gets ``2*e*Neg``), one-sided offsets on the bound terms -
+which the aggregator's squaring multiplies by the *pooled* counts: noise proportional to
+the federation, enough to hide the grid at every size up to 2^20 samples while the AUC
+keeps ~2^-28 / min(Pos, Neg) relative precision. :mod:`fedsec.auc.masking` gives the
+construction and the arithmetic; the earlier designs (14-bit dyadic masks; 35-bit masks
+with fixed 2^-29 noise) fell to a brute force, the gcd of the coefficients, and the grid.
 
 What a party learns
 -------------------
-* **The AUC, to its computed precision**: with one ``K`` on both channels the masks cancel
-  exactly, so what remains is CKKS noise and the result noise, both absolute in the masked
-  values. Measured relative error (20 runs each): up to 1.3e-9 for one positive and one
-  negative sample, 5e-10 at denom = 12, 1e-11 at 100 samples, 3e-14 at 10^4 and 1e-15 at
-  2^20 with the single mask (~6e-11 with the pair mask, see below). At that precision the
-  AUC's continued fraction gives ``num/denom`` in lowest terms whenever the reduced
-  denominator ``b`` satisfies ``b**2 < 1 / (2 * absolute error)``: for small
-  federations (up to ~10^3 samples) that is the exact ``denom`` unless ``num`` and
-  ``denom`` share a factor; from ~10^4 samples on, only when they share a large one. That is
-  a property of announcing a precise AUC, not of the masks. (The pair mask's published
-  ``c/d`` differs from the encoded ratio by ~2^-36, which caps its AUC at that absolute
-  precision.)
-* **The magnitude of denom within a factor of 2**: ``Y = d*denom`` with ``d`` in [1/2, 1).
-* **Whatever the mask's grid adds.** A candidate ``denom'`` is consistent only if
-  ``S*Y/denom'`` (and ``S*X/num'``) is an integer up to the noise. With ``S ~ 2^35`` and
-  2^-29 noise that leaves about ``12 * S * 2^-29 * ln 2 ~ 500`` candidates per factor-2 window
-  to an attacker that keeps the truth at 6 sigma (more as CKKS noise grows with the
-  federation; every candidate for denom below ~100). Measured with tied scores (AUC 1/2, so
-  the AUC itself rules nothing out), over ten runs: all of 1, all of 3-6, 35-90 of 52-100
-  and 78-675 of 5,700-9,900 candidates survive for denom = 2, 12, 200, 20,000; the earlier
-  masks left 1 (2 at 20,000). In a two-party federation a party that knows its own counts
-  keeps 84-700 of 90,601 candidate (Pos, Neg) pairs for the other (12 with the earlier
-  masks).
-* **Pair mask**: ``c`` is a second integer on the grid, and ``X - (c/d)*Y`` lets a party test
-  it as well; the pair mask does not hide more than the single mask.
+* **The AUC, to the counts' noise**: relative error ~2^-28 * sqrt(1/(AUC*Pos)^2 + 1/Pos^2
+  + 1/(4*Neg^2)), i.e. ~1e-10 from 50 samples per class, 4e-9 at worst (one sample of one
+  class); measured in ``benchmarks/bench_precision.py``. At that precision the AUC's
+  continued fraction gives ``num/denom`` in lowest terms for small federations (up to a few
+  hundred samples): a property of announcing a precise AUC, not of the masks.
+* **The magnitude of denom within a factor of 2** (``Y = d*denom``, ``d`` in [1/2, 1)).
+* **The error bound, overstated by the parties' secret offsets**: ``(B + delta*Neg +
+  delta'*Pos + ...)/denom``, still certified, to about two significant digits.
+* **Nothing else about the counts**: a party that searches every candidate denominator
+  consistent with the AUC keeps, after also testing the mask's grid on both channels and the
+  bound, at least half of them (all of them in the measured runs), at 10^3 to 10^6 samples,
+  even when it adds no noise of its own and knows the noise's scale
+  (``tests/auc/test_count_leakage.py``, ``benchmarks/attack_auc_counts.py``, figures in
+  BENCHMARKS.md). Without the parties' noise the same search leaves the true denominator.
+* **Pair mask**: ``c`` is a second integer on the grid; the published ``c/d`` is the
+  ratio of the encoded integers, and the pair mask hides no more than the single mask.
 
-Why not a jitter between the two channels: on the grid it is a second integer ``K_x ~ K``,
-and ``S*X/num'`` must then be an integer on its own - measured without the result noise, a
-2^-34 jitter cut the surviving candidates 3-4x at denom = 20,000 and 18-125x at 2,000,000
-(test ``test_a_jitter_between_the_channels_would_add_a_second_grid``).
-Hiding more needs a finer grid (a second mask level: ~35 more modulus bits, i.e. ring 2^14)
-or more noise (the AUC's error grows as the noise over ``denom``). The noise is not a formal
-flooding of CKKS noise, whose low-order bits depend, very weakly, on intermediate values;
-the papers do not flood either.
+The noise is statistical, not a formal flooding argument: CKKS's own noise depends, very
+weakly, on intermediate values, and the papers do not flood either.
 """
 
 from __future__ import annotations
@@ -148,7 +132,7 @@ from fedsec.auc.common import (
     prepare_federation,
     wants_exact,
 )
-from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS
 from fedsec.auc.masking import (
     Masks,
     add_result_noise,
@@ -168,7 +152,7 @@ from fedsec.auc.policy import (
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
-from fedsec.crypto.params import DEFAULT_PRESET, get_preset
+from fedsec.crypto.params import DEFAULT_PRESET, default_preset, get_preset
 from fedsec.errors import ProtocolError
 from fedsec.metrics import (
     as_decision_points,
@@ -523,7 +507,7 @@ class FHAUCAggregator(AggregatorInfo):
              noise: bool = True) -> tuple[Any, float]:
         """Step 8: ``d*Q + (c -+ i*d)*R`` (``-`` on even, ``+`` on odd slots), i.e. in
         class 0 ``d*denom + i*(d*num + c*denom)`` and in class 1 ``d*denom + i*(d*B -
-        c*denom)``; returns ``c/d`` too.
+        c*denom)``; returns the ratio ``C/K`` of the encoded integers too.
 
         ``d`` (and ``c`` with the pair mask; ``c = 0`` for the single mask) are drawn with
         :func:`real_mask` and encoded at the scale ``S`` of the prime the result is then
@@ -533,9 +517,10 @@ class FHAUCAggregator(AggregatorInfo):
         between them would offer a party a test of the grid of its own, see the module
         docs). Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B -
         d*denom)``: functions of what classes 0 and 1 reveal. The result noise
-        (:data:`RESULT_NOISE_SD`; ``noise=False`` for tests) is added so that classes 2 and
-        3 stay exactly such functions of the noisy classes 0 and 1 (given ``c/d``): they
-        are no second measurement."""
+        (:data:`~fedsec.auc.masking.RESULT_NOISE_SD`, 2^-40: it floods the rescale's
+        rounding; ``noise=False`` for tests) is added so that classes 2 and 3 stay exactly
+        such functions of the noisy classes 0 and 1 (given ``c/d``): they are no second
+        measurement. What hides the counts is the parties' noise (module docs)."""
         ctx = self._context
         m = masks if masks is not None else Masks.draw(self._config.masking)
         scale = float(ctx.rescale_prime(q))
@@ -582,10 +567,10 @@ class FHAUCAggregator(AggregatorInfo):
 def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                decision_points: int | str | ArrayLike = 100,
                security: str = "semi-honest", masking: str = "single",
-               preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
+               preset: str | None = None, names: Sequence[str] | None = None,
                progress: Callable[[str], None] | None = None,
                allow_insecure: bool = False, scores: str = "probability",
-               target: float = DEFAULT_TARGET, max_points: int | None = None,
+               target: float | None = None, max_points: int | None = None,
                max_rounds: int = DEFAULT_MAX_ROUNDS, network: Network | None = None,
                **kwargs: Any) -> SecureAUCResult:
     """Run a whole federation in this process and return the secure global AUC.
@@ -611,7 +596,8 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         clipped), ``"logit"`` for ``decision_function`` of linear models and raw logits
         (sigmoid), ``"range:LO:HI"`` for scores with known bounds (affine).
     target : float
-        Exact mode: the certified bound to reach (default 1e-6).
+        Exact mode: the certified bound to reach (default 1e-6; 1e-5 in malicious mode,
+        whose bound includes what verification admits).
     max_points, max_rounds : int, optional
         Exact mode's caps (final grid size; refinement rounds). If a cap stops refinement
         above ``target``, the result has ``target_reached=False`` and a ``UserWarning``
@@ -637,6 +623,7 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     >>> data = [(rng.integers(0, 2, 50), rng.random(50)) for _ in range(3)]
     >>> res = secure_auc(data, decision_points=50)  # doctest: +SKIP
     """
+    preset = preset if preset is not None else default_preset(security)
     if security == "malicious":
         from fedsec.auc.fhauc_malicious import secure_auc_malicious
 

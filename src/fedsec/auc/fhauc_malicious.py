@@ -58,11 +58,16 @@ ring instead of 1).
 What parties see: per run ``X = c*(r0*num + r1*denom)`` and ``Y = c*r2*denom`` (times ``i``,
 in every slot of the run's classes). They know ``r0, r1, r2``, so this is ``c*num`` and
 ``c*denom`` - the semi-honest single mask's information, with one ``c`` for all runs: the
-AUC to its computed precision, the magnitude of denom within a factor of 2, and what the
-grid of the mask ``K/S`` adds (see *What a party learns* in :mod:`fedsec.auc.fhauc`; the
-runs give independent grid tests through their different ``r``'s, and CKKS noise is larger
-here: it grows with the 2^12 zero-sum masks). Each run's AUC is within 1.2e-8 relative of
-the plaintext trapezoid at worst (``benchmarks/bench_precision.py``).
+AUC to the counts' noise, the magnitude of denom within a factor of 2, and the bound
+overstated by the parties' offsets. Every party adds the same kind of noise as in
+semi-honest mode (:mod:`fedsec.auc.masking`), drawn once for all runs, so the mask's grid
+and the bound no longer single out the class counts (``tests/auc/test_count_leakage.py``);
+the runs' grid tests are not independent (they share ``c`` and the noisy counts). The
+default preset is ``CKKS_128_N16384_DEPTH1_S50`` (ring 2^14): the shares and zero-sum
+masks make the slots ~2^12 larger than the counts, and on the semi-honest chain (scale
+2^39) honest runs disagreed by ~3e-6 for one sample per class; here by 5.5e-9 at worst,
+~1e-12 from 100 samples (``benchmarks/bench_precision.py``), so the default tolerance is
+1e-8.
 
 Cheating bound (Baykara et al. Sec. VI-C, extended): the weakest of three terms, each in bits
 (:meth:`MaliciousConfig.cheat_bound_bits`; configurations below ``min_bound_bits``,
@@ -73,12 +78,12 @@ denominator class to the numerator class of run ``k`` needs no secret and shifts
 AUC by ``beta_k*r2/r0``, with the run's secret ratio in [1/8, 2] (density below 2.5); all
 runs agree only if each lands within the tolerance of the first, so a shift of at least
 ``SHIFT_RESOLUTION`` (1e-4) passes with probability at most
-``(10*tol/(1e-4 - tol))**(R-1)``: 2^-46.5 at the defaults (tolerance 1e-7, 8 runs).
-Measured honest gaps between runs: 6e-9 at worst (one sample of each class), ~1e-12 from
-100 samples on (``benchmarks/bench_precision.py``). Shifts of a few tolerances do pass
-(what a tolerance is), so the certified bound a party reports adds what verification
-admits: :func:`shift_bound`, the shift that passes with probability at most
-``2**-min_bound_bits`` of the party's policy (5.26e-5 at the defaults;
+``(10*tol/(1e-4 - tol))**(R-1)``: 2^-69.8 at the defaults (tolerance 1e-8, 8 runs).
+Measured honest gaps between runs on the default ring-2^14 chain: 5.9e-9 at worst (one
+sample of each class), ~1e-12 from 100 samples on (``benchmarks/bench_precision.py``).
+Shifts of a few tolerances do pass (what a tolerance is), so the certified bound a party
+reports adds what verification admits: :func:`shift_bound`, the shift that passes with probability at most
+``2**-min_bound_bits`` of the party's policy (5.26e-6 at the defaults;
 :attr:`MaliciousParty.error_bound`).
 
 Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
@@ -122,7 +127,7 @@ from fedsec.auc.common import (
     prepare_federation,
     wants_exact,
 )
-from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS, DEFAULT_TARGET
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS
 from fedsec.auc.masking import (
     RESULT_NOISE_SD,
     add_result_noise,
@@ -146,7 +151,7 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
-from fedsec.crypto.params import DEFAULT_PRESET, get_preset
+from fedsec.crypto.params import MALICIOUS_PRESET, get_preset
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.metrics import (
     as_decision_points,
@@ -173,7 +178,7 @@ __all__ = [
 
 DEFAULT_RUNS = 8
 MAX_RUNS = 8
-DEFAULT_TOLERANCE = 1e-7
+DEFAULT_TOLERANCE = 1e-8
 # Magnitudes of the zero-sum masks and of the random shares. Both are hidden under
 # encryption, so their size protects nothing by itself; they must (a) make any dropped,
 # duplicated or foreign contribution shift the AUC by a random, run-dependent amount far
@@ -229,8 +234,8 @@ def shift_bound(tolerance: float, runs: int, bits: float) -> float:
     for a shift of ``s`` every further run lands in the window with probability at most
     ``4 * 2.5 * tolerance / (s - tolerance)`` (:func:`tolerance_bound_bits`, which is this
     function's inverse: ``tolerance_bound_bits(tolerance, runs, resolution=s) == bits``).
-    Hence ``s = tolerance * (1 + 10 * 2**(bits / (runs - 1)))``: 5.26e-5 at tolerance
-    1e-7, 8 runs and 40 bits; 5.26e-7 at tolerance 1e-9; ``11 * tolerance`` at 0 bits.
+    Hence ``s = tolerance * (1 + 10 * 2**(bits / (runs - 1)))``: 5.26e-6 at tolerance
+    1e-8 (the default), 8 runs and 40 bits; 5.26e-7 at tolerance 1e-9; ``11 * tolerance`` at 0 bits.
     Shifts of a few times the tolerance do pass now and then (measured:
     ``tests/auc/test_malicious_attacks.py``); what is certified is that none beyond ``s``
     passes except with probability ``2**-bits``.
@@ -275,7 +280,7 @@ class MaliciousConfig(BoundConfig):
     splits: int
     tolerance: float = DEFAULT_TOLERANCE
     runs: int = DEFAULT_RUNS
-    preset: str = DEFAULT_PRESET
+    preset: str = MALICIOUS_PRESET
     max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES
     allow_insecure: bool = False
 
@@ -283,7 +288,7 @@ class MaliciousConfig(BoundConfig):
     def create(cls, decision_points: Any = 100, *, splits: int | None = None,
                tolerance: float = DEFAULT_TOLERANCE, runs: int = DEFAULT_RUNS,
                min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
-               preset: str = DEFAULT_PRESET,
+               preset: str = MALICIOUS_PRESET,
                max_total_samples: int = DEFAULT_MAX_TOTAL_SAMPLES,
                allow_insecure: bool = False) -> MaliciousConfig:
         """Validate parameters; refuse any whose cheating bound is weaker than
@@ -503,7 +508,7 @@ class MaliciousParty:
           accepted answer whose AUC is off by more than this term is a forgery that
           passed with probability at most ``2**-min_bound_bits`` (this party's policy;
           the configuration's permutation and multiplier terms bound the other
-          forgeries). 5.26e-5 at the defaults (tolerance 1e-7, 8 runs, 40 bits).
+          forgeries). 5.26e-6 at the defaults (tolerance 1e-8, 8 runs, 40 bits).
         """
         return self._error_bound
 
@@ -924,11 +929,11 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                          decision_points: int | str | ArrayLike = 100, splits: int | None = None,
                          tolerance: float = DEFAULT_TOLERANCE, runs: int = DEFAULT_RUNS,
                          min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
-                         preset: str = DEFAULT_PRESET, names: Sequence[str] | None = None,
+                         preset: str = MALICIOUS_PRESET, names: Sequence[str] | None = None,
                          policy: PartyPolicy | None = None,
                          progress: Callable[[str], None] | None = None,
                          allow_insecure: bool = False,
-                         scores: str = "probability", target: float = DEFAULT_TARGET,
+                         scores: str = "probability", target: float | None = None,
                          max_points: int | None = None,
                          max_rounds: int = DEFAULT_MAX_ROUNDS,
                          network: Network | None = None) -> SecureAUCResult:
@@ -937,12 +942,12 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
 
     ``decision_points``, ``scores``, ``target``, ``max_points`` and ``max_rounds`` are as
     in :func:`fedsec.auc.fhauc.secure_auc` (``"exact"`` refines the points; the final
-    AUC and its error bound are verified, the refinement rounds are not: see
+    AUC, its error bound and the refinement rounds are verified: see
     :mod:`fedsec.auc.exact`). The result's ``error_bound`` is the verified trapezoid
     bound plus what verification admits (:attr:`MaliciousParty.error_bound`,
-    :func:`shift_bound`; both terms in ``extra``): 5.26e-5 at the default tolerance, so
-    exact mode's default target (1e-6) needs ``tolerance`` of about 1e-9 (honest runs
-    agree to ~1e-12 from 100 samples on).
+    :func:`shift_bound`; both terms in ``extra``): 5.26e-6 at the default tolerance, so
+    exact mode's default target in malicious mode is 1e-5 (a target of 1e-6 needs a
+    ``tolerance`` of about 1e-9, which honest runs meet from ~100 samples on).
 
     ``network`` is the :class:`~fedsec.protocol.network.Network` every message crosses
     (key set-up included) between ``"aggregator"`` and ``"party:<name>"``: tests,

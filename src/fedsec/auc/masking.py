@@ -18,17 +18,18 @@ Two things together do it:
 * **A fine grid**: the default chain (``CKKS_128_N8192_DEPTH1_S39``) masks the product
   before any rescale, at a 48-bit prime (the earlier chain: 35 bits), so ``d`` has ~47 bits.
 * **Noise proportional to the pooled counts, from the parties**: every party adds Gaussian
-  noise of standard deviation :data:`COUNT_NOISE_SD` ``/ sqrt(parties)`` to each count it
-  encrypts (``T, F, Pos, Neg``). The aggregator squares the *sum*, so a count's noise is
-  multiplied by the federation's pooled counts: ``denom`` gets noise of about
-  ``sigma * sqrt(Pos**2 + 4*Neg**2)``, i.e. a relative error of ``~sigma / min(Pos, Neg)``.
-  A party knows its own noise but not the others' (at least one other party takes part),
-  and that is at least ``sigma / sqrt(2)``. With ``K ~ 2^47`` and ``min(Pos, Neg) <= 2^19``
-  the grid residual ``K * noise / denom`` then has a standard deviation of at least ~0.5 -
-  the residual is close to uniform and the test rules nothing out - while the AUC keeps a
-  relative precision of ``~2^-27 / min(Pos, Neg)`` (6e-11 from 50 samples per class; 4e-9
-  at worst, one sample in one class). Noise added by the parties also stays the same in
-  every run of malicious mode (it is part of the data), so runs still agree.
+  noise of standard deviation :data:`COUNT_NOISE_SD` ``/ sqrt(parties)`` to its ``Pos`` and
+  ``Neg`` and one such value ``2e`` to every trapezoid term ``T`` it encrypts. The
+  aggregator squares the *sum*, so the noise is multiplied by the federation's pooled
+  counts: ``denom`` gets ``2*(Pos*e2 + Neg*e1)`` and ``num = sum T*F`` gets ``2*e*sum F =
+  2*e*Neg`` - relative errors of ``~sigma / min(Pos, Neg)``. A party knows its own noise
+  but not the others' (at least one other party takes part), which is at least ``sigma /
+  sqrt(2)``. With ``K ~ 2^47`` and ``Pos, Neg <= 2^19`` the grid residuals ``K * noise /
+  denom`` and ``K * noise / num`` have standard deviations of at least ~0.5: close to
+  uniform, so the test rules nothing out - while the AUC keeps a relative precision of
+  ``~2^-28 / min(Pos, Neg)`` (1e-10 from 50 samples per class; 4e-9 at worst, one sample in
+  one class). In malicious mode the same noise is drawn once and enters every run (it is
+  part of the data), so the runs still agree.
 
 The error bound (``B/denom``, ``B`` the pairs within a bin) is the second fraction over the
 same denominator: read exactly, "``q' * bound`` is an integer" is another test. Every party

@@ -14,7 +14,7 @@ from typing import Any
 from fedsec._validation import check_int, check_real
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import PARTY_MAX_MESSAGE_BYTES
-from fedsec.crypto.params import DEFAULT_PRESET, get_preset
+from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET, get_preset
 from fedsec.errors import PolicyViolation
 
 __all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
@@ -93,8 +93,9 @@ class PartyPolicy:
         Fewest decision points accepted (default 10; see
         :data:`DEFAULT_MIN_DECISION_POINTS`).
     presets : tuple of str, optional
-        Presets accepted. Default: only the protocol's own default preset
-        (``CKKS_128_N8192_DEPTH1_S39``), plus the ``INSECURE_TEST_*`` presets for a
+        Presets accepted. Default: only the protocols' own default presets
+        (``CKKS_128_N8192_DEPTH1_S39`` semi-honest, ``CKKS_128_N16384_DEPTH1_S50``
+        malicious), plus the ``INSECURE_TEST_*`` presets for a
         configuration built with ``allow_insecure=True`` (tests; never reachable from the
         CLI or the Flower app). A server cannot make a party build other keys unless the
         party lists them here.
@@ -176,8 +177,9 @@ class PartyPolicy:
             return self.presets
         if allow_insecure:
             from fedsec.crypto.params import PRESETS
-            return (DEFAULT_PRESET, *sorted(p for p in PRESETS if p.startswith("INSECURE_")))
-        return (DEFAULT_PRESET,)
+            return (DEFAULT_PRESET, MALICIOUS_PRESET,
+                    *sorted(p for p in PRESETS if p.startswith("INSECURE_")))
+        return (DEFAULT_PRESET, MALICIOUS_PRESET)
 
     def check_preset(self, config: Any) -> None:
         """Refuse a preset this party did not allow, or key material above its cap,

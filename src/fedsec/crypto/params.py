@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import tenseal.sealapi as seal
 
-__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET"]
+__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET", "MALICIOUS_PRESET",
+           "default_preset"]
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,13 @@ _PRESETS += [
 
 PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
 DEFAULT_PRESET = "CKKS_128_N8192_DEPTH1_S39"
+#: Malicious-aggregator FHAUC's default (ring 2^14; see the preset's description).
+MALICIOUS_PRESET = "CKKS_128_N16384_DEPTH1_S50"
+
+
+def default_preset(security: str) -> str:
+    """FHAUC's default preset for ``security`` ("semi-honest" or "malicious")."""
+    return MALICIOUS_PRESET if security == "malicious" else DEFAULT_PRESET
 
 # ---------------------------------------------------------------- HESV (Zheng et al.) presets
 # Added for fedsec.shapley.hesv; nothing above changes. Zheng et al. used ring 2^12

@@ -97,7 +97,7 @@ from fedsec.auc.fhauc_malicious import (
 )
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySetupAggregator
-from fedsec.crypto.params import DEFAULT_PRESET
+from fedsec.crypto.params import default_preset
 from fedsec.errors import ProtocolError
 from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
@@ -131,7 +131,7 @@ class RunOptions:
     tolerance: float = DEFAULT_TOLERANCE
     runs: int = DEFAULT_RUNS
     min_bound_bits: float = 40.0
-    preset: str = DEFAULT_PRESET
+    preset: str = ""   # empty: the mode's own (fedsec.crypto.params.default_preset)
     roster_path: str = ""
     num_nodes: int = 0
     min_parties: int = 0
@@ -215,20 +215,26 @@ class RunOptions:
             raise ValueError(f"The 'roster-path' run config names {path}, which does not "
                              "exist on the SuperLink machine.") from None
 
+    @property
+    def preset_name(self) -> str:
+        """The preset this run uses: the run config's, else the mode's default."""
+        return self.preset or default_preset(self.security)
+
     def protocol_config(self) -> FHAUCConfig | MaliciousConfig:
         """The public protocol configuration (validated here, before any node is asked)."""
         if self.security == "semi-honest":
-            return FHAUCConfig.create(self.decision_points, preset=self.preset,
+            return FHAUCConfig.create(self.decision_points, preset=self.preset_name,
                                       masking=self.masking)
         return MaliciousConfig.create(self.decision_points, splits=self.splits or None,
                                       tolerance=self.tolerance, runs=self.runs,
-                                      min_bound_bits=self.min_bound_bits, preset=self.preset)
+                                      min_bound_bits=self.min_bound_bits,
+                                      preset=self.preset_name)
 
     def protocol_meta(self, cfg: FHAUCConfig | MaliciousConfig) -> dict[str, Any]:
         """What every party needs to rebuild the same configuration (and digest)."""
         meta: dict[str, Any] = {"security": self.security,
                                 "decision-points": self.decision_points,
-                                "preset": self.preset}
+                                "preset": self.preset_name}
         if isinstance(cfg, FHAUCConfig):
             meta["masking"] = cfg.masking
         else:
@@ -263,7 +269,7 @@ class ServerRun:
     def __post_init__(self) -> None:
         self.doc = {
             "status": "starting", "run_id": self.run_id, "security": self.opts.security,
-            "decision_points": self.opts.decision_points, "preset": self.opts.preset,
+            "decision_points": self.opts.decision_points, "preset": self.opts.preset_name,
             "verified": False,
             "parties": {"included": [], "left_out": [], "unreported": []},
             "party_results": {}, "bytes": {}, "timings": {}, "restarts": [],

@@ -685,14 +685,14 @@ class TamperHarness:
             PartyPolicy,
         )
         from fedsec.crypto.keysetup import KeySpec, run_key_setup
-        from fedsec.crypto.params import DEFAULT_PRESET
+        from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET
 
         self.security = security
         self.parties = [(np.asarray(y), np.asarray(s)) for y, s in parties]
         names = [f"party-{i}" for i in range(len(self.parties))]
         cfg: Any
         if security == "malicious":
-            cfg = MaliciousConfig.create(decision_points, preset=preset or DEFAULT_PRESET,
+            cfg = MaliciousConfig.create(decision_points, preset=preset or MALICIOUS_PRESET,
                                          allow_insecure=allow_insecure, **config)
             self.policy = policy if policy is not None else PartyPolicy(
                 max_tolerance=max(cfg.tolerance, DEFAULT_MAX_TOLERANCE),
