@@ -82,9 +82,9 @@ runs agree only if each lands within the tolerance of the first, so a shift of a
 Measured honest gaps between runs on the default ring-2^14 chain: 5.9e-9 at worst (one
 sample of each class), ~1e-12 from 100 samples on (``benchmarks/bench_precision.py``).
 Shifts of a few tolerances do pass (what a tolerance is), so the certified bound a party
-reports adds what verification admits: :func:`shift_bound`, the shift that passes with probability at most
-``2**-min_bound_bits`` of the party's policy (5.26e-6 at the defaults;
-:attr:`MaliciousParty.error_bound`).
+reports adds what verification admits: :func:`shift_bound`, the shift that passes with
+probability at most ``2**-min_bound_bits`` of the party's policy (5.26e-6 at the
+defaults; :attr:`MaliciousParty.error_bound`).
 
 Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
 and ``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
