@@ -39,6 +39,15 @@ from fedsec.protocol.network import Network
 from fedsec.testing.exact import FORGERIES, RefinementForger
 
 TEST = {"preset": "INSECURE_TEST_N4096_DEPTH1_S39", "allow_insecure": True}
+#: malicious mode's chain (its runs must agree to the tolerance even for tiny classes)
+TEST_M = {"preset": "INSECURE_TEST_N4096_DEPTH1_S50", "allow_insecure": True}
+
+
+def offsets_max(y, n_points):
+    """The most the parties' one-sided offsets add to B/denom (fedsec.auc.masking)."""
+    pos, neg = int(np.sum(y)), int(np.size(y) - np.sum(y))
+    d = 2.0 * pos * neg
+    return 0.1 * (pos + neg) / d + n_points * 0.01 / d
 
 
 def split(y, s, parties=3):
@@ -73,7 +82,8 @@ def cancer_logits():
 @pytest.mark.parametrize("security", ["semi-honest", "malicious"])
 def test_bound_at_default_points_equals_the_plaintext_bound(digits8, security):
     y, s = pooled(digits8)
-    res = secure_auc(digits8, security=security, **TEST)
+    res = secure_auc(digits8, security=security,
+                     **(TEST if security == "semi-honest" else TEST_M))
     assert res.decision_points == 100
     assert res.auc == pytest.approx(trapezoid_auc(y, s, 100), rel=1e-9)
     ref = trapezoid_error_bound(y, s, 100)
@@ -82,7 +92,8 @@ def test_bound_at_default_points_equals_the_plaintext_bound(digits8, security):
     shift = res.extra["shift_bound"] if security == "malicious" else 0.0
     assert shift == (0.0 if security == "semi-honest" else
                      shift_bound(res.extra["tolerance"], res.extra["runs"], 40.0))
-    assert res.error_bound == pytest.approx(ref + shift, rel=1e-9, abs=1e-12)
+    # the parties' one-sided offsets lift the bound (it stays certified), to 2 digits or so
+    assert ref + shift - 1e-12 <= res.error_bound <= ref + shift + offsets_max(y, 100)
     assert abs(roc_auc_score(y, s) - res.auc) <= res.error_bound
     assert res.verified == (security == "malicious")
     d = res.to_dict()
@@ -94,7 +105,8 @@ def test_bound_on_the_secure_default_preset():
     parts = [(g.integers(0, 2, 60), np.round(g.random(60), 2)) for _ in range(2)]
     y, s = pooled(parts)
     res = secure_auc(parts)
-    assert res.error_bound == pytest.approx(trapezoid_error_bound(y, s, 100), rel=1e-9)
+    ref = trapezoid_error_bound(y, s, 100)
+    assert ref - 1e-12 <= res.error_bound <= ref + offsets_max(y, 100)
 
 
 # ------------------------------------------------------------------ real-valued scores
@@ -139,7 +151,7 @@ def test_exact_mode_malicious_verifies_the_final_result():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyWarning)
         res = secure_auc_malicious(parts, decision_points="exact", scores="logit",
-                                   min_bound_bits=0.0, runs=2, tolerance=1e-9, **TEST)
+                                   min_bound_bits=0.0, runs=2, tolerance=1e-9, **TEST_M)
     # the bound includes what verification admits: 11 tolerances at 0 bits
     assert res.extra["shift_bound"] == pytest.approx(1.1e-8)
     assert res.verified and res.error_bound <= 1e-6 and res.target_reached
@@ -345,7 +357,7 @@ def test_one_party_oracle_raises_in_secure_auc(digits8, security):
     kw = {"min_bound_bits": 0.0, "runs": 2} if security == "malicious" else {}
     with pytest.raises(TamperingDetected) as info:
         secure_auc(digits8, decision_points="exact", security=security, network=net,
-                   **kw, **TEST)
+                   **kw, **(TEST if security == "semi-honest" else TEST_M))
     assert info.value.check == "canary"
 
 
