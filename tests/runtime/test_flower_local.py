@@ -162,7 +162,7 @@ def test_party_policy_checks_the_announced_configuration() -> None:
     with pytest.raises(PolicyViolation) as exc:
         protocol_config(sh.protocol_meta(sh.protocol_config()), strict)
     assert exc.value.check == "require-malicious"
-    picky = NodePolicy.from_node_config({"min-bound-bits": 60.0})
+    picky = NodePolicy.from_node_config({"min-bound-bits": 80.0})
     with pytest.raises(PolicyViolation) as exc:
         protocol_config(mal.protocol_meta(mal.protocol_config()), picky)
     assert exc.value.check == "cheat-bound"
