@@ -19,23 +19,13 @@ import argparse
 import json
 import time
 
-import numpy as np
-
 from fedsec.testing.auc_counts import (
     denominator_candidates,
+    federation,
     observe,
     observe_malicious,
     server_candidates,
 )
-
-
-def federation(size: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
-    parties = []
-    for _ in range(3):
-        y = rng.integers(0, 2, size // 3)
-        s = np.round(np.clip(0.3 * y + 0.7 * rng.random(size // 3), 0, 1), 3)
-        parties.append((y, s))
-    return parties
 
 
 def main() -> None:
@@ -50,10 +40,9 @@ def main() -> None:
     ap.add_argument("--json-out")
     a = ap.parse_args()
     rows = []
-    rng = np.random.default_rng(0)
     for size in a.sizes:
         for run in range(a.runs):
-            parties = federation(size, rng)
+            parties = federation(size, 1000 * size + run)
             for mode in a.modes:
                 for noise in ([True, False] if a.control else [True]):
                     t0 = time.perf_counter()

@@ -12,11 +12,11 @@ Larger federations: ``benchmarks/attack_auc_counts.py`` (figures in BENCHMARKS.m
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fedsec.testing.auc_counts import (
     denominator_candidates,
+    federation,
     observe,
     observe_malicious,
     server_candidates,
@@ -24,16 +24,6 @@ from fedsec.testing.auc_counts import (
 
 SAMPLES = 10_000
 SCAN = dict(max_scan=1 << 22, samples=1 << 22)
-
-
-def federation(samples: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(3):
-        y = rng.integers(0, 2, samples // 3)
-        s = np.round(np.clip(0.3 * y + 0.7 * rng.random(samples // 3), 0, 1), 3)
-        out.append((y, s))
-    return out
 
 
 @pytest.mark.parametrize("mode", ["single", "pair", "malicious"])

@@ -269,7 +269,7 @@ def build_world(seed: int = 20240601) -> World:
     rotations = sorted({*fh_a.rotations(), *fh_b.rotations(), *m_a.rotations(),
                         *m_b.rotations()})
     spec = KeySpec.create(TEST_PRESET, rotations, True, allow_insecure=True)
-    policy = PartyPolicy(min_bound_bits=0.0)
+    policy = PartyPolicy(min_bound_bits=0.0, min_decision_points=2)
     data = _data(seed)
     a = _session("A", identities, roster, spec, policy, data, fh_a, m_a)
     b = _session("B", identities, roster, spec, policy, data, fh_b, m_b)

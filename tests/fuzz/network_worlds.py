@@ -124,7 +124,7 @@ def fhauc_malicious() -> Fuzzable:
 def fhauc_exact() -> Fuzzable:
     def run(net: Network) -> Any:
         return secure_auc(_auc_data(), decision_points="exact", preset=AUC_PRESET,
-                          allow_insecure=True, max_rounds=2, target=1e-2, network=net)
+                          allow_insecure=True, max_rounds=2, target=0.1, network=net)
 
     return Fuzzable("fhauc-exact", run,
                     {"party": (KeySetupParty, BinPairsParty, FHAUCParty),

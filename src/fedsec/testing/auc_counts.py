@@ -44,13 +44,28 @@ from fedsec.auc.fhauc_malicious import (
 )
 from fedsec.auc.masking import BOUND_OFFSET_MAX, COUNT_NOISE_SD
 from fedsec.auc.policy import IN_PROCESS_MAX_KEY_BYTES, PartyPolicy
+from fedsec.crypto.drbg import SeededRandomSource
 from fedsec.crypto.keysetup import run_key_setup
 from fedsec.metrics import confusion_counts, trapezoid_terms
 from fedsec.protocol import wire
 from fedsec.protocol.network import Network
 
 __all__ = ["PartyView", "QuietParty", "QuietMaliciousParty", "observe", "observe_malicious",
-           "denominator_candidates", "server_candidates"]
+           "denominator_candidates", "server_candidates", "federation"]
+
+
+def federation(samples: int, seed: int, parties: int = 3
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A simulated federation of ``samples`` in all (reproducible from ``seed``): balanced
+    labels, scores that overlap (``0.3*y + 0.7*u``, three decimals, so there are ties)."""
+    rng = SeededRandomSource(seed.to_bytes(32, "little"), b"fedsec/testing/federation")
+    out = []
+    n = samples // parties
+    for _ in range(parties):
+        y = (rng.uniform(n) < 0.5).astype(np.int64)
+        s = np.round(np.clip(0.3 * y + 0.7 * rng.uniform(n), 0, 1), 3)
+        out.append((y, s))
+    return out
 
 
 class QuietParty(FHAUCParty):
@@ -301,7 +316,8 @@ def denominator_candidates(view: PartyView, *, k: float = 4.0, max_scan: int = 1
     window = hi - lo + 1
     scan = window <= max_scan
     n_auc = n_all = 0
-    rng = np.random.default_rng(seed)   # which candidates to test: not a secret
+    # which candidates to test: reproducible, not a secret
+    rng = SeededRandomSource(seed.to_bytes(32, "little"), b"fedsec/testing/auc-counts")
     total = window if scan else samples
     done = 0
     while done < total:
@@ -309,7 +325,7 @@ def denominator_candidates(view: PartyView, *, k: float = 4.0, max_scan: int = 1
         if scan:
             q = np.arange(lo + done, lo + done + m, dtype=np.float64)
         else:
-            q = rng.integers(lo, hi + 1, m).astype(np.float64)
+            q = np.floor(lo + rng.uniform(m) * window).astype(np.float64)
         a_ok, w_ok = _tests(view, q, k)
         n_auc += int(a_ok.sum())
         n_all += int(w_ok.sum())
@@ -333,9 +349,9 @@ def server_candidates(auc: float, bound: float, true_denom: int, *,
     sa, sb = shared_result(auc, bound)
     lo, hi = max(2, int(true_denom / span)), int(true_denom * span)
     window = hi - lo + 1
-    rng = np.random.default_rng(seed)
+    rng = SeededRandomSource(seed.to_bytes(32, "little"), b"fedsec/testing/auc-counts")
     q = (np.arange(lo, hi + 1, dtype=np.float64) if window <= max_scan
-         else rng.integers(lo, hi + 1, max_scan).astype(np.float64))
+         else np.floor(lo + rng.uniform(max_scan) * window).astype(np.float64))
     half = 0.5 * 10.0 ** (math.floor(math.log10(sa)) - 5) if sa > 0 else 5e-7
     ok_auc = np.floor(q * (sa + half)) >= np.ceil(q * (sa - half))
     step = 10.0 ** (math.floor(math.log10(sb)) - 1) if sb > 0 else 0.0
