@@ -116,7 +116,8 @@ def test_every_party_gets_the_same_secret_key_and_seed(setup):
     x = np.linspace(-1, 1, 16)
     for i, k in enumerate(keys):
         ct = k.context.deserialize(keys[(i + 1) % len(keys)].context.encrypt_bytes(x))
-        np.testing.assert_allclose(k.context.decrypt(ct).real[:16], x, atol=1e-9)
+        # fresh noise at scale 2^39: ~2e-10 a slot
+        np.testing.assert_allclose(k.context.decrypt(ct).real[:16], x, atol=1e-7)
 
 
 def test_aggregator_context_has_public_material_only(setup):
@@ -132,7 +133,8 @@ def test_aggregator_context_has_public_material_only(setup):
     # and it can compute on what parties send
     k = setup["keys"][0]
     ct = ctx.rotate(ctx.deserialize(k.context.encrypt_bytes([1.0, 2.0, 3.0])), 1)
-    np.testing.assert_allclose(k.context.decrypt(ct).real[:2], [2.0, 3.0], atol=1e-9)
+    # key switching adds ~2^17 at scale 2^39 (FHAUC rotates only at 2^78)
+    np.testing.assert_allclose(k.context.decrypt(ct).real[:2], [2.0, 3.0], atol=1e-5)
 
 
 def test_holder_is_fixed_by_the_transcript(setup):
