@@ -70,8 +70,8 @@ plaintext constant encoded at the scale ``S`` of the prime the result is then re
 masked before any rescale), so the rescale *rounds* and the decrypted polynomial is not an
 exact multiple of the mask. The mask a party faces is ``K/S`` for an integer ``K`` of ~47
 bits: the values it reads lie on a grid of step ``denom/S``. Every party therefore adds
-noise to the counts it encrypts - Gaussian on ``Pos``, ``Neg`` and one shift ``2e`` of
-every ``T`` term (so ``num`` gets ``2*e*Neg``), one-sided offsets on the bound terms -
+noise to the counts it encrypts - Gaussian on ``Pos``, ``Neg`` and one shift ``4e`` of
+every ``T`` term (so ``num`` gets ``4*e*Neg``), one-sided offsets on the bound terms -
 which the aggregator's squaring multiplies by the *pooled* counts: noise proportional to
 the federation, enough to hide the grid at every size up to 2^20 samples while the AUC
 keeps ~2^-28 / min(Pos, Neg) relative precision. :mod:`fedsec.auc.masking` gives the
@@ -134,6 +134,7 @@ from fedsec.auc.common import (
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS
 from fedsec.auc.masking import (
+    NUMERATOR_NOISE_FACTOR,
     Masks,
     add_result_noise,
     bound_offset,
@@ -338,11 +339,11 @@ class FHAUCParty:
         dtp[single_value_bins(cfg.points)] = 0   # exact ties: no error, no count
         n = self._keys.n_parties
         # the counts' noise (issue 22, fedsec.auc.masking): on Pos and Neg (the
-        # denominator); the same 2e on every T term (the numerator gets 2e*sum(F) =
-        # 2e*Neg, e pooled); one-sided offsets on the bound terms
+        # denominator); the same 4e on every T term (the numerator gets 4e*sum(F) =
+        # 4e*Neg, e pooled); one-sided offsets on the bound terms
         e, (off_p, off_n) = self._draw_noise(n)
         pos, neg = float(tp[-1]) + e[0], float(fp[-1]) + e[1]
-        t = t + 2.0 * e[2]
+        t = t + NUMERATOR_NOISE_FACTOR * e[2]
         dtp_b, f_b = dtp + off_p, f + off_n
         per = cfg.points_per_chunk
         out = []

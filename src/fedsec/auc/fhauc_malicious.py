@@ -129,6 +129,7 @@ from fedsec.auc.common import (
 )
 from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS
 from fedsec.auc.masking import (
+    NUMERATOR_NOISE_FACTOR,
     RESULT_NOISE_SD,
     add_result_noise,
     bound_offset,
@@ -585,9 +586,9 @@ class MaliciousParty:
             t = dtp + offsets[0]
             f = f_int + offsets[1]
         else:
-            # the numerator's noise: 2e on every term gives num + 2e*sum(F) = num + 2e*Neg
+            # the numerator's noise: 4e on every term gives num + 4e*sum(F) = num + 4e*Neg
             # (e pooled over the parties), the same in every run
-            t = t_int + 2.0 * noise[2]
+            t = t_int + NUMERATOR_NOISE_FACTOR * noise[2]
             f = f_int.astype(np.float64)
         pos, neg = float(tp[-1]) + noise[0], float(fp[-1]) + noise[1]
         r3, r4, r5, r6, r7, r8 = (float(x) for x in rr.r)

@@ -19,17 +19,18 @@ Two things together do it:
   before any rescale, at a 48-bit prime (the earlier chain: 35 bits), so ``d`` has ~47 bits.
 * **Noise proportional to the pooled counts, from the parties**: every party adds Gaussian
   noise of standard deviation :data:`COUNT_NOISE_SD` ``/ sqrt(parties)`` to its ``Pos`` and
-  ``Neg`` and one such value ``2e`` to every trapezoid term ``T`` it encrypts. The
+  ``Neg`` and one such value ``4e`` to every trapezoid term ``T`` it encrypts. The
   aggregator squares the *sum*, so the noise is multiplied by the federation's pooled
-  counts: ``denom`` gets ``2*(Pos*e2 + Neg*e1)`` and ``num = sum T*F`` gets ``2*e*sum F =
-  2*e*Neg`` - relative errors of ``~sigma / min(Pos, Neg)``. A party knows its own noise
+  counts: ``denom`` gets ``2*(Pos*e2 + Neg*e1)`` and ``num = sum T*F`` gets ``4*e*sum F =
+  4*e*Neg`` - relative errors of ``~sigma / min(Pos, Neg)``. A party knows its own noise
   but not the others' (at least one other party takes part), which is at least ``sigma /
-  sqrt(2)``. With ``K ~ 2^47`` and ``Pos, Neg <= 2^19`` the grid residuals ``K * noise /
-  denom`` and ``K * noise / num`` have standard deviations of at least ~0.5: close to
-  uniform, so the test rules nothing out - while the AUC keeps a relative precision of
-  ``~2^-28 / min(Pos, Neg)`` (1e-10 from 50 samples per class; 4e-9 at worst, one sample in
-  one class). In malicious mode the same noise is drawn once and enters every run (it is
-  part of the data), so the runs still agree.
+  sqrt(2)``. With ``K ~ 2^47`` and at most 2^20 samples the grid residuals ``K * noise /
+  denom`` and ``K * noise / num`` have standard deviations of at least ~0.75 (~1 for
+  balanced classes): a wrapped normal that close to uniform gives a likelihood ratio
+  within ~1e-5 of 1 per evaluation, so the test rules nothing out - while the AUC keeps a
+  relative precision of ``~2^-28 / min(Pos, Neg)`` (~3e-10 at 100 samples; up to ~1e-8
+  for a handful of samples). In malicious mode the same noise is drawn once and enters
+  every run (it is part of the data), so the runs still agree.
 
 The error bound (``B/denom``, ``B`` the pairs within a bin) is the second fraction over the
 same denominator: read exactly, "``q' * bound`` is an integer" is another test. Every party
@@ -65,7 +66,7 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.dpnoise import gaussian_noise, secure_uniform
 from fedsec.crypto.params import DEFAULT_PRESET, CKKSParams
 
-__all__ = ["COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
+__all__ = ["COUNT_NOISE_SD", "NUMERATOR_NOISE_FACTOR", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
            "MIN_MASK_PRIME_BITS",
            "OUTPUT_SCALE_FACTOR", "Masks", "real_mask", "count_noise", "bound_offset",
            "masked_product", "finish_masked", "add_result_noise", "check_masking_capacity",
@@ -74,6 +75,11 @@ __all__ = ["COUNT_NOISE_SD", "BOUND_OFFSET_MAX", "RESULT_NOISE_SD",
 #: Standard deviation of the noise the parties together add to each count they encrypt
 #: (each party ``COUNT_NOISE_SD / sqrt(parties)``); see the module docs.
 COUNT_NOISE_SD = 2.0 ** -28
+#: Every trapezoid term gets this times one noise value (so num gets ``4*e*Neg``): the
+#: numerator's grid residual then has a standard deviation of at least ~0.75 even when
+#: almost every sample is positive (``Pos`` ~ 2^20), where ``2*e`` left ~0.38 - uniform
+#: enough for one evaluation, not for an attacker pooling many.
+NUMERATOR_NOISE_FACTOR = 4.0
 #: The parties' one-sided offsets on the bound terms add up to at most this.
 BOUND_OFFSET_MAX = 0.1
 #: Gaussian noise the aggregator adds to every masked slot (floods the rescale's rounding).

@@ -42,7 +42,7 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousConfig,
     MaliciousParty,
 )
-from fedsec.auc.masking import BOUND_OFFSET_MAX, COUNT_NOISE_SD
+from fedsec.auc.masking import BOUND_OFFSET_MAX, COUNT_NOISE_SD, NUMERATOR_NOISE_FACTOR
 from fedsec.auc.policy import IN_PROCESS_MAX_KEY_BYTES, PartyPolicy
 from fedsec.crypto.drbg import SeededRandomSource
 from fedsec.crypto.keysetup import run_key_setup
@@ -167,8 +167,9 @@ def observe(parties: Sequence[tuple[Any, Any]], *, decision_points: int = 100,
         y=np.array([y]), x=np.array([x - ratio * y]), xb=np.array([xb + ratio * y]),
         a=np.ones(1), b=np.ones(1), g=np.ones(1), s=s_prime, auc=auc,
         bound=roles[0].error_bound,
-        # denom = 2*(Pos + e1)*(Neg + e2); every T gets 2*e3, so num gets 2*e3*Neg
-        sd_num=2.0 * sig * neg, sd_den=2.0 * sig * math.hypot(pos, neg),
+        # denom = 2*(Pos + e1)*(Neg + e2); every T gets 4*e3, so num gets 4*e3*Neg
+        sd_num=NUMERATOR_NOISE_FACTOR * sig * neg,
+        sd_den=2.0 * sig * math.hypot(pos, neg),
         offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
         mode=f"semi-honest/{masking}",
         extra={"fresh": _fresh(len(parties), pos, neg, t_all, f_all)})
@@ -229,8 +230,8 @@ def observe_malicious(parties: Sequence[tuple[Any, Any]], *, decision_points: in
     return PartyView(
         y=np.array(ys), x=np.array(xs), xb=np.array(xbs), a=np.array(a), b=np.array(b),
         g=np.array(g), s=s_prime, auc=auc, bound=party.error_bound,
-        # as semi-honest: num gets 2*e*Neg, denom 2*(Pos*e2 + Neg*e1)
-        sd_num=2.0 * sig * neg,
+        # as semi-honest: num gets 4*e*Neg, denom 2*(Pos*e2 + Neg*e1)
+        sd_num=NUMERATOR_NOISE_FACTOR * sig * neg,
         sd_den=2.0 * sig * math.hypot(pos, neg),
         offset_max=off * (pos + neg) + cfg.n_points * off * off, pos=pos, neg=neg,
         mode="malicious",
