@@ -313,3 +313,48 @@ def test_node_refuses_decision_points_below_its_floor():
         {"min-decision-points": 3})).n_points == 3
     with pytest.raises(ValueError, match="min-decision-points"):
         NodePolicy.from_node_config({"min-decision-points": "few"})
+
+
+# --------------------------------------------- issue 23: the node reads what the CLI reads
+def test_node_reads_its_file_as_the_cli_does(federation: Callable[..., Federation],
+                                             tmp_path: Path) -> None:
+    """Node config ``label-col``, ``score-col``, ``pos-label``, ``delimiter`` and ``scores``
+    read an export the default CSV reader refuses (semicolons, other column names, text
+    labels, logits) exactly as ``fedsec auc`` would; bad values stop the node with the
+    check named."""
+    from fedsec.metrics import transform_scores
+    from fedsec.runtime.flower_client import NodeCheckFailed, load_node
+
+    fed = federation(tmp_path / "fed", NAMES)
+    name = NAMES[0]
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 40)
+    logits = rng.normal(size=40) * 3.0
+    path = tmp_path / "export.csv"
+    rows = ["patient;outcome;margin"] + [
+        f"p{i};{'malignant' if v else 'benign'};{str(x).replace('.', ',')}"
+        for i, (v, x) in enumerate(zip(y, logits, strict=True))]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    base = {"identity-path": str(fed.identity_path(name)), "roster-path": str(fed.roster_path),
+            "data-path": str(path), "state-dir": str(tmp_path / "st")}
+    with pytest.raises(NodeCheckFailed) as info:   # the defaults do not fit this file
+        load_node(_context(base))
+    assert info.value.check == "input-invalid"
+    read = {"label-col": "outcome", "score-col": "3", "pos-label": "malignant",
+            "delimiter": "semicolon", "scores": "logit"}
+    node = load_node(_context({**base, **read}))
+    assert node.data.y_true.tolist() == y.tolist()
+    np.testing.assert_allclose(node.data.y_score, transform_scores(logits, "logit"))
+    for key, bad in (("delimiter", "pipe"), ("scores", "softmax"), ("label-col", " ")):
+        with pytest.raises(NodeCheckFailed) as info:
+            load_node(_context({**base, **read, key: bad}))
+        assert info.value.check == "node-config" and key in str(info.value)
+
+
+def test_server_refuses_exact_mode_with_a_clear_message() -> None:
+    """``decision-points='exact'`` crashed the ServerApp (``int('exact')``); it is refused
+    with what to do instead until exact mode runs on Flower."""
+    from fedsec.runtime.flower_server import RunOptions
+
+    with pytest.raises(ValueError, match="does not run on Flower yet"):
+        RunOptions.from_run_config({"decision-points": "exact"})

@@ -57,6 +57,14 @@ Node config (``flower-supernode --node-config "k='v' ..."``)
     The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required:
     a node without it refuses to start (check ``node-config``), whatever the run config
     says, unless it runs under the simulation engine (below).
+``label-col``, ``score-col``, ``pos-label``, ``delimiter``, ``scores``
+    How to read the file, as ``fedsec auc`` reads it (``--label-col`` ...): the label and
+    score columns (names or 1-based positions; default ``label`` and ``score``), the
+    label value that means positive (for labels other than 0/1, True/False, -1/1), the
+    delimiter (``comma``, ``semicolon`` or ``tab``; default: detected) and how to read the
+    scores (``probability``, default, in [0, 1]; ``logit``; ``range:LO:HI``: the public
+    transform of :func:`fedsec.metrics.transform_scores`). A file these do not fit stops
+    the node before any protocol step (check ``input-invalid``, the rule in its log).
 ``identity-path``
     The party's identity file (``fedsec identity init``; mode 0600). Required. It names
     the party. Identities are never made by, or fetched from, the server.
@@ -127,7 +135,7 @@ import tempfile
 import types
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +171,7 @@ from fedsec.errors import (
     TamperingDetected,
     UndefinedMetricError,
 )
+from fedsec.metrics.roc import transform_scores
 from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
 from fedsec.runtime.flower_io import get_blob, get_blobs, get_meta, make_content, reply
@@ -579,6 +588,49 @@ def _required_path(cfg: Mapping[str, Any], key: str) -> Path:
     return Path(str(raw))
 
 
+_DELIMITERS = {"comma": ",", "semicolon": ";", "tab": "\t"}
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """How this node reads its party file (node config; ``fedsec auc``'s options)."""
+
+    label_col: str | int = "label"
+    score_col: str | int = "score"
+    pos_label: str | None = None
+    delimiter: str | None = None
+    scores: str = "probability"
+
+
+def _column(value: Any, key: str) -> str | int:
+    text = str(value).strip()
+    if not text:
+        raise ValueError(f"node config '{key}' is empty")
+    return int(text) if text.isdigit() else text
+
+
+def _file_options(cfg: Mapping[str, Any]) -> FileOptions:
+    """Read ``label-col``, ``score-col``, ``pos-label``, ``delimiter`` and ``scores``
+    (``ValueError`` naming the key and what it accepts)."""
+    from fedsec.metrics.roc import _parse_scores
+
+    delim = str(cfg.get("delimiter", "") or "").strip().lower()
+    if delim and delim not in _DELIMITERS:
+        raise ValueError(f"node config 'delimiter' must be one of "
+                         f"{', '.join(sorted(_DELIMITERS))}; got {printable(delim, 40)!r}")
+    scores = str(cfg.get("scores", "") or "probability").strip()
+    try:
+        _parse_scores(scores)
+    except ValueError as exc:
+        raise ValueError(f"node config 'scores': {exc}") from None
+    pos = cfg.get("pos-label")
+    return FileOptions(
+        label_col=_column(cfg.get("label-col", "label"), "label-col"),
+        score_col=_column(cfg.get("score-col", "score"), "score-col"),
+        pos_label=None if pos is None or str(pos) == "" else str(pos),
+        delimiter=_DELIMITERS[delim] if delim else None, scores=scores)
+
+
 def load_node(context: Context) -> NodeSetup:
     """Load and check everything this node brings, before any protocol step.
 
@@ -618,7 +670,16 @@ def load_node(context: Context) -> NodeSetup:
         raise NodeCheckFailed("node-config", f"node config quorum={policy.party.quorum} "
                               f"exceeds the roster's {len(roster)} parties")
     try:
-        data = load_party_csv(data_path)
+        read = _file_options(cfg)
+    except ValueError as exc:
+        raise NodeCheckFailed("node-config", str(exc)) from None
+    try:
+        data = load_party_csv(data_path, label_col=read.label_col, score_col=read.score_col,
+                              pos_label=read.pos_label, delimiter=read.delimiter,
+                              score_range=(0.0, 1.0) if read.scores == "probability"
+                              else None)
+        if read.scores != "probability":
+            data = replace(data, y_score=transform_scores(data.y_score, read.scores))
         check_party_inputs(data.y_true, data.y_score, DEFAULT_MAX_TOTAL_SAMPLES)
     except (OSError, ValueError) as exc:
         raise NodeCheckFailed("input-invalid", f"party data {data_path}: {exc}") from None

@@ -152,6 +152,12 @@ class RunOptions:
         def get(key: str, default: Any) -> Any:
             return cfg.get(key, default)
 
+        if str(cfg.get("decision-points", "")).strip().lower() == "exact":
+            raise ValueError(
+                "decision-points='exact' does not run on Flower yet (its refinement rounds "
+                "run in one process: fedsec auc --decision-points exact, or "
+                "fedsec.secure_auc(..., decision_points='exact')); give a number of "
+                "uniform decision points, e.g. decision-points=1000")
         try:
             opts = cls(
                 security=str(get("security", d.security)),
