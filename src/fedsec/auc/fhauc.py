@@ -597,7 +597,7 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         clipped), ``"logit"`` for ``decision_function`` of linear models and raw logits
         (sigmoid), ``"range:LO:HI"`` for scores with known bounds (affine).
     target : float
-        Exact mode: the certified bound to reach (default 1e-6; 1e-5 in malicious mode,
+        Exact mode: the certified bound to reach (default 1e-6; 2e-5 in malicious mode,
         whose bound includes what verification admits).
     max_points, max_rounds : int, optional
         Exact mode's caps (final grid size; refinement rounds). If a cap stops refinement

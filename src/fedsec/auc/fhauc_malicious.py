@@ -65,9 +65,9 @@ and the bound no longer single out the class counts (``tests/auc/test_count_leak
 the runs' grid tests are not independent (they share ``c`` and the noisy counts). The
 default preset is ``CKKS_128_N16384_DEPTH1_S50`` (ring 2^14): the shares and zero-sum
 masks make the slots ~2^12 larger than the counts, and on the semi-honest chain (scale
-2^39) honest runs disagreed by ~3e-6 for one sample per class; here by 5.5e-9 at worst,
+2^39) honest runs disagreed by ~3e-6 for one sample per class; here by 7.7e-9 at worst,
 ~1e-12 from 100 samples (``benchmarks/bench_precision.py``), so the default tolerance is
-1e-8.
+3e-8.
 
 Cheating bound (Baykara et al. Sec. VI-C, extended): the weakest of three terms, each in bits
 (:meth:`MaliciousConfig.cheat_bound_bits`; configurations below ``min_bound_bits``,
@@ -78,12 +78,12 @@ denominator class to the numerator class of run ``k`` needs no secret and shifts
 AUC by ``beta_k*r2/r0``, with the run's secret ratio in [1/8, 2] (density below 2.5); all
 runs agree only if each lands within the tolerance of the first, so a shift of at least
 ``SHIFT_RESOLUTION`` (1e-4) passes with probability at most
-``(10*tol/(1e-4 - tol))**(R-1)``: 2^-69.8 at the defaults (tolerance 1e-8, 8 runs).
-Measured honest gaps between runs on the default ring-2^14 chain: 5.9e-9 at worst (one
+``(10*tol/(1e-4 - tol))**(R-1)``: 2^-58.7 at the defaults (tolerance 3e-8, 8 runs).
+Measured honest gaps between runs on the default ring-2^14 chain: 7.7e-9 at worst (one
 sample of each class), ~1e-12 from 100 samples on (``benchmarks/bench_precision.py``).
 Shifts of a few tolerances do pass (what a tolerance is), so the certified bound a party
 reports adds what verification admits: :func:`shift_bound`, the shift that passes with
-probability at most ``2**-min_bound_bits`` of the party's policy (5.26e-6 at the
+probability at most ``2**-min_bound_bits`` of the party's policy (1.58e-5 at the
 defaults; :attr:`MaliciousParty.error_bound`).
 
 Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
@@ -179,7 +179,7 @@ __all__ = [
 
 DEFAULT_RUNS = 8
 MAX_RUNS = 8
-DEFAULT_TOLERANCE = 1e-8
+DEFAULT_TOLERANCE = 3e-8
 # Magnitudes of the zero-sum masks and of the random shares. Both are hidden under
 # encryption, so their size protects nothing by itself; they must (a) make any dropped,
 # duplicated or foreign contribution shift the AUC by a random, run-dependent amount far
@@ -235,8 +235,8 @@ def shift_bound(tolerance: float, runs: int, bits: float) -> float:
     for a shift of ``s`` every further run lands in the window with probability at most
     ``4 * 2.5 * tolerance / (s - tolerance)`` (:func:`tolerance_bound_bits`, which is this
     function's inverse: ``tolerance_bound_bits(tolerance, runs, resolution=s) == bits``).
-    Hence ``s = tolerance * (1 + 10 * 2**(bits / (runs - 1)))``: 5.26e-6 at tolerance
-    1e-8 (the default), 8 runs and 40 bits; 5.26e-7 at tolerance 1e-9; ``11 * tolerance`` at 0 bits.
+    Hence ``s = tolerance * (1 + 10 * 2**(bits / (runs - 1)))``: 1.58e-5 at tolerance
+    3e-8 (the default), 8 runs and 40 bits; 5.26e-7 at tolerance 1e-9; ``11 * tolerance`` at 0 bits.
     Shifts of a few times the tolerance do pass now and then (measured:
     ``tests/auc/test_malicious_attacks.py``); what is certified is that none beyond ``s``
     passes except with probability ``2**-bits``.
@@ -509,7 +509,7 @@ class MaliciousParty:
           accepted answer whose AUC is off by more than this term is a forgery that
           passed with probability at most ``2**-min_bound_bits`` (this party's policy;
           the configuration's permutation and multiplier terms bound the other
-          forgeries). 5.26e-6 at the defaults (tolerance 1e-8, 8 runs, 40 bits).
+          forgeries). 1.58e-5 at the defaults (tolerance 3e-8, 8 runs, 40 bits).
         """
         return self._error_bound
 
@@ -946,8 +946,8 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     AUC, its error bound and the refinement rounds are verified: see
     :mod:`fedsec.auc.exact`). The result's ``error_bound`` is the verified trapezoid
     bound plus what verification admits (:attr:`MaliciousParty.error_bound`,
-    :func:`shift_bound`; both terms in ``extra``): 5.26e-6 at the default tolerance, so
-    exact mode's default target in malicious mode is 1e-5 (a target of 1e-6 needs a
+    :func:`shift_bound`; both terms in ``extra``): 1.58e-5 at the default tolerance, so
+    exact mode's default target in malicious mode is 2e-5 (a target of 1e-6 needs a
     ``tolerance`` of about 1e-9, which honest runs meet from ~100 samples on).
 
     ``network`` is the :class:`~fedsec.protocol.network.Network` every message crosses
