@@ -129,7 +129,7 @@ from fedsec.protocol.binding import BROADCAST
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
-__all__ = ["DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
+__all__ = ["next_grid", "DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
            "EXACT_BFV", "MIN_CANARIES", "CANARY_MAX_COUNT", "initial_grid", "refine_grid",
            "refinable_bins", "refinement_keys", "BinPairsParty", "BinPairsAggregator",
            "secure_auc_exact"]
@@ -406,6 +406,24 @@ class BinPairsAggregator:
         return wire.encode("fhauc-exact/pairs", meta, out)
 
 
+def next_grid(points: np.ndarray, marks: np.ndarray, max_points: int
+              ) -> tuple[np.ndarray, str]:
+    """After a refinement round: the next grid and why refinement goes on or stops.
+
+    Returns ``(points, "refine")`` with the refined grid, ``(points, "no-pair-left")``
+    when no refinable bin holds a pair (the grid is final and its bound is 0), or
+    ``(points, "capped")`` when the point budget leaves no room to split (final grid as
+    is). Public and deterministic: every role computes the same grid from the marks."""
+    todo = np.asarray(marks, dtype=bool) & refinable_bins(points)
+    if not todo.any():
+        return points, "no-pair-left"
+    room = int(max_points) - points.size
+    k = min(REFINE_SPLIT, room // int(todo.sum()))
+    if k < 2:
+        return points, "capped"
+    return refine_grid(points, todo, k), "refine"
+
+
 # ------------------------------------------------------------------ in-process driver
 def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                      final: Callable[..., SecureAUCResult], security: str,
@@ -474,15 +492,13 @@ def secure_auc_exact(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                           "aggregator_seconds": agg.timing["total_s"]})
             say(f"refinement round {rounds}: {int(points.size)} points, "
                 f"{int(todo.sum())} bins still hold pairs")
-            if not todo.any():
+            points, why = next_grid(points, marks[0], max_points)
+            if why == "no-pair-left":
                 no_pair_left = True
                 break
-            room = max_points - points.size
-            k = min(REFINE_SPLIT, room // int(todo.sum()))
-            if k < 2:
+            if why == "capped":
                 capped = True
                 break
-            points = refine_grid(points, todo, k)
         else:
             capped = True
     if points.size > max_points:
