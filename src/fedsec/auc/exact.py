@@ -129,8 +129,8 @@ from fedsec.protocol.binding import BROADCAST
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
-__all__ = ["next_grid", "DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS", "INITIAL_POINTS",
-           "EXACT_BFV", "MIN_CANARIES", "CANARY_MAX_COUNT", "initial_grid", "refine_grid",
+__all__ = ["next_grid", "DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS",
+           "INITIAL_POINTS", "EXACT_BFV", "MIN_CANARIES", "CANARY_MAX_COUNT", "initial_grid", "refine_grid",
            "refinable_bins", "refinement_keys", "BinPairsParty", "BinPairsAggregator",
            "secure_auc_exact"]
 
