@@ -131,8 +131,8 @@ from fedsec.protocol.roles import receives
 
 __all__ = ["next_grid", "DEFAULT_TARGET", "DEFAULT_MAX_POINTS", "DEFAULT_MAX_ROUNDS",
            "INITIAL_POINTS", "EXACT_BFV", "MIN_CANARIES", "CANARY_MAX_COUNT", "initial_grid",
-           "refine_grid",           "refinable_bins", "refinement_keys", "BinPairsParty", "BinPairsAggregator",
-           "secure_auc_exact"]
+           "refine_grid", "refinable_bins", "refinement_keys", "BinPairsParty",
+           "BinPairsAggregator", "secure_auc_exact"]
 
 #: Most decision points of the final grid (semi-honest: 16 ciphertexts on the default ring).
 DEFAULT_MAX_POINTS = 16384
