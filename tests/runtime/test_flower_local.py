@@ -489,3 +489,87 @@ def test_key_holder_drop_out_restarts_key_setup(federation: Callable[..., Federa
     assert doc["restarts"][0]["step"] == "offer" and doc["key_holder"] != gone
     survivors = [p for p, n in zip(paths, fed.names, strict=True) if n != gone]
     assert doc["auc"] == pytest.approx(_plain(survivors), abs=1e-6)
+
+
+# ------------------------------------------------------ exact mode on Flower (issue 23)
+@pytest.mark.parametrize("security", ["semi-honest", "malicious"])
+def test_exact_mode_runs_on_flower(federation: Callable[..., Federation],
+                                   local_grid: Callable[..., LocalGrid], tmp_path: Path,
+                                   security: str) -> None:
+    """``decision-points='exact'``: refinement rounds (``refine``, ``marks``) over every
+    party, then the evaluation on the refined grid; the same AUC and certified-zero bound
+    as the in-process exact mode on the same files, the exact AUC to the counts' noise."""
+    from sklearn.metrics import roc_auc_score
+
+    import fedsec
+
+    fed = federation(tmp_path / "fed", NAMES)
+    paths = _data(fed)
+    grid = local_grid(_nodes(fed, **{"share-auc": "true"}), {})
+    doc = _run(grid, {"security": security, "roster-path": str(fed.roster_path),
+                      "decision-points": "exact"}, tmp_path)
+    assert doc["status"] == "done", doc
+    data = [load_party_csv(p) for p in paths]
+    y = np.concatenate([d.y_true for d in data])
+    s = np.concatenate([d.y_score for d in data])
+    assert doc["exact"]["stopped"] == "no-pair-left" and doc["exact"]["rounds"]
+    assert doc["decision_points"] == doc["exact"]["final_points"] > 1000
+    assert doc["auc"] == pytest.approx(roc_auc_score(y, s), abs=1e-6)
+    # the shared bound covers the shared (6-digit) AUC: only the rounding is left
+    assert 0.0 < doc["error_bound"] <= 1e-6
+    assert abs(doc["auc"] - roc_auc_score(y, s)) <= doc["error_bound"] + 1e-9
+    inproc = fedsec.secure_auc([(d.y_true, d.y_score) for d in data], security=security,
+                               decision_points="exact")
+    assert inproc.decision_points == doc["decision_points"]   # the same refined grid
+    assert doc["auc"] == pytest.approx(inproc.auc, abs=1e-6)
+    steps = [st for st, _n, _m in _reply_meta(grid)]
+    rounds = len(doc["exact"]["rounds"])
+    assert steps.count("refine") == steps.count("marks") == 3 * rounds
+    _assert_no_data_in_replies(grid, fed, paths)
+    for name in NAMES:
+        mine = _party_result(fed, name)
+        assert mine["status"] == "ok" and mine["error_bound"] == 0.0
+
+
+def test_exact_mode_refinement_answer_forged_on_flower(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path) -> None:
+    """A server that answers a refinement round with a function of one party's submission
+    (the oracle of issue 22; ``fedsec.testing.exact.RefinementForger``, fed the bytes the
+    server holds) is caught by the parties' canaries: every party refuses
+    (``tampering:canary``) and the run stops before any evaluation."""
+    from fedsec.protocol import wire
+    from fedsec.protocol.network import Envelope
+    from fedsec.runtime.flower_io import get_blob
+    from fedsec.testing.exact import RefinementForger
+
+    fed = federation(tmp_path / "fed", NAMES)
+    paths = _data(fed)
+    forger = RefinementForger("one-party", victim=0)
+    holder: dict[str, Any] = {}
+
+    def forge(step: str, _node: int, blobs: list[bytes]) -> list[bytes]:
+        if step != "marks":
+            return blobs
+        if "forged" not in holder:   # the same forged answer to every party
+            bins = [msg for st, _n, msg in holder["grid"].replies if st == "refine"]
+            forger([Envelope(f"party:{i}", "aggregator", get_blob(m.content))
+                    for i, m in enumerate(bins[-len(NAMES):])])
+            out = forger([Envelope("aggregator", "*", blobs[0])])
+            assert out is not None
+            holder["forged"] = out[0].payload
+        return [holder["forged"]]
+
+    grid = local_grid(_nodes(fed), {}, edit=forge)
+    holder["grid"] = grid
+    doc = _run(grid, {"security": "malicious", "roster-path": str(fed.roster_path),
+                      "decision-points": "exact"}, tmp_path)
+    assert forger.forged, "the forgery was not sent"
+    assert wire.decode(holder["forged"]).kind == "fhauc-exact/pairs"
+    assert doc["status"] == "failed" and "auc" not in doc
+    assert "refinement round 1" in doc["error"]
+    steps = [st for st, _n, _m in _reply_meta(grid)]
+    assert "submit" not in steps and "commit" not in steps
+    refusals = {m.get("check") for st, _n, m in _reply_meta(grid) if st == "marks"}
+    assert refusals == {"tampering:canary"}, refusals
+    _assert_no_data_in_replies(grid, fed, paths)

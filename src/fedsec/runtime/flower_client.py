@@ -145,12 +145,21 @@ with warnings.catch_warnings():
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
+import numpy as np
+
 from fedsec.auc.common import (
     DEFAULT_MAX_TOTAL_SAMPLES,
     SHARED_AUC_DIGITS,
     SHARED_BOUND_DIGITS,
     check_party_inputs,
     shared_result,
+)
+from fedsec.auc.exact import (
+    INITIAL_POINTS,
+    MAX_REFINE_BINS,
+    BinPairsParty,
+    initial_grid,
+    next_grid,
 )
 from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
@@ -433,14 +442,23 @@ class NodePolicy:
         return self.party.required_parties(security, len(roster), roster)
 
 
-def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
-                    ) -> FHAUCConfig | MaliciousConfig:
+def exact_plan(meta: Mapping[str, Any]) -> tuple[int, int]:
+    """Exact mode's ``(max-points, max-rounds)`` from the announced configuration."""
+    if meta.get("exact") is not True:
+        raise ProtocolError("malformed message: field 'exact'")
+    return (readers.integer(meta, "exact-max-points", INITIAL_POINTS, 1 << 16),
+            readers.integer(meta, "exact-max-rounds", 0, 64))
+
+
+def protocol_config(meta: Mapping[str, Any], policy: NodePolicy,
+                    grid_points: np.ndarray | None = None) -> FHAUCConfig | MaliciousConfig:
     """Rebuild the public protocol configuration the ServerApp announced in ``meta`` and
     check it against this party's ``policy``.
 
     Raises ``PolicyViolation`` (the policy refuses it) or ``ProtocolError`` (``meta`` is
     not a valid configuration). Every role recomputes the same configuration digest, so
-    a mismatch between parties is caught by the protocol itself.
+    a mismatch between parties is caught by the protocol itself. Exact mode (``meta``
+    has ``exact``): the configuration of ``grid_points`` (default: the initial grid).
     """
     security = meta.get("security")
     try:
@@ -453,6 +471,15 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
             raise PolicyViolation(f"{points} decision points exceed this party's limit of "
                                   f"{policy.party.max_decision_points}",
                                   check="decision-points")
+        grid: Any = points
+        if "exact" in meta:
+            max_points, _rounds = exact_plan(meta)
+            if max_points > policy.party.max_decision_points:
+                raise PolicyViolation(f"exact mode's grid may grow to {max_points} points, "
+                                      "more than this party's limit of "
+                                      f"{policy.party.max_decision_points}",
+                                      check="decision-points")
+            grid = grid_points if grid_points is not None else initial_grid(INITIAL_POINTS)
         cfg: FHAUCConfig | MaliciousConfig
         if security == "semi-honest":
             if policy.require_malicious:
@@ -463,7 +490,7 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
                 masking = readers.text(meta, "masking") if "masking" in meta else "single"
             except ProtocolError:
                 raise TypeError("bad masking") from None
-            cfg = FHAUCConfig.create(points, preset=preset, masking=masking)
+            cfg = FHAUCConfig.create(grid, preset=preset, masking=masking)
         elif security == "malicious":
             try:
                 splits = readers.integer(meta, "splits", -_BIG, _BIG)
@@ -472,7 +499,7 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy
             except ProtocolError as exc:
                 raise TypeError(str(exc)) from None
             # min_bound_bits=0: validity only; the party's own floor is checked below.
-            cfg = MaliciousConfig.create(points, splits=splits, tolerance=float(tol),
+            cfg = MaliciousConfig.create(grid, splits=splits, tolerance=float(tol),
                                          runs=runs, min_bound_bits=0.0, preset=preset)
         else:
             raise ProtocolError("unknown security mode")
@@ -709,7 +736,10 @@ def _resume(node: NodeSetup, *need: str
         meta = json.loads(fields["config"])
     except ValueError:
         raise NodeCheckFailed("out-of-order", "corrupt pinned configuration") from None
-    return protocol_config(meta, node.policy), fields
+    grid = None
+    if "points" in fields:   # exact mode: this party's own refined grid
+        grid = np.frombuffer(fields["points"], dtype=np.float64).copy()
+    return protocol_config(meta, node.policy, grid), fields
 
 
 def _setup_party(node: NodeSetup, cfg: FHAUCConfig | MaliciousConfig,
@@ -770,6 +800,49 @@ def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
     return [], {"parties": len(keys.names)}
 
 
+def _exact_round(msg: Message, node: NodeSetup
+                 ) -> tuple[FHAUCConfig | MaliciousConfig, dict[str, bytes], BinPairsParty]:
+    """Exact mode: this party's side of the announced refinement round (the round must be
+    the next one, on this party's own grid, before its grid is final)."""
+    cfg, fields = _resume(node, "keys")
+    meta = get_meta(msg.content)
+    if "exact" not in json.loads(fields["config"]):
+        raise ProtocolError("refinement is an exact-mode step")
+    r = readers.integer(meta, "round", 0, 63)
+    if fields.get("final") == b"1" or r != int(fields.get("round", b"0")):
+        raise NodeCheckFailed("out-of-order", f"refinement round {r} is not this party's "
+                              "next round")
+    party = BinPairsParty(node.data.y_true, node.data.y_score, keys=_keys(fields),
+                          points=np.asarray(cfg.points), round_index=r)
+    return cfg, fields, party
+
+
+def _refine(msg: Message, node: NodeSetup) -> _Reply:
+    """Exact mode, refinement round: this party's masked per-bin counts."""
+    _cfg, _fields, party = _exact_round(msg, node)
+    return [party.submit()], {}
+
+
+def _marks(msg: Message, node: NodeSetup) -> _Reply:
+    """Exact mode: read the round's answer (canaries checked: ``TamperingDetected``
+    otherwise), refine this party's own grid from the marks, and answer which bins hold
+    a pair (public: the next grid shows it)."""
+    cfg, fields, party = _exact_round(msg, node)
+    marks = party.read(get_blob(msg.content))
+    max_points, max_rounds = exact_plan(json.loads(fields["config"]))
+    points, why = next_grid(np.asarray(cfg.points), marks, max_points)
+    r = int(fields.get("round", b"0")) + 1
+    final = why != "refine" or r >= max_rounds or points.size > MAX_REFINE_BINS
+    out = {**fields, "points": np.asarray(points, dtype=np.float64).tobytes(),
+           "round": str(r).encode()}
+    if final:
+        out["final"] = b"1"
+        if why == "no-pair-left":
+            out["bound-zero"] = b"1"
+    node.store.save(node.name, out)
+    return [], {"marked": [int(i) for i in np.flatnonzero(marks)]}
+
+
 def _commit(msg: Message, node: NodeSetup) -> _Reply:
     """Malicious mode, round 1: a signed fresh nonce (a new one for every restart)."""
     cfg, fields = _resume(node, "keys")
@@ -778,7 +851,9 @@ def _commit(msg: Message, node: NodeSetup) -> _Reply:
     party = MaliciousParty(node.data.y_true, node.data.y_score, keys=_keys(fields),
                            config=cfg, identity=node.identity, roster=node.roster,
                            policy=node.policy.party)
-    node.store.save(node.name, {"config": fields["config"], "keys": fields["keys"],
+    node.store.save(node.name, {**{k: v for k, v in fields.items()
+                                   if k in ("config", "keys", "points", "round", "final",
+                                            "bound-zero")},
                                 "nonce": party.nonce})
     return [party.commit()], {}
 
@@ -836,6 +911,10 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
         parties = readers.integers(wire.decode(blobs[0], expect="fhauc-m/result").meta,
                                   "parties", 0, keys.n_parties - 1)
         included = [keys.names[i] for i in parties]
+    if fields.get("bound-zero") == b"1":
+        # exact mode: this party read, in the verified last refinement round, that no
+        # bin of the final grid holding a pair holds more than one float (fedsec.auc.exact)
+        bound = 0.0
     shared = node.policy.shares_auc(security)
     verified = security == "malicious"
     node.store.save_result({"status": "ok", "party": node.name, "security": security,
@@ -903,11 +982,14 @@ handle_deliver = _guarded("deliver", _deliver)
 handle_confirmed = _guarded("confirmed", _confirmed)
 handle_commit = _guarded("commit", _commit)
 handle_submit = _guarded("submit", _submit)
+handle_refine = _guarded("refine", _refine)
+handle_marks = _guarded("marks", _marks)
 handle_finalize = _guarded("finalize", _finalize)
 
 STEPS: dict[str, Callable[[Message, Context], Message]] = {
     "hello": handle_hello, "offer": handle_offer, "deliver": handle_deliver,
-    "confirmed": handle_confirmed, "commit": handle_commit, "submit": handle_submit,
+    "confirmed": handle_confirmed, "refine": handle_refine, "marks": handle_marks,
+    "commit": handle_commit, "submit": handle_submit,
     "finalize": handle_finalize,
 }
 

@@ -82,12 +82,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 with warnings.catch_warnings():
     # flwr 1.41 -> typer -> click 8.5 warns on import; see fedsec.runtime.flower_io.
     warnings.simplefilter("ignore", DeprecationWarning)
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
 
+from fedsec.auc.exact import (
+    DEFAULT_MAX_POINTS_MALICIOUS,
+    INITIAL_POINTS,
+    MAX_REFINE_BINS,
+    BinPairsAggregator,
+    initial_grid,
+    next_grid,
+)
+from fedsec.auc.exact_params import DEFAULT_MAX_ROUNDS
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig
 from fedsec.auc.fhauc_malicious import (
     DEFAULT_RUNS,
@@ -95,6 +106,7 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousAggregator,
     MaliciousConfig,
 )
+from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import KeySetupAggregator
 from fedsec.crypto.params import default_preset
@@ -117,7 +129,8 @@ __all__ = ["RunFailed", "RunOptions", "ServerRun", "build_server_app", "main"]
 logger = logging.getLogger("flwr")
 
 SEMI_HONEST_AGREEMENT = 1e-9
-STEPS = ("hello", "offer", "deliver", "confirmed", "commit", "submit", "finalize")
+STEPS = ("hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
+         "finalize")
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,9 @@ class RunOptions:
 
     security: str = "malicious"
     decision_points: int = 100
+    exact: bool = False        # decision-points = "exact": refine the grid first
+    max_points: int = 0        # exact mode's final grid cap; 0 = the mode's default
+    max_rounds: int = DEFAULT_MAX_ROUNDS
     masking: str = "single"
     splits: int = 0
     tolerance: float = DEFAULT_TOLERANCE
@@ -152,16 +168,16 @@ class RunOptions:
         def get(key: str, default: Any) -> Any:
             return cfg.get(key, default)
 
-        if str(cfg.get("decision-points", "")).strip().lower() == "exact":
-            raise ValueError(
-                "decision-points='exact' does not run on Flower yet (its refinement rounds "
-                "run in one process: fedsec auc --decision-points exact, or "
-                "fedsec.secure_auc(..., decision_points='exact')); give a number of "
-                "uniform decision points, e.g. decision-points=1000")
+        exact = str(cfg.get("decision-points", "")).strip().lower() == "exact"
+        if exact:
+            cfg = {**cfg, "decision-points": INITIAL_POINTS}
         try:
             opts = cls(
                 security=str(get("security", d.security)),
                 decision_points=int(get("decision-points", d.decision_points)),
+                exact=exact,
+                max_points=int(get("max-points", d.max_points)),
+                max_rounds=int(get("max-rounds", d.max_rounds)),
                 masking=str(get("masking", d.masking)),
                 splits=int(get("splits", d.splits)),
                 tolerance=float(get("tolerance", d.tolerance)),
@@ -194,6 +210,13 @@ class RunOptions:
         if opts.step_timeout <= 0 or opts.wait_nodes_timeout <= 0:
             raise ValueError("The 'step-timeout' and 'wait-nodes-timeout' run config values "
                              "must be > 0.")
+        if opts.exact and not (opts.max_points == 0 or INITIAL_POINTS <= opts.max_points
+                               <= 1 << 16):
+            raise ValueError(f"The 'max-points' run config must be 0 (the mode's default) or "
+                             f"in {INITIAL_POINTS}..65536. Got {opts.max_points} instead.")
+        if opts.exact and not 0 <= opts.max_rounds <= 64:
+            raise ValueError(f"The 'max-rounds' run config must be in 0..64. Got "
+                             f"{opts.max_rounds} instead.")
         if opts.max_restarts < 0:
             raise ValueError(f"The 'max-restarts' run config must be >= 0. Got "
                              f"{opts.max_restarts} instead.")
@@ -226,12 +249,25 @@ class RunOptions:
         """The preset this run uses: the run config's, else the mode's default."""
         return self.preset or default_preset(self.security)
 
-    def protocol_config(self) -> FHAUCConfig | MaliciousConfig:
-        """The public protocol configuration (validated here, before any node is asked)."""
+    @property
+    def exact_max_points(self) -> int:
+        """Exact mode's final grid cap (its default depends on the mode)."""
+        if self.max_points:
+            return self.max_points
+        return (DEFAULT_MAX_POINTS_MALICIOUS if self.security == "malicious"
+                else DEFAULT_MAX_DECISION_POINTS)
+
+    def protocol_config(self, points: np.ndarray | None = None
+                        ) -> FHAUCConfig | MaliciousConfig:
+        """The public protocol configuration (validated here, before any node is asked).
+        Exact mode: the configuration of the grid ``points`` (default: the initial grid;
+        its keys are those of every grid)."""
+        n: Any = self.decision_points
+        if self.exact:
+            n = points if points is not None else initial_grid(INITIAL_POINTS)
         if self.security == "semi-honest":
-            return FHAUCConfig.create(self.decision_points, preset=self.preset_name,
-                                      masking=self.masking)
-        return MaliciousConfig.create(self.decision_points, splits=self.splits or None,
+            return FHAUCConfig.create(n, preset=self.preset_name, masking=self.masking)
+        return MaliciousConfig.create(n, splits=self.splits or None,
                                       tolerance=self.tolerance, runs=self.runs,
                                       min_bound_bits=self.min_bound_bits,
                                       preset=self.preset_name)
@@ -241,6 +277,9 @@ class RunOptions:
         meta: dict[str, Any] = {"security": self.security,
                                 "decision-points": self.decision_points,
                                 "preset": self.preset_name}
+        if self.exact:   # flat: a Flower ConfigRecord holds no nested dict
+            meta.update({"exact": True, "exact-max-points": self.exact_max_points,
+                         "exact-max-rounds": self.max_rounds})
         if isinstance(cfg, FHAUCConfig):
             meta["masking"] = cfg.masking
         else:
@@ -401,6 +440,8 @@ class ServerRun:
         assert ks.context is not None
         self.doc["bytes"]["public_key_material"] = ks.public_bytes_size
         self.require(keyed, "after key set-up")
+        if self.opts.exact:
+            cfg = self.refine(ks, keyed)
         if isinstance(cfg, FHAUCConfig):
             self.semi_honest(cfg, ks, keyed)
         else:
@@ -507,6 +548,51 @@ class ServerRun:
             keyed = [n for n in order if n in acks.ok]
             self.pause("confirmed")
             return ks, keyed
+
+    def refine(self, ks: KeySetupAggregator, keyed: list[int]
+               ) -> FHAUCConfig | MaliciousConfig:
+        """Exact mode (:mod:`fedsec.auc.exact`): refinement rounds, each ``refine`` (every
+        party's masked per-bin counts, over BFV keys derived from the set-up's seed) and
+        ``marks`` (the masked pair counts back; each party checks the canaries and answers
+        which bins hold a pair - public, like the next grid). Every party must take part;
+        all must report the same marks. Returns the final grid's configuration."""
+        points = initial_grid(INITIAL_POINTS)
+        why = "capped" if self.opts.max_rounds == 0 else "rounds"
+        rounds = []
+        for r in range(self.opts.max_rounds):
+            if points.size > MAX_REFINE_BINS:
+                why = "capped"
+                break
+            subs = self.step("refine", {n: ([], {"round": r}) for n in keyed}, attempt=r)
+            if any(n not in subs.ok for n in keyed):
+                raise RunFailed("exact mode: a refinement round needs every party; "
+                                f"missing {[self.label(n) for n in keyed if n not in subs.ok]}")
+            agg = BinPairsAggregator(points=points, names=ks.names, session=ks.session,
+                                     round_index=r)
+            pairs = agg.aggregate([subs.ok[n][0][0] for n in keyed])
+            reads = self.step("marks", {n: ([pairs], {"round": r}) for n in keyed},
+                              attempt=r, expect_blobs=0)
+            if any(n not in reads.ok for n in keyed):
+                raise RunFailed("exact mode: a party did not accept refinement round "
+                                f"{r + 1} (see parties.left_out)")
+            marked = {tuple(reads.ok[n][1].get("marked", [])) for n in keyed}
+            if len(marked) != 1:
+                raise RunFailed("exact mode: the parties read different refinement marks")
+            try:
+                idx = np.asarray(next(iter(marked)), dtype=np.int64)
+                marks = np.zeros(points.size, dtype=bool)
+                marks[idx] = True
+            except (TypeError, ValueError, IndexError):
+                raise RunFailed("exact mode: malformed refinement marks") from None
+            rounds.append({"points": int(points.size), "marked_bins": int(marks.sum())})
+            points, why = next_grid(points, marks, self.opts.exact_max_points)
+            if why != "refine":
+                break
+        self.doc["exact"] = {"rounds": rounds, "final_points": int(points.size),
+                             "stopped": why, "bound_certified_zero": why == "no-pair-left"}
+        cfg = self.opts.protocol_config(points)
+        self.doc["decision_points"] = cfg.n_points
+        return cfg
 
     def semi_honest(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int]) -> None:
         """submit -> aggregate (those who submitted, if they meet the quorum) -> finalize."""
