@@ -351,10 +351,22 @@ def test_node_reads_its_file_as_the_cli_does(federation: Callable[..., Federatio
         assert info.value.check == "node-config" and key in str(info.value)
 
 
-def test_server_refuses_exact_mode_with_a_clear_message() -> None:
-    """``decision-points='exact'`` crashed the ServerApp (``int('exact')``); it is refused
-    with what to do instead until exact mode runs on Flower."""
+def test_server_reads_exact_mode_and_its_caps() -> None:
+    """``decision-points='exact'`` crashed the ServerApp (``int('exact')``); it now selects
+    exact mode, announces its caps to the parties, and bad caps are refused up front."""
+    from fedsec.runtime.flower_client import NodePolicy, protocol_config
     from fedsec.runtime.flower_server import RunOptions
 
-    with pytest.raises(ValueError, match="does not run on Flower yet"):
-        RunOptions.from_run_config({"decision-points": "exact"})
+    opts = RunOptions.from_run_config({"decision-points": "exact", "security": "malicious"})
+    assert opts.exact and opts.exact_max_points == 2048
+    meta = opts.protocol_meta(opts.protocol_config())
+    assert meta["exact"] is True and meta["exact-max-points"] == 2048
+    cfg = protocol_config(meta, NodePolicy.from_node_config({}))
+    assert cfg.n_points > 1000   # the initial grid
+    strict = NodePolicy.from_node_config({"max-decision-points": 1500})
+    with pytest.raises(PolicyViolation) as info:   # the grid may grow past this party's cap
+        protocol_config(meta, strict)
+    assert info.value.check == "decision-points"
+    for bad in ({"max-points": 10}, {"max-rounds": 99}):
+        with pytest.raises(ValueError, match="max-"):
+            RunOptions.from_run_config({"decision-points": "exact", **bad})

@@ -60,7 +60,9 @@ check, ``unreported``), ``party_results``, ``quorum``, ``bytes``, ``timings``,
 ``restarts``, ``error``.
 
 Run config keys (defaults in the example app's ``pyproject.toml``): ``security``
-(``semi-honest`` | ``malicious``), ``decision-points``, ``masking`` (``single`` |
+(``semi-honest`` | ``malicious``), ``decision-points`` (a number, or ``"exact"``: exact
+mode's refinement rounds, steps ``refine`` and ``marks``, then the evaluation on the refined
+grid; caps ``max-points``, 0 = the mode's default, and ``max-rounds``), ``masking`` (``single`` |
 ``pair``), ``splits`` (0 = smallest meeting ``min-bound-bits``), ``tolerance``, ``runs``,
 ``min-bound-bits``, ``preset``, ``roster-path``, ``num-nodes`` (how many connected nodes
 to wait for, 0 = as many as the roster lists; then every connected node is asked and the
