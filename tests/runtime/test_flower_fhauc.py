@@ -168,6 +168,36 @@ def test_malicious_fhauc_deployment_tls(flower: Callable[[Path], Deployment],
         assert "result: AUC" in fed.log_path(name).read_text()
 
 
+def test_exact_fhauc_deployment_tls(flower: Callable[[Path], Deployment],
+                                    federation: Callable[..., Federation],
+                                    tls: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Exact mode as separate processes (SuperLink with TLS, one SuperNode per party,
+    ``flwr run``): the same refined grid and AUC as in-process exact mode on the same
+    files, and the exact AUC (scikit-learn's) to the parties' noise and the 6-digit
+    sharing."""
+    from sklearn.metrics import roc_auc_score
+
+    dep, fed, paths = _start(flower, federation, tmp_path, tls, **{"share-auc": "true"})
+    result = tmp_path / "result.json"
+    t0 = time.monotonic()
+    dep.flwr_run(APP_DIR, "fedsec-tls", _run_config(fed, result, security="semi-honest",
+                                                    **{"decision-points": "exact"}))
+    doc = dep.wait_result(result, {"done", "failed"}, RUN_TIMEOUT)
+    print(f"startup {dep.startup_s:.1f}s, run {time.monotonic() - t0:.1f}s, "
+          f"exact {doc.get('exact')}, timings {doc['timings']}")
+    assert doc["status"] == "done", doc
+    data = [load_party_csv(p) for p in paths]
+    y = np.concatenate([d.y_true for d in data])
+    s = np.concatenate([d.y_score for d in data])
+    inproc = secure_auc([(d.y_true, d.y_score) for d in data], decision_points="exact",
+                        security="semi-honest")
+    assert doc["decision_points"] == inproc.decision_points
+    assert doc["exact"]["bound_certified_zero"] is True
+    assert doc["auc"] == pytest.approx(inproc.auc, abs=1e-6)
+    assert abs(doc["auc"] - roc_auc_score(y, s)) <= doc["error_bound"] + 1e-9
+    _no_secrets_left(fed)
+
+
 @pytest.mark.parametrize("security, sig", [
     # semi-honest drop-outs are covered in-process (test_flower_local.py); slow here
     pytest.param("semi-honest", signal.SIGTERM, marks=pytest.mark.slow, id="semi-honest"),
