@@ -48,10 +48,14 @@ def test_without_the_parties_noise_the_search_finds_the_denominator():
     assert res["auc_alone"] >= 100 and res["whole_view"] <= 0.01 * res["auc_alone"]
 
 
-def test_the_servers_view_of_shared_values_adds_nothing():
-    """What a node shares in malicious mode (the AUC to 6 digits, the bound rounded up to
-    2) keeps at least half of what the shared AUC alone keeps."""
-    view = observe_malicious(federation(SAMPLES, 2))
+@pytest.mark.parametrize("mode", ["single", "pair", "malicious"])
+def test_the_servers_view_of_shared_values_adds_nothing(mode):
+    """What a node shares (malicious mode by default, semi-honest with ``share-auc``: the
+    AUC to 6 digits, the bound rounded up to 2) keeps at least half of what the shared AUC
+    alone keeps; the server sees nothing else but ciphertexts."""
+    parties = federation(SAMPLES, 2)
+    view = (observe_malicious(parties) if mode == "malicious"
+            else observe(parties, masking=mode))
     res = server_candidates(view.auc, view.bound, view.true_denom, max_scan=1 << 22)
     print(res)
     assert res["auc_alone"] > 0 and res["whole_view"] >= 0.5 * res["auc_alone"]
