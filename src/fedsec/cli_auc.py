@@ -430,8 +430,8 @@ def register(sub: Any) -> None:
                    help=f"CKKS parameter preset (128-bit secure presets whose prime chain "
                         f"holds FHAUC's masked result). Default: {DEFAULT_PRESET} in "
                         "semi-honest mode (ring 2^13, 4096 slots, fresh scale 2^39, masks at "
-                        "a 48-bit prime; ~1e-10 relative precision from 50 samples per "
-                        f"class), {MALICIOUS_PRESET} in malicious mode (ring 2^14)")
+                        "a 48-bit prime; ~1e-9 relative precision at 100 samples, ~1e-12 at "
+                        f"10^4), {MALICIOUS_PRESET} in malicious mode (ring 2^14)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_cmd_auc)

@@ -80,9 +80,9 @@ with fixed 2^-29 noise) fell to a brute force, the gcd of the coefficients, and 
 
 What a party learns
 -------------------
-* **The AUC, to the counts' noise**: relative error ~2^-28 * sqrt(1/(AUC*Pos)^2 + 1/Pos^2
-  + 1/(4*Neg^2)), i.e. ~1e-10 from 50 samples per class, 4e-9 at worst (one sample of one
-  class); measured in ``benchmarks/bench_precision.py``. At that precision the AUC's
+* **The AUC, to the counts' noise**: relative error ~2^-28 * sqrt((4/(AUC*Pos))^2 +
+  1/Pos^2 + 1/Neg^2) plus CKKS noise: measured 6e-11 to 1.0e-9 at 100 samples, ~1e-12 at
+  10^4, up to 7e-8 for one sample of each class (``benchmarks/bench_precision.py``). At that precision the AUC's
   continued fraction gives ``num/denom`` in lowest terms for small federations (up to a few
   hundred samples): a property of announcing a precise AUC, not of the masks.
 * **The magnitude of denom within a factor of 2** (``Y = d*denom``, ``d`` in [1/2, 1)).
