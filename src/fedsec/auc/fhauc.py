@@ -82,9 +82,10 @@ What a party learns
 -------------------
 * **The AUC, to the counts' noise**: relative error ~2^-28 * sqrt((4/(AUC*Pos))^2 +
   1/Pos^2 + 1/Neg^2) plus CKKS noise: measured 6e-11 to 1.0e-9 at 100 samples, ~1e-12 at
-  10^4, up to 7e-8 for one sample of each class (``benchmarks/bench_precision.py``). At that precision the AUC's
-  continued fraction gives ``num/denom`` in lowest terms for small federations (up to a few
-  hundred samples): a property of announcing a precise AUC, not of the masks.
+  10^4, up to 7e-8 for one sample of each class (``benchmarks/bench_precision.py``). At
+  that precision the AUC's continued fraction gives ``num/denom`` in lowest terms for small
+  federations (up to a few hundred samples): a property of announcing a precise AUC, not
+  of the masks.
 * **The magnitude of denom within a factor of 2** (``Y = d*denom``, ``d`` in [1/2, 1)).
 * **The error bound, overstated by the parties' secret offsets**: ``(B + delta*Neg +
   delta'*Pos + ...)/denom``, still certified, to about two significant digits.

@@ -29,8 +29,8 @@ Two things together do it:
   balanced classes): a wrapped normal that close to uniform gives a likelihood ratio
   within ~1e-5 of 1 per evaluation, so the test rules nothing out - while the AUC keeps a
   relative precision of ``~2^-28 / min(Pos, Neg)`` (measured 6e-11 to 1.0e-9 at 100
-  samples, up to 7e-8 for one sample of each class). In malicious mode the same noise is drawn once and enters
-  every run (it is part of the data), so the runs still agree.
+  samples, up to 7e-8 for one sample of each class). In malicious mode the same noise is
+  drawn once and enters every run (it is part of the data), so the runs still agree.
 
 The error bound (``B/denom``, ``B`` the pairs within a bin) is the second fraction over the
 same denominator: read exactly, "``q' * bound`` is an integer" is another test. Every party
