@@ -573,3 +573,39 @@ def test_exact_mode_refinement_answer_forged_on_flower(
     refusals = {m.get("check") for st, _n, m in _reply_meta(grid) if st == "marks"}
     assert refusals == {"tampering:canary"}, refusals
     _assert_no_data_in_replies(grid, fed, paths)
+
+
+def test_exact_mode_party_reads_one_answer_per_round(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server whose refinement answer was refused cannot retry the round (it would
+    learn, answer by answer, which slots are canaries): a node deletes its keys and state
+    after any failure, so the honest answer sent after the refused one gets
+    ``out-of-order`` from every party."""
+    from fedsec.runtime import flower_server
+
+    fed = federation(tmp_path / "fed", NAMES)
+    _data(fed)
+    real_step = flower_server.ServerRun.step
+    second: dict[str, Any] = {}
+    forged: set[int] = set()
+
+    def twice(self: Any, name: str, contents: Any, **kw: Any) -> Any:
+        out = real_step(self, name, contents, **kw)
+        if name == "marks" and "replies" not in second:
+            second["first"] = out
+            second["replies"] = real_step(self, name, contents, **kw)
+        return out
+
+    def flip_once(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        if step != "marks" or node in forged:
+            return blobs
+        forged.add(node)
+        return [blobs[0][:-1] + bytes([blobs[0][-1] ^ 1])]   # malformed: refused, not read
+
+    monkeypatch.setattr(flower_server.ServerRun, "step", twice)
+    grid = local_grid(_nodes(fed), {}, edit=flip_once)
+    _run(grid, {"security": "semi-honest", "roster-path": str(fed.roster_path),
+                "decision-points": "exact"}, tmp_path)
+    assert second["first"].ok == {} and second["replies"].ok == {}
+    assert set(second["replies"].refused.values()) == {"out-of-order"}
