@@ -62,8 +62,8 @@ Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B - d*den
 functions of classes 0 and 1, noised so that they stay exactly such functions (see
 :meth:`FHAUCAggregator.mask`).
 
-Masks and the counts' noise (issue 22)
---------------------------------------
+Masks and the counts' noise
+---------------------------
 ``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``), each a
 plaintext constant encoded at the scale ``S`` of the prime the result is then rescaled by
 (the 48-bit top prime of the default chain ``CKKS_128_N8192_DEPTH1_S39``; the product is
@@ -339,7 +339,7 @@ class FHAUCParty:
         dtp = np.diff(tp, prepend=0)
         dtp[single_value_bins(cfg.points)] = 0   # exact ties: no error, no count
         n = self._keys.n_parties
-        # the counts' noise (issue 22, fedsec.auc.masking): on Pos and Neg (the
+        # the counts' noise (fedsec.auc.masking): on Pos and Neg (the
         # denominator); the same 4e on every T term (the numerator gets 4e*sum(F) =
         # 4e*Neg, e pooled); one-sided offsets on the bound terms
         e, (off_p, off_n) = self._draw_noise(n)

@@ -6,8 +6,8 @@ The aggregator hides ``num`` and ``denom = 2*Pos*Neg`` behind one real mask ``d`
 party divides. A mask is a plaintext constant encoded at the prime ``q`` the result is then
 rescaled by, so it is ``K/q`` for an integer ``K``: the value a party reads, ``Y =
 (K/q)*denom``, lies on a grid of step ``denom/q``, and a candidate denominator ``q'`` is
-consistent only if ``q*Y/q'`` is an integer. Issue 22 showed that test (with the error
-bound's) leaves only the true denominator from ~10^4 samples on.
+consistent only if ``q*Y/q'`` is an integer. That test (with the error bound's) left only
+the true denominator from ~10^4 samples on, with the earlier 35-bit masks.
 
 Noise on ``Y`` hides the grid only if it is at least about one step, ``denom/q``: noise
 proportional to the counts. A fixed noise cannot do that across federations of 2 to 2^20

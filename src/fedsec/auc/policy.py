@@ -28,7 +28,7 @@ DEFAULT_MAX_TOLERANCE = 1e-6
 DEFAULT_MIN_BOUND_BITS = 40.0
 DEFAULT_MAX_DECISION_POINTS = 8192
 #: Fewest decision points a party accepts from a server by default: with very few points
-#: the trapezoid AUC and its bound are a handful of pooled confusion counts (issue 22: at
+#: the trapezoid AUC and its bound are a handful of pooled confusion counts (measured: at
 #: N = 3 a server read the pooled Pos, Neg, TP and FP at 0.5).
 DEFAULT_MIN_DECISION_POINTS = 10
 #: Cap on the key material (estimated in-memory bytes, :func:`estimated_key_bytes`) a

@@ -105,7 +105,7 @@ class CKKSParams:
 FHAUC_CHAIN = (35, 35, 34, 35, 37, 42)
 FHAUC_SCALE_BITS = 49
 
-# FHAUC's masked chain (issue 22, the default). A mask encoded at a prime ``q`` is ``K/q``
+# FHAUC's masked chain (the default). A mask encoded at a prime ``q`` is ``K/q``
 # for an integer ``K``: a party can test candidate denominators against that grid unless the
 # values it reads carry noise above one grid step, ``denom/q``, which grows with the
 # federation. So the grid must be fine (a large ``q``) and the noise proportional to the
@@ -160,7 +160,7 @@ _PRESETS = [
         "4096 complex slots; fresh scale 2^49; one ciphertext product rescaled by a 37-bit "
         "prime (scale ~2^61), then a real plaintext multiplication encoded at the next "
         "(35-bit) prime and rescaled. The last level holds values up to 3*2^40 at scale 2^61. "
-        "FHAUC's chain before issue 22 (kept for comparisons): its 35-bit mask grid "
+        "FHAUC's earlier chain (kept for comparisons): its 35-bit mask grid "
         "let a party test candidate denominators, so FHAUC refuses it.",
     ),
     CKKSParams(

@@ -929,7 +929,7 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
     out: dict[str, Any] = {"verified": verified, "included": included, "shared": shared}
     if shared:
         # what leaves the node is rounded (the AUC to 6 significant digits, the bound up to
-        # 2): at full precision the pair pins the federation's class counts (issue 22)
+        # 2): at full precision the pair pins the federation's class counts
         out["auc"], out["error_bound"] = shared_result(float(auc), float(bound))
         out["auc_digits"], out["bound_digits"] = SHARED_AUC_DIGITS, SHARED_BOUND_DIGITS
     return [], out

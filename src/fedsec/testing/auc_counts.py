@@ -1,6 +1,6 @@
 """What a curious party, or the server, can solve for from an FHAUC result: the class counts.
 
-Issue 22's attack. A party decrypts, per run ``k`` (semi-honest mode has one run with
+The attack. A party decrypts, per run ``k`` (semi-honest mode has one run with
 ``a = b = g = 1``), ``Y = (K/S)*a*denom``, ``X = (K/S)*b*num`` and ``Xb = (K/S)*g*B`` after
 removing the multiples of ``denom`` it can compute (the pair mask's ``c*denom``, malicious
 mode's ``r1*denom``): ``K`` an integer, ``S`` the public prime the result was rescaled by,
