@@ -1,1 +1,1 @@
-"""fedsec's Flower app: secure federated AUC (FHAUC) across machines."""
+"""fedsec's Flower app: every fedsec protocol across machines (the run config picks it)."""

@@ -1,5 +1,8 @@
-"""ClientApp: one FHAUC party per SuperNode (logic in :mod:`fedsec.runtime.flower_client`)."""
+"""ClientApp: a party (or other role) of any fedsec protocol on this SuperNode.
 
-from fedsec.runtime.flower_client import build_client_app
+Logic in :mod:`fedsec.runtime.flower_apps`, which routes each message to its protocol.
+"""
+
+from fedsec.runtime.flower_apps import build_client_app
 
 app = build_client_app()

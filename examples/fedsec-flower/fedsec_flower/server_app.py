@@ -1,5 +1,8 @@
-"""ServerApp: the FHAUC aggregator (logic in :mod:`fedsec.runtime.flower_server`)."""
+"""ServerApp: the server side of the protocol the run config names (``protocol``).
 
-from fedsec.runtime.flower_server import build_server_app
+Logic in :mod:`fedsec.runtime.flower_apps`.
+"""
+
+from fedsec.runtime.flower_apps import build_server_app
 
 app = build_server_app()
