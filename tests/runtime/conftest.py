@@ -574,7 +574,7 @@ class LocalGrid:
                  edit: Callable[[str, int, list[bytes]], list[bytes]] | None = None) -> None:
         from flwr.supercore.task_identity import TaskIdentity
 
-        from fedsec.runtime.flower_client import build_client_app
+        from fedsec.runtime.flower_apps import build_client_app
 
         # Flower's Message() reads the task's run and node from this process-wide identity
         TaskIdentity.run_id = run_id
