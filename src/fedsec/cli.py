@@ -47,6 +47,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedsec.cli_identity",
     "fedsec.cli_shapley",
     "fedsec.cli_pfl",
+    "fedsec.cli_flower",
 )
 
 

@@ -240,8 +240,9 @@ def test_malicious_run_in_process(federation: Callable[..., Federation],
     assert doc["quorum"] == {"required": 3, "parties": 3, "roster": None, "min_parties": 0,
                              "whole_roster": True}
     steps = [s for s, _n, _m in _reply_meta(grid)]
+    # six exchanges: each party's signed commit rides with its confirmation
     assert steps == ["hello"] * 3 + ["offer"] + ["deliver"] * 3 + ["confirmed"] * 3 + \
-        ["commit"] * 3 + ["submit"] * 3 + ["finalize"] * 3
+        ["submit"] * 3 + ["finalize"] * 3
     _assert_no_data_in_replies(grid, fed, paths)
     _no_state_left(fed)
     for name in NAMES:
@@ -400,13 +401,14 @@ def test_semi_honest_continues_over_survivors(federation: Callable[..., Federati
     fed = federation(tmp_path / "fed", NAMES)
     paths = _data(fed)
     grid = local_grid(_nodes(fed, **{"share-auc": True}), {},
-                      before_step=_kill_before("submit", 103, "offline"))
+                      before_step=_kill_before("confirmed", 103, "offline"))
     doc = _run(grid, {"security": "semi-honest", "roster-path": str(fed.roster_path)},
                tmp_path)
     assert doc["status"] == "done", doc
     assert doc["parties"]["included"] == NAMES[:2]
+    # a semi-honest party submits with its confirmation: it drops out at that step
     assert [(e["party"], e["step"]) for e in doc["parties"]["left_out"]] == \
-        [(NAMES[2], "submit")]
+        [(NAMES[2], "confirmed")]
     assert doc["auc"] == pytest.approx(_plain(paths[:2]), abs=1e-6)
 
 

@@ -13,7 +13,9 @@ message type           role method                                              
                        ``KeySetupParty(identity, roster, config.key_spec()).hello()``
 ``query.offer``        ``KeySetupParty.offer(request)`` (the transcript's key holder) offer
 ``query.deliver``      ``KeySetupParty.receive(delivery)``                          confirmation
-``query.confirmed``    ``KeySetupParty.finish(confirmed)`` -> ``PartyKeys``         ok
+``query.confirmed``    ``KeySetupParty.finish(confirmed)`` -> ``PartyKeys``; then   submission
+                       the step the message's ``then`` names (``submit``            / commit
+                       semi-honest, ``commit`` malicious, none in exact mode)       / ok
 ``query.commit``       ``MaliciousParty.commit()`` (signed, fresh nonce)            commit
 ``query.submit``       ``FHAUCParty.submit()`` / ``MaliciousParty.submit(start)``   submission
 ``query.finalize``     ``.finalize(result)``                                        ok / check
@@ -793,10 +795,22 @@ def _deliver(msg: Message, node: NodeSetup) -> _Reply:
 
 
 def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
-    """Key set-up round 5: every participant confirmed the same transcript -> keys."""
+    """Key set-up round 5: every participant confirmed the same transcript -> keys; then,
+    in the same exchange, the party's next step (``then``: ``submit`` in semi-honest
+    mode, ``commit`` in malicious mode, none in exact mode, whose refinement comes
+    first; anything else is refused)."""
     cfg, fields = _resume(node, "setup")
+    then = get_meta(msg.content).get("then", "")
+    exact = "exact" in json.loads(fields["config"])
+    expected = "" if exact else ("commit" if isinstance(cfg, MaliciousConfig) else "submit")
+    if then != expected:
+        raise ProtocolError("the confirmation announces a next step this run does not have")
     keys = _setup_party(node, cfg, fields).finish(get_blob(msg.content))
     node.store.save(node.name, {"config": fields["config"], "keys": keys.to_bytes()})
+    if then == "commit":
+        return _commit(msg, node)
+    if then == "submit":
+        return _submit(msg, node)
     return [], {"parties": len(keys.names)}
 
 

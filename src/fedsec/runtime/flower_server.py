@@ -9,10 +9,14 @@ round per protocol step:
   checks against its own policy) -> ``offer`` (the key holder, fixed by the hash of the
   hellos, not chosen by the server) -> ``deliver`` (all; each party answers with a signed
   confirmation of the transcript) -> ``confirmed`` (all; every confirmation relayed to
-  every party, which detects equivocation);
-* semi-honest: ``submit`` -> ``finalize``;
-* malicious: ``commit`` (signed nonces) -> ``submit`` (with the start message, i.e. every
-  signed commit) -> ``finalize``.
+  every party, which detects equivocation; the party's next step rides in the same
+  exchange: its submission in semi-honest mode, its signed commit in malicious mode);
+* semi-honest: (submission with ``confirmed``) -> ``finalize``: 5 exchanges in all;
+* malicious: (commit with ``confirmed``) -> ``submit`` (with the start message, i.e. every
+  signed commit) -> ``finalize``: 6 exchanges; a restarted commit round is its own
+  ``commit`` step;
+* exact mode: ``confirmed`` -> ``refine``/``marks`` per round -> ``commit``/``submit`` as
+  their own steps.
 
 It sees identity public keys (the roster), X25519 public keys, the CKKS public keys,
 sealed boxes, signatures and ciphertexts only. Parties decrypt the result; each finalize
@@ -309,6 +313,8 @@ class ServerRun:
     names: dict[int, str] = field(default_factory=dict)
     doc: dict[str, Any] = field(default_factory=dict)
     required: int = 2
+    #: node -> blobs of the step each party did with its confirmation (see ``_then``)
+    first: dict[int, list[bytes]] = field(default_factory=dict)
     _paused: bool = False
     _t0: float = field(default_factory=time.monotonic)
 
@@ -545,11 +551,22 @@ class ServerRun:
             except ProtocolError as exc:
                 raise RunFailed(f"key set-up: a confirmation does not verify: {exc}") from None
             self.pause("deliver")
-            acks = self.step("confirmed", {n: ([bundle], {}) for n in order},
-                             attempt=attempt, expect_blobs=0)
+            # the confirmation rides with the party's next step (its submission in
+            # semi-honest mode, its signed commit in malicious mode): one exchange less
+            then = self._then(cfg)
+            acks = self.step("confirmed", {n: ([bundle], {"then": then}) for n in order},
+                             attempt=attempt, expect_blobs=1 if then else 0)
             keyed = [n for n in order if n in acks.ok]
+            self.first = {n: acks.ok[n][0] for n in keyed} if then else {}
             self.pause("confirmed")
             return ks, keyed
+
+    def _then(self, cfg: FHAUCConfig | MaliciousConfig) -> str:
+        """The step a party does right after finishing key set-up, in the same exchange
+        (none in exact mode: refinement comes first)."""
+        if self.opts.exact:
+            return ""
+        return "commit" if isinstance(cfg, MaliciousConfig) else "submit"
 
     def refine(self, ks: KeySetupAggregator, keyed: list[int]
                ) -> FHAUCConfig | MaliciousConfig:
@@ -599,7 +616,10 @@ class ServerRun:
     def semi_honest(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int]) -> None:
         """submit -> aggregate (those who submitted, if they meet the quorum) -> finalize."""
         assert ks.context is not None
-        subs = self.step("submit", {n: ([], {}) for n in keyed})
+        if self.first:  # submitted with the confirmation
+            subs = _Replies(ok={n: (b, {}) for n, b in self.first.items() if n in keyed})
+        else:
+            subs = self.step("submit", {n: ([], {}) for n in keyed})
         submitted = [n for n in keyed if n in subs.ok]
         self.require(submitted, "submit")
         self.pause("submit")
@@ -621,7 +641,12 @@ class ServerRun:
         assert ks.context is not None
         survivors = list(keyed)
         for attempt in range(self.opts.max_restarts + 1):
-            commits = self.step("commit", {n: ([], {}) for n in survivors}, attempt=attempt)
+            if attempt == 0 and self.first:  # committed with the confirmation
+                commits = _Replies(ok={n: (b, {}) for n, b in self.first.items()
+                                       if n in survivors})
+            else:
+                commits = self.step("commit", {n: ([], {}) for n in survivors},
+                                    attempt=attempt)
             committed = [n for n in survivors if n in commits.ok]
             self.require(committed, "commit")
             agg = MaliciousAggregator(ks.context, cfg, names=ks.names, session=ks.session,

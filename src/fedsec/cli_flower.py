@@ -1,0 +1,218 @@
+"""``fedsec flower local PROTOCOL ...``: try a protocol as separate processes on this machine.
+
+Starts a SuperLink (TLS, certificates and identities made in a temporary folder), one
+SuperNode per party and the ServerApp, all on 127.0.0.1, runs the protocol, stops every
+process it started (children included) and prints the result as the in-process command
+prints it. A real deployment runs the same pieces on one machine per party
+(docs/run-across-machines.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fedsec.cli_auc import _points_arg, _scores_arg, add_party_file_options, load_party_files
+from fedsec.cli_common import int_arg
+from fedsec.errors import ProtocolError
+
+__all__ = ["register"]
+
+
+def _say(quiet: bool) -> Any:
+    def say(text: str) -> None:
+        if not quiet:
+            print(f"[flower local] {text}", file=sys.stderr, flush=True)
+    return say
+
+
+def _workdir(args: argparse.Namespace) -> tuple[Path, bool]:
+    if args.workdir:
+        path = Path(args.workdir)
+        if path.exists() and any(path.iterdir()):
+            raise ValueError(f"--workdir {path} is not empty")
+        path.mkdir(parents=True, exist_ok=True)
+        return path, True
+    return Path(tempfile.mkdtemp(prefix="fedsec-flower-local-")), False
+
+
+def _federation(workdir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
+    """Each party's identity and the roster, as each party would make them itself."""
+    from fedsec.crypto.identity import Identity, Roster, check_party_name
+
+    for n in names:
+        try:
+            check_party_name(n)
+        except ValueError as exc:
+            raise ValueError(f"party name {n!r}: {exc}; pass --name NAME per file") from None
+    ids = {n: Identity.generate(n) for n in names}
+    d = workdir / "identities"
+    d.mkdir(mode=0o700)
+    paths = {n: ids[n].save(d / f"{n}.identity.json") for n in names}
+    roster = Roster.of(list(ids.values())).save(d / "roster.json")
+    return roster, paths
+
+
+def _exchanges(doc: dict[str, Any]) -> dict[str, float]:
+    skip = {"aggregate_s", "total_s"}
+    return {k[:-2]: v for k, v in doc.get("timings", {}).items()
+            if k.endswith("_s") and k not in skip and isinstance(v, (int, float))}
+
+
+def _cmd_local_auc(args: argparse.Namespace) -> int:
+    from fedsec.runtime.local_deploy import LocalNode, run_local
+
+    if len(args.files) < 2:
+        raise ValueError(f"a federation needs at least 2 parties; got {len(args.files)} "
+                         "party file")
+    parties = load_party_files(args, any_finite=args.scores != "probability")  # checks
+    names = [p.name for p in parties]
+    workdir, keep = _workdir(args)
+    keep = keep or args.keep
+    say = _say(args.quiet or args.json)
+    try:
+        roster, ident = _federation(workdir, names)
+        nodes = []
+        for name, path in zip(names, args.files, strict=True):
+            cfg: dict[str, Any] = {
+                "data-path": str(Path(path).resolve()), "identity-path": str(ident[name]),
+                "roster-path": str(roster), "state-dir": str(workdir / "state" / name),
+                "log-path": str(workdir / "logs" / f"{name}.log"),
+                "label-col": str(args.label_col), "score-col": str(args.score_col),
+                "scores": args.scores, "security": args.security}
+            if args.pos_label is not None:
+                cfg["pos-label"] = args.pos_label
+            if args.delimiter:
+                cfg["delimiter"] = args.delimiter
+            nodes.append(LocalNode(name, cfg))
+        (workdir / "logs").mkdir(exist_ok=True)
+        run_cfg: dict[str, Any] = {
+            "protocol": "auc", "security": args.security, "roster-path": str(roster),
+            "decision-points": str(args.decision_points) if args.decision_points == "exact"
+            else int(args.decision_points), "step-timeout": float(args.step_timeout)}
+        run = run_local(nodes, run_cfg, workdir=workdir, timeout=args.timeout, say=say)
+        if run.leftover:
+            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
+        doc = run.doc
+        if doc.get("status") != "done":
+            raise ProtocolError(f"the Flower run failed: {doc.get('error', doc.get('status'))}"
+                                f" (logs in {workdir}; pass --keep to keep them)")
+        mine = [r for rs in run.node_results.values() for r in rs if r.get("status") == "ok"]
+        if len(mine) != len(names):
+            raise ProtocolError("not every party reported a result")
+        aucs = {r["party"]: r["auc"] for r in mine}
+        first = mine[0]
+        out = {
+            "auc": first["auc"], "error_bound": max(r["error_bound"] for r in mine),
+            "security": args.security, "verified": all(r["verified"] for r in mine),
+            "parties": len(first["included"]), "included": first["included"],
+            "decision_points": doc.get("decision_points"), "preset": doc.get("preset"),
+            "party_aucs": aucs,
+            "flower": {"exchanges": len(_exchanges(doc)), "steps_s": _exchanges(doc),
+                       "server_seconds": doc.get("timings", {}).get("total_s"),
+                       "wall_seconds": round(run.seconds, 2),
+                       "aggregator_seconds": doc.get("timings", {}).get("aggregate_s")},
+        }
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"secure AUC ({args.security} aggregator, on Flower): {out['auc']:.10f}")
+            print(f"  parties: {out['parties']} ({', '.join(out['included'])})   "
+                  f"decision points: {out['decision_points']}   preset: {out['preset']}")
+            if args.security == "malicious":
+                print(f"  verified: {out['verified']}")
+            print(f"  certified |AUC - exact ROC-AUC| <= {out['error_bound']:.3g}")
+            fl = out["flower"]
+            print(f"  Flower: {fl['exchanges']} message exchanges, ServerApp "
+                  f"{fl['server_seconds']} s, whole local deployment {fl['wall_seconds']} s "
+                  f"(aggregator computation {fl['aggregator_seconds']} s)")
+        return 0
+    finally:
+        if keep:
+            print(f"[flower local] kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cmd_local_ping(args: argparse.Namespace) -> int:
+    from fedsec.runtime.local_deploy import LocalNode, run_local
+
+    workdir, keep = _workdir(args)
+    keep = keep or args.keep
+    try:
+        nodes = [LocalNode(f"node-{i}", {"state-dir": str(workdir / "state" / str(i))})
+                 for i in range(args.nodes)]
+        run = run_local(nodes, {"protocol": "ping", "ping-rounds": args.rounds,
+                                "num-nodes": args.nodes},
+                        workdir=workdir, timeout=args.timeout,
+                        say=_say(args.quiet or args.json))
+        if run.leftover:
+            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
+        doc = run.doc
+        if doc.get("status") != "done":
+            raise ProtocolError(f"the ping run failed: {doc}")
+        out = {"nodes": args.nodes, "rounds_s": doc["rounds_s"],
+               "median_round_s": doc["median_round_s"], "wall_seconds": round(run.seconds, 2)}
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"{args.nodes} SuperNodes answered {args.rounds} empty exchanges; per "
+                  f"exchange: {', '.join(f'{s:.2f}' for s in doc['rounds_s'])} s (median "
+                  f"{doc['median_round_s']:.2f} s): Flower's floor for one protocol step")
+        return 0
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _common(p: argparse.ArgumentParser, timeout: float) -> None:
+    p.add_argument("--timeout", type=float, default=timeout,
+                   help=f"seconds the whole run may take (default {timeout:g})")
+    p.add_argument("--workdir", default=None,
+                   help="folder for the certificates, identities, logs and state (must be "
+                        "empty; kept); default: a temporary folder, removed afterwards")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+
+def register(sub: Any) -> None:
+    """Add the ``flower`` sub-command (``fedsec flower local PROTOCOL``)."""
+    f = sub.add_parser(
+        "flower", help="run a protocol on Flower's deployment engine (separate processes)",
+        description="Flower deployment helpers.")
+    fsub = f.add_subparsers(dest="flower_command", metavar="ACTION", required=True)
+    local = fsub.add_parser(
+        "local", help="try a protocol as separate processes on this machine",
+        description="Start a SuperLink (TLS), one SuperNode per party and the ServerApp on "
+                    "127.0.0.1 (identities, roster and certificates made in a temporary "
+                    "folder), run the protocol, stop every process it started and print "
+                    "the result as the in-process command does. A real deployment runs "
+                    "the same pieces on one machine per party: see "
+                    "docs/run-across-machines.md.")
+    psub = local.add_subparsers(dest="protocol", metavar="PROTOCOL", required=True)
+    a = psub.add_parser("auc", help="secure federated ROC-AUC (as 'fedsec auc')",
+                        description="Secure federated ROC-AUC with one SuperNode per party "
+                                    "file.")
+    add_party_file_options(a)
+    a.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest")
+    a.add_argument("--decision-points", "-N", type=_points_arg, default=100,
+                   metavar="N|exact")
+    a.add_argument("--scores", type=_scores_arg, default="probability",
+                   metavar="probability|logit|range:LO:HI")
+    a.add_argument("--step-timeout", type=float, default=60.0,
+                   help="seconds a protocol step waits for the parties (default 60)")
+    _common(a, 300.0)
+    a.set_defaults(func=_cmd_local_auc)
+    pg = psub.add_parser("ping", help="measure Flower's per-exchange floor",
+                         description="Empty message exchanges with N SuperNodes: the cost of "
+                                     "one protocol step that does no work.")
+    pg.add_argument("--nodes", type=int_arg("--nodes", 1, 32), default=3)
+    pg.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5)
+    _common(pg, 180.0)
+    pg.set_defaults(func=_cmd_local_ping)
