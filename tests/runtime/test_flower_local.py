@@ -611,3 +611,78 @@ def test_exact_mode_party_reads_one_answer_per_round(
                 "decision-points": "exact"}, tmp_path)
     assert second["first"].ok == {} and second["replies"].ok == {}
     assert set(second["replies"].refused.values()) == {"out-of-order"}
+
+
+# ------------------------------------------------------------------ the relay as adversary
+def test_relay_reads_no_secret_and_cannot_forge_or_replay(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path) -> None:
+    """The ServerApp and SuperLink relay every key set-up message. Read: no byte that
+    reaches the server carries a party's CKKS secret key or shared seed. Forge: a flipped
+    byte in a relayed delivery box or confirmation bundle is refused (check name, no
+    result). Replay: a delivery box of an earlier run, relayed into a new run, is refused."""
+    from fedsec.crypto.keysetup import PartyKeys
+    from fedsec.runtime.flower_io import get_blobs
+
+    fed = federation(tmp_path / "fed", NAMES)
+    _data(fed)
+    rc = {"security": "malicious", "roster-path": str(fed.roster_path)}
+    seen: dict[str, list[bytes]] = {}
+    secrets_: list[bytes] = []
+
+    def record(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        seen.setdefault(f"{step}:{node}", []).extend(blobs)
+        if step == "submit":  # every party holds its keys now: read them from its disk
+            for name in NAMES:
+                for f in fed.state_dir(name).glob("*.fedsec"):
+                    from fedsec.protocol import wire
+                    state = wire.decode(f.read_bytes())
+                    fields = dict(zip(state.meta["fields"], state.blobs, strict=True))
+                    keys = PartyKeys.from_bytes(fields["keys"], allow_insecure=True)
+                    secrets_.extend([keys.context.secret_bytes(), keys.seed])
+        return blobs
+
+    grid = local_grid(_nodes(fed), {}, run_id=21, edit=record)
+    (tmp_path / "r1").mkdir()
+    doc = _run(grid, rc, tmp_path / "r1")
+    assert doc["status"] == "done", doc
+    assert secrets_, "no key was read"
+    received = [b for _s, _n, msg in grid.replies for b in get_blobs(msg.content)]
+    sent = [b for blobs in seen.values() for b in blobs]
+    for secret in secrets_:
+        mid = len(secret) // 2
+        probe = secret[mid - 16:mid + 16]
+        assert len(probe) == 32
+        assert not any(probe in b for b in received + sent)
+
+    def flip(target: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
+        def edit(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+            if step == target and node == 102:
+                b = bytearray(blobs[0])
+                b[len(b) // 2] ^= 1
+                return [bytes(b)]
+            return blobs
+        return edit
+
+    for i, target in enumerate(("deliver", "confirmed")):
+        (tmp_path / f"f{i}").mkdir()
+        forged = local_grid(_nodes(fed), {}, run_id=30 + i, edit=flip(target))
+        bad = _run(forged, {**rc, "max-restarts": 0}, tmp_path / f"f{i}")
+        assert bad["status"] == "failed" and "auc" not in bad, bad
+        refusals = [m for s, n, m in _reply_meta(forged) if s == target and n == 102]
+        assert refusals and refusals[0]["ok"] is False, refusals
+        assert set(refusals[0]) == {"ok", "check"}
+
+    old = seen["deliver:102"][0]
+
+    def replay(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        return [old] if step == "deliver" and node == 102 else blobs
+
+    (tmp_path / "rp").mkdir()
+    again = local_grid(_nodes(fed), {}, run_id=40, edit=replay)
+    bad = _run(again, {**rc, "max-restarts": 0}, tmp_path / "rp")
+    assert bad["status"] == "failed" and "auc" not in bad, bad
+    refusals = [m for s, n, m in _reply_meta(again) if s == "deliver" and n == 102]
+    assert refusals and refusals[0] == {"ok": False, "check": refusals[0]["check"]}
+    # the old delivery's transcript lacks this run's fresh hello of the party
+    assert refusals[0]["check"] == "tampering:own-hello", refusals
