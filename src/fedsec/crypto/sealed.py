@@ -73,6 +73,17 @@ class SealKey:
     def open(self, box: bytes, *, context: bytes) -> bytes:
         return open_sealed(self._private, box, context=context)
 
+    def agree(self, peer_public: bytes) -> bytes:
+        """The X25519 shared secret with ``peer_public`` (``ProtocolError`` if invalid);
+        derive keys from it with a KDF and a purpose label, never use it directly."""
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
+        check_x25519(peer_public, who="a peer")
+        try:
+            return self._private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+        except ValueError:
+            raise ProtocolError("invalid X25519 key of a peer") from None
+
 
 def _field(data: bytes, pos: int, what: str) -> tuple[bytes, int]:
     if pos + 2 > len(data):

@@ -13,7 +13,8 @@ Registry
 (``query.<action>``) to ``"module:function"``. Handlers are imported when their first
 message arrives, so a ClientApp process (Flower starts one per message) imports only the
 protocol it serves. An action belongs to exactly one protocol: new protocols prefix
-their actions (``dpauc-submit``); the AUC steps keep their historical names.
+their actions (``dpauc_submit``; Flower wants Python identifiers); the AUC steps keep
+their historical names.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = ["PROTOCOLS", "CLIENT_STEPS", "protocol_of", "build_server_app",
 PROTOCOLS: dict[str, str] = {
     "auc": "fedsec.runtime.flower_server",
     "ping": "fedsec.runtime.flower_ping",
+    "fedavg": "fedsec.runtime.flower_fedavg",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -46,6 +48,8 @@ CLIENT_STEPS: dict[str, str] = {
         "hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
         "finalize")},
     "ping": "fedsec.runtime.flower_ping:handle_ping",
+    **{f"fedavg_{s}": f"fedsec.runtime.flower_fedavg:handle_{s}"
+       for s in ("keys", "train", "end")},
 }
 
 

@@ -271,6 +271,20 @@ class Deployment:
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=STOP_TIMEOUT)
+        # processes that left the tree (a node host detaches from the ClientApp that
+        # started it) still carry this deployment's FLWR_HOME: they end with their
+        # SuperNode within a second; whatever is left after that is stopped here
+        marker = str(self.flwr_home)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and leftover_processes(marker):
+            time.sleep(0.1)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in leftover_processes(marker):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            stop = time.monotonic() + STOP_TIMEOUT
+            while time.monotonic() < stop and leftover_processes(marker):
+                time.sleep(0.1)
         for f in self._logfiles:
             f.close()
 
