@@ -240,9 +240,10 @@ def test_malicious_run_in_process(federation: Callable[..., Federation],
     assert doc["quorum"] == {"required": 3, "parties": 3, "roster": None, "min_parties": 0,
                              "whole_roster": True}
     steps = [s for s, _n, _m in _reply_meta(grid)]
-    # six exchanges: each party's signed commit rides with its confirmation
+    # five exchanges: each party's signed commit rides with its delivery, its submission
+    # with the confirmations
     assert steps == ["hello"] * 3 + ["offer"] + ["deliver"] * 3 + ["confirmed"] * 3 + \
-        ["submit"] * 3 + ["finalize"] * 3
+        ["finalize"] * 3
     _assert_no_data_in_replies(grid, fed, paths)
     _no_state_left(fed)
     for name in NAMES:
@@ -419,14 +420,18 @@ def test_malicious_drop_out_stops_by_default(federation: Callable[..., Federatio
     party that crashes after its commit stops the run with a clear error, no result."""
     fed = federation(tmp_path / "fed", NAMES)
     _data(fed)
-    grid = local_grid(_nodes(fed), {}, before_step=_kill_before("submit", 102))
+    # the commit rode with the delivery; the party crashes before its submission (which
+    # rides with the confirmation)
+    grid = local_grid(_nodes(fed), {}, before_step=_kill_before("confirmed", 102))
     doc = _run(grid, {"security": "malicious", "roster-path": str(fed.roster_path)},
                tmp_path)
     assert doc["status"] == "failed" and "auc" not in doc
     assert doc["restarts"] == []
     err = doc["error"]
-    assert f"no submission from ['{NAMES[1]}']" in err and "whole roster" in err
-    assert "fewer than the 3 required" in err and "no result" in err
+    assert "only 2 parties remain" in err and "whole roster" in err
+    assert "at least 3 are required" in err
+    assert [(e["party"], e["step"]) for e in doc["parties"]["left_out"]] == \
+        [(NAMES[1], "confirmed")]
 
 
 @pytest.mark.parametrize("where", ["roster", "node-config"])
@@ -438,7 +443,8 @@ def test_malicious_drop_out_restarts_with_a_lower_quorum(
     fed = federation(tmp_path / "fed", NAMES, quorum=2 if where == "roster" else None)
     paths = _data(fed)
     extra = {"quorum": 2} if where == "node-config" else {}
-    grid = local_grid(_nodes(fed, **extra), {}, before_step=_kill_before("submit", 102))
+    grid = local_grid(_nodes(fed, **extra), {},
+                      before_step=_kill_before("confirmed", 102))
     doc = _run(grid, {"security": "malicious", "roster-path": str(fed.roster_path)},
                tmp_path)
     assert doc["status"] == "done", doc
@@ -457,7 +463,7 @@ def test_no_submission_at_all_is_not_a_restart(federation: Callable[..., Federat
     _data(fed)
 
     def all_silent(grid: Any, step: str, _nodes: list[int]) -> None:
-        if step == "submit":
+        if step == "confirmed":
             for n in list(grid.node_configs):
                 grid.kill(n)
 
@@ -465,7 +471,9 @@ def test_no_submission_at_all_is_not_a_restart(federation: Callable[..., Federat
     doc = _run(grid, {"security": "malicious", "roster-path": str(fed.roster_path)},
                tmp_path)
     assert doc["status"] == "failed" and doc["restarts"] == []
-    assert "no party submitted within step-timeout" in doc["error"], doc["error"]
+    assert "only 0 parties remain" in doc["error"], doc["error"]
+    assert all(e["reason"].startswith("no reply within")
+               for e in doc["parties"]["left_out"]), doc["parties"]["left_out"]
 
 
 def test_key_holder_drop_out_restarts_key_setup(federation: Callable[..., Federation],
@@ -632,7 +640,7 @@ def test_relay_reads_no_secret_and_cannot_forge_or_replay(
 
     def record(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
         seen.setdefault(f"{step}:{node}", []).extend(blobs)
-        if step == "submit":  # every party holds its keys now: read them from its disk
+        if step == "finalize":  # every party holds its keys now: read them from its disk
             for name in NAMES:
                 for f in fed.state_dir(name).glob("*.fedsec"):
                     from fedsec.protocol import wire

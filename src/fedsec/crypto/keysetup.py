@@ -518,6 +518,19 @@ class KeySetupParty:
 
     # -------------------------------------------------------------- round 5
     @receives("keys/confirmed")
+    def unconfirmed_keys(self) -> PartyKeys:
+        """The keys this party received, **before** :meth:`finish` has checked that every
+        participant confirmed the same transcript.
+
+        Only for a message that carries no data and is void if the confirmations fail:
+        a signed fresh commit bound to the session (malicious FHAUC sends it with the
+        confirmation to save one exchange). Never encrypt data under these keys before
+        :meth:`finish`: until then the aggregator may have shown other parties other keys.
+        """
+        if self._pending is None or self._final is None:
+            raise ProtocolError("unconfirmed_keys() before receive()")
+        return self._pending
+
     def finish(self, confirmed: bytes) -> PartyKeys:
         """Check that every participant confirmed the same transcript; return the keys."""
         if self._pending is None or self._final is None:

@@ -786,12 +786,28 @@ def _offer(msg: Message, node: NodeSetup) -> _Reply:
 
 
 def _deliver(msg: Message, node: NodeSetup) -> _Reply:
-    """Key set-up round 4: check the transcript, open this party's box, confirm."""
+    """Key set-up round 4: check the transcript, open this party's box, confirm; in
+    malicious mode (``then="commit"``) also the signed fresh commit, bound to the
+    session the confirmation names (it carries no data and is void if the confirmations
+    disagree; no data is encrypted before they are checked)."""
     cfg, fields = _resume(node, "setup")
+    then = get_meta(msg.content).get("then", "")
+    exact = "exact" in json.loads(fields["config"])
+    if then not in ("", "commit") or (then == "commit" and (
+            exact or not isinstance(cfg, MaliciousConfig))):
+        raise ProtocolError("the delivery announces a next step this run does not have")
     party = _setup_party(node, cfg, fields)
     confirm = party.receive(get_blob(msg.content))
-    node.store.save(node.name, {**fields, "setup": party.to_bytes()})
-    return [confirm], {}
+    out = {**fields, "setup": party.to_bytes()}
+    if then != "commit":
+        node.store.save(node.name, out)
+        return [confirm], {}
+    assert isinstance(cfg, MaliciousConfig)
+    mp = MaliciousParty(node.data.y_true, node.data.y_score, keys=party.unconfirmed_keys(),
+                        config=cfg, identity=node.identity, roster=node.roster,
+                        policy=node.policy.party)
+    node.store.save(node.name, {**out, "nonce": mp.nonce})
+    return [confirm, mp.commit()], {}
 
 
 def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
@@ -802,15 +818,23 @@ def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
     cfg, fields = _resume(node, "setup")
     then = get_meta(msg.content).get("then", "")
     exact = "exact" in json.loads(fields["config"])
-    expected = "" if exact else ("commit" if isinstance(cfg, MaliciousConfig) else "submit")
-    if then != expected:
+    malicious = isinstance(cfg, MaliciousConfig)
+    allowed = {""} if exact else ({"commit", "submit"} if malicious else {"submit"})
+    committed = "nonce" in fields
+    if then not in allowed or (malicious and then == "submit") != committed:
         raise ProtocolError("the confirmation announces a next step this run does not have")
-    keys = _setup_party(node, cfg, fields).finish(get_blob(msg.content))
-    node.store.save(node.name, {"config": fields["config"], "keys": keys.to_bytes()})
+    blobs = get_blobs(msg.content)
+    if len(blobs) != (2 if malicious and then == "submit" else 1):
+        raise ProtocolError("malformed confirmation message")
+    keys = _setup_party(node, cfg, fields).finish(blobs[0])
+    kept = {"config": fields["config"], "keys": keys.to_bytes()}
+    if committed:
+        kept["nonce"] = fields["nonce"]
+    node.store.save(node.name, kept)
     if then == "commit":
         return _commit(msg, node)
     if then == "submit":
-        return _submit(msg, node)
+        return _submit_step(node, blobs[1] if malicious else None)
     return [], {"parties": len(keys.names)}
 
 
@@ -875,6 +899,11 @@ def _commit(msg: Message, node: NodeSetup) -> _Reply:
 def _submit(msg: Message, node: NodeSetup) -> _Reply:
     """Encrypted statistics: semi-honest ``FHAUCParty.submit()`` or malicious
     ``MaliciousParty.submit(start)`` (at most once per committed nonce)."""
+    blobs = get_blobs(msg.content)
+    return _submit_step(node, blobs[0] if len(blobs) == 1 else None)
+
+
+def _submit_step(node: NodeSetup, start: bytes | None) -> _Reply:
     cfg, fields = _resume(node, "keys")
     keys = _keys(fields)
     if isinstance(cfg, FHAUCConfig):
@@ -887,10 +916,12 @@ def _submit(msg: Message, node: NodeSetup) -> _Reply:
     if fields.get("submitted") == nonce:
         raise NodeCheckFailed("already-submitted", "this party already submitted for its "
                               "current nonce; a new evaluation needs a new commit round")
+    if start is None:
+        raise ProtocolError("malicious submit needs the start message")
     party = MaliciousParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
                            identity=node.identity, roster=node.roster,
                            policy=node.policy.party, nonce=nonce)
-    sub = party.submit(get_blob(msg.content))
+    sub = party.submit(start)
     node.store.save(node.name, {**fields, "submitted": nonce})
     return [sub], {}
 

@@ -8,15 +8,15 @@ round per protocol step:
 * signed key set-up: ``hello`` (all; carries the run's configuration, which each party
   checks against its own policy) -> ``offer`` (the key holder, fixed by the hash of the
   hellos, not chosen by the server) -> ``deliver`` (all; each party answers with a signed
-  confirmation of the transcript) -> ``confirmed`` (all; every confirmation relayed to
-  every party, which detects equivocation; the party's next step rides in the same
-  exchange: its submission in semi-honest mode, its signed commit in malicious mode);
-* semi-honest: (submission with ``confirmed``) -> ``finalize``: 5 exchanges in all;
-* malicious: (commit with ``confirmed``) -> ``submit`` (with the start message, i.e. every
-  signed commit) -> ``finalize``: 6 exchanges; a restarted commit round is its own
-  ``commit`` step;
-* exact mode: ``confirmed`` -> ``refine``/``marks`` per round -> ``commit``/``submit`` as
-  their own steps.
+  confirmation of the transcript, and in malicious mode with its signed fresh commit,
+  bound to the session and carrying no data) -> ``confirmed`` (all; every confirmation
+  relayed to every party, which detects equivocation, then submits in the same exchange:
+  semi-honest one ciphertext; malicious, with the start message of every signed commit,
+  its split, permuted ciphertexts) -> ``finalize``. Five exchanges in either mode; no
+  party encrypts data before it has checked the confirmations;
+* exact mode: ``confirmed`` (keys only) -> ``refine``/``marks`` per round -> ``submit``
+  (semi-honest) or ``commit`` -> ``submit`` (malicious) -> ``finalize``; a malicious
+  restart after a drop-out is a new ``commit`` -> ``submit``.
 
 It sees identity public keys (the roster), X25519 public keys, the CKKS public keys,
 sealed boxes, signatures and ciphertexts only. Parties decrypt the result; each finalize
@@ -45,10 +45,12 @@ is offline):
   transcript fixes a new key holder), at most ``max-restarts`` times;
 * ``deliver``: key set-up restarts over the parties that confirmed (a confirmation round
   needs every participant);
-* ``confirmed``: the party has no keys and is left out;
-* semi-honest ``submit``: aggregate the others if they meet every party's quorum and
+* ``confirmed``: the party has no keys (and no submission) and is left out; in
+  malicious mode its commit is in the start message, so the others' submissions are
+  handled as a missing ``submit`` below;
+* semi-honest ``submit`` (or ``confirmed``): aggregate the others if they meet every party's quorum and
   report who was left out;
-* malicious ``submit``: the zero-sum masks of the started participants would not cancel,
+* malicious ``submit`` (or ``confirmed``): the zero-sum masks of the started participants would not cancel,
   so no result is computed; if the survivors meet every party's quorum (a roster or node
   ``quorum`` below the whole roster), the commit round restarts over them with fresh
   nonces, at most ``max-restarts`` times; by default parties require the whole roster in
@@ -313,8 +315,14 @@ class ServerRun:
     names: dict[int, str] = field(default_factory=dict)
     doc: dict[str, Any] = field(default_factory=dict)
     required: int = 2
-    #: node -> blobs of the step each party did with its confirmation (see ``_then``)
+    #: node -> blobs of the step each party did with its confirmation (``first_kind``:
+    #: ``submit`` or ``commit``); in malicious mode the aggregator and start message of
+    #: the commits that rode with the deliveries
     first: dict[int, list[bytes]] = field(default_factory=dict)
+    first_kind: str = ""
+    first_agg: MaliciousAggregator | None = None
+    first_start: bytes = b""
+    first_started: list[int] = field(default_factory=list)
     _paused: bool = False
     _t0: float = field(default_factory=time.monotonic)
 
@@ -537,9 +545,12 @@ class ServerRun:
                                  "transcript fixes another")
                 continue
             self.pause("offer")
-            confirms = self.step("deliver", {n: ([d], {}) for n, d in
-                                             zip(order, deliveries, strict=True)},
-                                 attempt=attempt)
+            # malicious mode: each party's signed commit rides with its confirmation
+            early = isinstance(cfg, MaliciousConfig) and not self.opts.exact
+            confirms = self.step("deliver", {n: ([d], {"then": "commit"} if early else {})
+                                             for n, d in zip(order, deliveries,
+                                                             strict=True)},
+                                 attempt=attempt, expect_blobs=2 if early else 1)
             missing = [n for n in order if n not in confirms.ok]
             if missing:
                 active = [n for n in order if n in confirms.ok]
@@ -551,22 +562,31 @@ class ServerRun:
             except ProtocolError as exc:
                 raise RunFailed(f"key set-up: a confirmation does not verify: {exc}") from None
             self.pause("deliver")
-            # the confirmation rides with the party's next step (its submission in
-            # semi-honest mode, its signed commit in malicious mode): one exchange less
-            then = self._then(cfg)
-            acks = self.step("confirmed", {n: ([bundle], {"then": then}) for n in order},
+            blobs: dict[int, list[bytes]] = {n: [bundle] for n in order}
+            then = "" if self.opts.exact else "submit"
+            if early:
+                assert isinstance(cfg, MaliciousConfig) and ks.context is not None
+                agg = MaliciousAggregator(ks.context, cfg, names=ks.names, session=ks.session,
+                                          roster=roster, min_parties=self.required)
+                start = agg.start([confirms.ok[n][0][1] for n in order])
+                if agg.rejected:  # commit again in a step of its own, without the early one
+                    for pos, reason in agg.rejected.items():
+                        self.leave_out(order[pos], "deliver", f"commit rejected: {reason}")
+                    then = "commit"
+                else:
+                    self.first_agg, self.first_start = agg, start
+                    self.first_started = list(order)
+                    blobs = {n: [bundle, start] for n in order}
+            # the confirmation also carries the party's next step: its submission (after
+            # checking the confirmations), or in malicious mode a new commit if an early
+            # one was refused
+            acks = self.step("confirmed", {n: (blobs[n], {"then": then}) for n in order},
                              attempt=attempt, expect_blobs=1 if then else 0)
             keyed = [n for n in order if n in acks.ok]
             self.first = {n: acks.ok[n][0] for n in keyed} if then else {}
+            self.first_kind = then
             self.pause("confirmed")
             return ks, keyed
-
-    def _then(self, cfg: FHAUCConfig | MaliciousConfig) -> str:
-        """The step a party does right after finishing key set-up, in the same exchange
-        (none in exact mode: refinement comes first)."""
-        if self.opts.exact:
-            return ""
-        return "commit" if isinstance(cfg, MaliciousConfig) else "submit"
 
     def refine(self, ks: KeySetupAggregator, keyed: list[int]
                ) -> FHAUCConfig | MaliciousConfig:
@@ -616,7 +636,7 @@ class ServerRun:
     def semi_honest(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int]) -> None:
         """submit -> aggregate (those who submitted, if they meet the quorum) -> finalize."""
         assert ks.context is not None
-        if self.first:  # submitted with the confirmation
+        if self.first_kind == "submit":  # submitted with the confirmation
             subs = _Replies(ok={n: (b, {}) for n, b in self.first.items() if n in keyed})
         else:
             subs = self.step("submit", {n: ([], {}) for n in keyed})
@@ -641,22 +661,30 @@ class ServerRun:
         assert ks.context is not None
         survivors = list(keyed)
         for attempt in range(self.opts.max_restarts + 1):
-            if attempt == 0 and self.first:  # committed with the confirmation
-                commits = _Replies(ok={n: (b, {}) for n, b in self.first.items()
-                                       if n in survivors})
+            if attempt == 0 and self.first_kind == "submit" and self.first_agg is not None:
+                # committed with the delivery, submitted with the confirmation
+                agg, start = self.first_agg, self.first_start
+                started = list(self.first_started)  # every party in the start message
+                subs = _Replies(ok={n: (b, {}) for n, b in self.first.items()})
             else:
-                commits = self.step("commit", {n: ([], {}) for n in survivors},
-                                    attempt=attempt)
-            committed = [n for n in survivors if n in commits.ok]
-            self.require(committed, "commit")
-            agg = MaliciousAggregator(ks.context, cfg, names=ks.names, session=ks.session,
-                                      roster=roster, min_parties=self.required)
-            start = agg.start([commits.ok[n][0][0] for n in committed])
-            for pos, reason in agg.rejected.items():
-                self.leave_out(committed[pos], "commit", f"commit rejected: {reason}")
-            started = [n for i, n in enumerate(committed) if i not in agg.rejected]
-            self.pause("commit")
-            subs = self.step("submit", {n: ([start], {}) for n in started}, attempt=attempt)
+                if attempt == 0 and self.first_kind == "commit":
+                    commits = _Replies(ok={n: (b, {}) for n, b in self.first.items()
+                                           if n in survivors})
+                else:
+                    commits = self.step("commit", {n: ([], {}) for n in survivors},
+                                        attempt=attempt)
+                committed = [n for n in survivors if n in commits.ok]
+                self.require(committed, "commit")
+                agg = MaliciousAggregator(ks.context, cfg, names=ks.names,
+                                          session=ks.session, roster=roster,
+                                          min_parties=self.required)
+                start = agg.start([commits.ok[n][0][0] for n in committed])
+                for pos, reason in agg.rejected.items():
+                    self.leave_out(committed[pos], "commit", f"commit rejected: {reason}")
+                started = [n for i, n in enumerate(committed) if i not in agg.rejected]
+                self.pause("commit")
+                subs = self.step("submit", {n: ([start], {}) for n in started},
+                                 attempt=attempt)
             submitted = [n for n in started if n in subs.ok]
             if len(submitted) != len(started):
                 gone = [self.label(n) for n in started if n not in subs.ok]
