@@ -517,7 +517,6 @@ class KeySetupParty:
         return wire.encode("keys/confirm", {"name": self.name}, [final, sig_c])
 
     # -------------------------------------------------------------- round 5
-    @receives("keys/confirmed")
     def unconfirmed_keys(self) -> PartyKeys:
         """The keys this party received, **before** :meth:`finish` has checked that every
         participant confirmed the same transcript.
@@ -531,6 +530,7 @@ class KeySetupParty:
             raise ProtocolError("unconfirmed_keys() before receive()")
         return self._pending
 
+    @receives("keys/confirmed")
     def finish(self, confirmed: bytes) -> PartyKeys:
         """Check that every participant confirmed the same transcript; return the keys."""
         if self._pending is None or self._final is None:

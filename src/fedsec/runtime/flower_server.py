@@ -48,11 +48,11 @@ is offline):
 * ``confirmed``: the party has no keys (and no submission) and is left out; in
   malicious mode its commit is in the start message, so the others' submissions are
   handled as a missing ``submit`` below;
-* semi-honest ``submit`` (or ``confirmed``): aggregate the others if they meet every party's quorum and
-  report who was left out;
-* malicious ``submit`` (or ``confirmed``): the zero-sum masks of the started participants would not cancel,
-  so no result is computed; if the survivors meet every party's quorum (a roster or node
-  ``quorum`` below the whole roster), the commit round restarts over them with fresh
+* semi-honest ``submit`` (or ``confirmed``): aggregate the others if they meet every
+  party's quorum and report who was left out;
+* malicious ``submit`` (or ``confirmed``): the zero-sum masks of the started participants
+  would not cancel, so no result is computed; if the survivors meet every party's
+  quorum (a roster or node ``quorum`` below the whole roster), the commit round restarts over them with fresh
   nonces, at most ``max-restarts`` times; by default parties require the whole roster in
   malicious mode, so the run stops with a clear error;
 * ``finalize``: the result stands for the parties that answered; the others are listed
