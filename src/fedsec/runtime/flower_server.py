@@ -53,8 +53,8 @@ is offline):
 * malicious ``submit`` (or ``confirmed``): the zero-sum masks of the started participants
   would not cancel, so no result is computed; if the survivors meet every party's
   quorum (a roster or node ``quorum`` below the whole roster), the commit round restarts
-  over them with fresh nonces, at most ``max-restarts`` times; by default parties require the whole roster in
-  malicious mode, so the run stops with a clear error;
+  over them with fresh nonces, at most ``max-restarts`` times; by default parties
+  require the whole roster in malicious mode, so the run stops with a clear error;
 * ``finalize``: the result stands for the parties that answered; the others are listed
   as ``unreported``; any party's refusal (``tampering:...``) fails the run.
 
