@@ -78,7 +78,7 @@ def _write(fed: Federation, models: np.ndarray) -> dict[str, Path]:
 def _node_config(fed: Federation, name: str, paths: dict[str, Path], **extra: Any
                  ) -> dict[str, Any]:
     role = "decryptor" if name == "decryptor" else "client"
-    cfg = fed.node_config(name, role=role, presets=PRESET, **extra)
+    cfg = fed.node_config(name, **{"role": role, "presets": PRESET, **extra})
     if role == "client":
         cfg["data-path"] = str(paths[name])
     else:
@@ -155,6 +155,20 @@ def _check_against_inprocess(doc: dict[str, Any], fed: Federation, models: np.nd
             acc = [models[j, t] for j in sorted(ref[t].selection.accepted[i])]
             plain = personalise(models[i, t], acc, ALPHA) if acc else models[i, t]
             assert np.abs(got - plain).max() <= 1e-6 * BOUND
+
+
+@pytest.fixture(autouse=True)
+def _fresh_inline_state() -> Any:
+    """Node states of the in-process grids are per (run, node): none survives a test."""
+    from fedsec.runtime.node_host import inline_state
+
+    def clear() -> None:
+        for key in [k for k in inline_state() if k[1] in range(201, 201 + len(NAMES))]:
+            inline_state().pop(key, None)
+
+    clear()
+    yield
+    clear()
 
 
 # ------------------------------------------------------------------------ in-process
