@@ -135,7 +135,7 @@ class PFLOptions:
         d = cls()
         try:
             opts = cls(
-                rounds=int(cfg.get("pfl_rounds", d.rounds)),
+                rounds=int(cfg.get("pfl-rounds", d.rounds)),
                 model_size=int(cfg.get("pfl-model-size", d.model_size)),
                 alpha=float(cfg.get("pfl-alpha", d.alpha)),
                 norm_bound=float(cfg.get("pfl-norm-bound", d.norm_bound)),
@@ -206,7 +206,7 @@ class PFLOptions:
 
     def meta(self) -> dict[str, Any]:
         """What every node needs to rebuild and check the same configuration."""
-        return {"pfl_rounds": self.rounds, "pfl-model-size": self.model_size,
+        return {"pfl-rounds": self.rounds, "pfl-model-size": self.model_size,
                 "pfl-alpha": self.alpha, "pfl-norm-bound": self.norm_bound,
                 "pfl-gamma": self.gamma, "pfl-kappa": self.kappa,
                 "pfl-preset": self.preset_name, "pfl-sign-alpha": self.sign_alpha,
