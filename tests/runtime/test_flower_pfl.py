@@ -170,7 +170,8 @@ def _fresh_inline_state() -> Any:
     from fedsec.runtime.node_host import inline_state
 
     def clear() -> None:
-        for key in [k for k in inline_state() if k[1] in range(201, 201 + len(NAMES))]:
+        ours = {199, *range(201, 201 + len(NAMES))}
+        for key in [k for k in inline_state() if k[1] in ours]:
             inline_state().pop(key, None)
 
     clear()
@@ -435,3 +436,30 @@ def test_pfl_deployment_tls(flower: Callable[[Path], Deployment],
     _check_against_inprocess(doc, fed, models)
     for name in NAMES:  # no node-local state or host left behind
         assert not list(fed.state_dir(name).glob("*.fedsec"))
+
+
+def test_stranger_node_is_left_out(local_grid: Callable[..., LocalGrid],
+                                   federation: Callable[..., Federation],
+                                   tmp_path: Path) -> None:
+    """A SuperNode of another federation (same names, another roster) on this SuperLink:
+    its hello does not verify against this roster; the run goes on without it."""
+    fed = federation(tmp_path / "fed", NAMES)
+    other = federation(tmp_path / "other", NAMES)
+    models = _models()
+    paths = _write(fed, models)
+    other_paths = _write(other, models)
+    stranger = _node_config(other, "client-0", other_paths, **{"role-host": "inline"})
+
+    class WithStranger:
+        def __init__(self, nodes: dict[int, dict[str, Any]], rc: dict[str, Any],
+                     **kw: Any) -> None:
+            self.grid = local_grid({**nodes, 199: stranger}, rc, **kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.grid, name)
+
+    doc, _, _ = _local(WithStranger, fed, paths, tmp_path)
+    assert doc["status"] == "done", doc
+    (left,) = doc["parties"]["left_out"]
+    assert left["node"] == 199 and left["step"] == "pfl_hello"
+    _check_against_inprocess(doc, fed, models)

@@ -299,20 +299,26 @@ class PFLRun(ServerRun):
                 continue
             self.names[n] = name
             hellos[n] = blobs[0]
+        # a node that refuses may be a stranger (another federation's SuperNode on this
+        # SuperLink): the signed hellos say whether every roster party is here
         refused = {self.label(n): c for n, c in hello.refused.items()}
-        if refused:
-            raise RunFailed(f"pfl_hello: nodes refused the run: {refused} (the key set-up "
-                            "needs every roster party; see parties.left_out)")
         spec = cfg.key_spec()
         ks = KeySetupAggregator(roster, spec, min_parties=len(roster),
                                 max_message_bytes=cfg.max_offer_bytes)
         order = list(hellos)
         try:
+            if len(hellos) < len(roster):
+                raise ProtocolError(f"{len(hellos)} of the roster's {len(roster)} parties "
+                                    "said hello")
             holder_pos, request = ks.request([hellos[n] for n in order])
         except ProtocolError as exc:
             for pos, reason in ks.rejected.items():
                 self.leave_out(order[pos], "pfl_hello", f"hello rejected: {reason}")
-            raise RunFailed(f"key set-up needs every roster party: {exc}") from None
+            raise RunFailed(f"key set-up needs every roster party: {exc}; nodes that "
+                            f"refused the run: {refused or 'none'} (details in their "
+                            "logs; see parties.left_out)") from None
+        for pos, reason in ks.rejected.items():
+            self.leave_out(order[pos], "pfl_hello", f"hello rejected: {reason}")
         node_of = {self.names[n]: n for n in order}
         parties = [node_of[nm] for nm in ks.names]
         holder = parties[holder_pos]
