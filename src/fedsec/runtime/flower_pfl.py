@@ -253,18 +253,26 @@ class PFLRun(ServerRun):
                     "parties": {"left_out": []}, "bytes": {}, "timings": {},
                     "rounds": [], "exchanges": 0}
         self.exchanges = 0
+        self._what = ""
 
     def step(self, name: str, contents: Mapping[int, tuple[Sequence[bytes], dict[str, Any]]],
              *, attempt: int = 0, expect_blobs: int | None = 1,
              leave_out_refused: bool = True) -> Any:
         self.exchanges += 1
         self.doc["exchanges"] = self.exchanges
-        return super().step(name, contents, attempt=attempt, expect_blobs=expect_blobs,
-                            leave_out_refused=leave_out_refused)
+        out = super().step(name, contents, attempt=attempt, expect_blobs=expect_blobs,
+                           leave_out_refused=leave_out_refused)
+        key = name if attempt == 0 else f"{name}#{attempt}"
+        self.doc.setdefault("exchange_log", []).append(
+            {"step": name, "what": self._what or name, "nodes": len(contents),
+             "s": self.doc["timings"].get(f"{key}_s")})
+        self._what = ""
+        return out
 
     def _one(self, name: str, node: int, blobs: Sequence[bytes], meta: dict[str, Any],
-             *, attempt: int = 0) -> list[bytes]:
+             *, attempt: int = 0, what: str = "") -> list[bytes]:
         """A step with one node that must answer (the decryptor, the key holder)."""
+        self._what = what
         got = self.step(name, {node: (list(blobs), meta)}, attempt=attempt,
                         expect_blobs=None)
         if node not in got.ok:
@@ -393,10 +401,12 @@ class PFLRun(ServerRun):
                 raise RunFailed(f"round {t}: {exc}") from None
             first = registrations if t == 0 else []
             masks = self._one("pfl_decrypt", dec, [*first, mask_request],
-                              {"round": t, "last": False}, attempt=10 * t)
+                              {"round": t, "last": False}, attempt=self.exchanges,
+                              what=f"round {t}: masks")
             server.receive_masks(masks[-1])
             refreshed = self._one("pfl_decrypt", dec, [server.gram_request()],
-                                  {"round": t, "last": False}, attempt=10 * t + 1)
+                                  {"round": t, "last": False}, attempt=self.exchanges,
+                                  what=f"round {t}: Gram refresh")
             server.compare(refreshed[0])
             batches = 0
 
@@ -404,13 +414,14 @@ class PFLRun(ServerRun):
                 nonlocal batches
                 batches += 1
                 return self._one("pfl_decrypt", dec, [request], {"round": t, "last": False},
-                                 attempt=10 * t + 1 + batches)[0]
+                                 attempt=self.exchanges,
+                                 what=f"round {t}: reveal batch {batches}")[0]
 
             selection = server.select(ask)
             requests = server.aggregate(selection, opts.alpha)
             last = t == opts.rounds - 1
             boxes = self._one("pfl_decrypt", dec, requests, {"round": t, "last": last},
-                              attempt=10 * t + 9)
+                              attempt=self.exchanges, what=f"round {t}: results")
             if len(boxes) != 2 * k:
                 raise RunFailed(f"round {t}: malformed result boxes from the decryptor")
             for n, i in active.items():
