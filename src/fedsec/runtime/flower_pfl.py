@@ -632,8 +632,10 @@ def _save_results(state: RunState, node: _Node) -> None:
     fd = os.open(models_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         np.savez(fh, personalised=np.asarray(node.results), valid=np.asarray(node.valid))
-    store.save_result({"status": "ok", "protocol": "pfl", "name": node.identity.name,
-                       "rounds": len(node.results), "valid": node.valid,
+    done = len(node.results) == node.opts.rounds
+    store.save_result({"status": "ok" if done else "partial", "protocol": "pfl",
+                       "name": node.identity.name, "rounds": len(node.results),
+                       "of_rounds": node.opts.rounds, "valid": node.valid,
                        "models_path": str(models_path)})
 
 
@@ -665,6 +667,7 @@ def _round(blobs: list[bytes], meta: dict[str, Any], state: RunState
                            _result_payload(node.session, t - 1, client.index, boxes), sig)
         node.results.append(client.finish(result))
         node.valid.append(not own)
+        _save_results(state, node)  # kept at once: a later failure does not lose it
     if upload:
         if t != len(node.results) or t >= node.opts.rounds:
             raise ProtocolError("an upload request out of order")
@@ -673,7 +676,6 @@ def _round(blobs: list[bytes], meta: dict[str, Any], state: RunState
         return [up], {}
     if len(node.results) != node.opts.rounds:
         raise ProtocolError("the run ended before its last round")
-    _save_results(state, node)
     _node_logger(state.node_config).info("Priv-PFL result: %d personalised models kept "
                                          "on this node", len(node.results))
     state.done = True
