@@ -39,6 +39,7 @@ PROTOCOLS: dict[str, str] = {
     "auc": "fedsec.runtime.flower_server",
     "ping": "fedsec.runtime.flower_ping",
     "fedavg": "fedsec.runtime.flower_fedavg",
+    "pfl": "fedsec.runtime.flower_pfl",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -50,6 +51,8 @@ CLIENT_STEPS: dict[str, str] = {
     "ping": "fedsec.runtime.flower_ping:handle_ping",
     **{f"fedavg_{s}": f"fedsec.runtime.flower_fedavg:handle_{s}"
        for s in ("keys", "train", "end")},
+    **{f"pfl_{step}": f"fedsec.runtime.flower_pfl:handle_{step}" for step in (
+        "hello", "offer", "deliver", "confirmed", "round", "decrypt")},
 }
 
 

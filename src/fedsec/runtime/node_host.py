@@ -222,18 +222,29 @@ def _call_host(ref: str, step: str, run_id: int, node_id: int,
                node_config: dict[str, Any], run_config: dict[str, Any], blobs: list[bytes],
                meta: dict[str, Any], timeout: float) -> tuple[list[bytes], dict[str, Any]]:
     path = host_socket_path(node_config, node_id)
-    try:
-        sock = _connect(path, timeout)
-    except OSError:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        _start_host(path, node_config)
-        sock = _connect(path, timeout)
-    with sock:
-        _send_frame(sock, wire.encode(_CALL, {
-            "ref": ref, "step": step, "run": int(run_id), "node": int(node_id),
-            "node_config": node_config, "run_config": run_config, "meta": meta}, blobs))
-        ans = wire.decode(_recv_frame(sock), expect=_ANSWER, max_bytes=_MAX_FRAME)
+    frame = wire.encode(_CALL, {
+        "ref": ref, "step": step, "run": int(run_id), "node": int(node_id),
+        "node_config": node_config, "run_config": run_config, "meta": meta}, blobs)
+    for attempt in (0, 1):
+        try:
+            sock = _connect(path, timeout)
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            _start_host(path, node_config)
+            sock = _connect(path, timeout)
+        try:
+            with sock:
+                _send_frame(sock, frame)
+                data = _recv_frame(sock)
+            break
+        except (ConnectionResetError, BrokenPipeError, ProtocolError):
+            # a host that was closing (its last run had ended) when we connected: it
+            # never ran the step; start a new one and try once more
+            if attempt:
+                raise
+            time.sleep(0.2)
+    ans = wire.decode(data, expect=_ANSWER, max_bytes=_MAX_FRAME)
     meta_out = ans.meta.get("meta")
     if not isinstance(meta_out, dict):
         raise ProtocolError("malformed node host answer")
