@@ -13,7 +13,7 @@ Registry
 (``query.<action>``) to ``"module:function"``. Handlers are imported when their first
 message arrives, so a ClientApp process (Flower starts one per message) imports only the
 protocol it serves. An action belongs to exactly one protocol: new protocols prefix
-their actions (``dpauc-submit``); the AUC steps keep their historical names.
+their actions (``dpauc_submit``); the AUC steps keep their historical names.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = ["PROTOCOLS", "CLIENT_STEPS", "protocol_of", "build_server_app",
 #: protocol name -> module with the ServerApp's ``main(grid, context)``.
 PROTOCOLS: dict[str, str] = {
     "auc": "fedsec.runtime.flower_server",
+    "dpauc": "fedsec.runtime.flower_dpauc",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -44,6 +45,8 @@ CLIENT_STEPS: dict[str, str] = {
     **{step: f"{_AUC}:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
         "finalize")},
+    "dpauc_hello": "fedsec.runtime.flower_dpauc:handle_hello",
+    "dpauc_submit": "fedsec.runtime.flower_dpauc:handle_submit",
 }
 
 
