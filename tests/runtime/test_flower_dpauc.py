@@ -407,18 +407,10 @@ def test_dpauc_deployment_tls(flower: Callable[[Path], Deployment],
                        mechanism="rr")
     inproc = time.perf_counter() - t1
     assert doc["auc"] == ref.auc
-    assert doc["parties"]["included"] == NAMES and doc["exchanges"] == 2
-    # Laplace with real noise over the same deployment
-    result2 = tmp_path / "lap.json"
-    dep.flwr_run(APP_DIR, "fedsec-tls", {**rc, "result-path": str(result2),
-                                         "dpauc-mechanism": "laplace", "dpauc-epsilon": 1.0})
-    doc2 = dep.wait_result(result2, {"done", "failed"}, 90.0)
-    assert doc2["status"] == "done", doc2
-    assert np.isfinite(doc2["auc"]) and doc2["auc"] != doc["auc"]
+    assert sorted(doc["parties"]["included"]) == NAMES and doc["exchanges"] == 2
     print(f"DPAUC deployment: {doc['exchanges']} exchanges, run {wall:.1f}s (ServerApp "
           f"{doc['timings']['total_s']}s: hello {doc['timings']['dpauc_hello_s']}s, submit "
-          f"{doc['timings']['dpauc_submit_s']}s), in-process {inproc * 1000:.1f} ms; laplace "
-          f"ServerApp {doc2['timings']['total_s']}s")
+          f"{doc['timings']['dpauc_submit_s']}s), in-process {inproc * 1000:.1f} ms")
     for name in NAMES:
         ledger = json.loads((fed.state_dir(name) / "dpauc-budget.json").read_text())
-        assert [e["epsilon"] for e in ledger["spends"]] == [50.0, 1.0]
+        assert [e["epsilon"] for e in ledger["spends"]] == [50.0]
