@@ -37,6 +37,7 @@ __all__ = ["PROTOCOLS", "CLIENT_STEPS", "protocol_of", "build_server_app",
 PROTOCOLS: dict[str, str] = {
     "auc": "fedsec.runtime.flower_server",
     "dpauc": "fedsec.runtime.flower_dpauc",
+    "hesv": "fedsec.runtime.flower_hesv",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -47,6 +48,8 @@ CLIENT_STEPS: dict[str, str] = {
         "finalize")},
     "dpauc_hello": "fedsec.runtime.flower_dpauc:handle_hello",
     "dpauc_submit": "fedsec.runtime.flower_dpauc:handle_submit",
+    **{f"hesv_{step}": f"fedsec.runtime.flower_hesv:handle_{step}" for step in (
+        "hello", "offer", "deliver", "confirmed", "models", "eval", "finish")},
 }
 
 

@@ -1,0 +1,174 @@
+"""HESV on Flower: the ServerApp as server, one SuperNode per client with its own test set
+and its own part of the training record.
+
+Prepare: a federation of six clients (identities, roster), a small logistic record of two
+rounds (two participants each: the strict decryption rule can place every coalition), each
+client's record part and test set. Execute: the one Flower app (``protocol = "hesv"``) on
+``LocalGrid`` (the real ClientApp handlers in this process, ``role-host = "inline"``).
+Assert: the federated Shapley values equal the in-process ``hesv_shapley`` on the same
+inputs; the clients' policy; a client that falls silent; the record part's format.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pytest.importorskip(
+        "flwr", reason="Flower is optional: pip install 'fedsec[flower]' (flwr==1.41.0)"
+    )
+
+from fedsec.learning.model import LayerSpec, ModelSpec  # noqa: E402
+from fedsec.learning.record import RoundRecord, TrainingRecord  # noqa: E402
+from fedsec.shapley.hesv import hesv_shapley  # noqa: E402
+
+NAMES = [f"client-{i}" for i in range(6)]
+PRESET = "CKKS_128_N4096_DEPTH2_S24"
+SAMPLES = 6
+
+Federation = Any
+LocalGrid = Any
+
+
+def _record_and_sets() -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]:
+    rng = np.random.default_rng(0)
+    spec = ModelSpec("tiny", (LayerSpec.dense(3, 2),))
+    rounds = []
+    params = [spec.init_params(rng)]
+    for parts in ((0, 1), (2, 3)):
+        params = [spec.init_params(rng) for _ in range(3)]
+        rounds.append(RoundRecord(params[0], parts, tuple(params[1:]), np.array([1.0, 2.0])))
+    rec = TrainingRecord(spec, len(NAMES), tuple(rounds), params[0])
+    sets = [(rng.normal(size=(SAMPLES, 3)), rng.integers(0, 2, SAMPLES)) for _ in NAMES]
+    return rec, sets
+
+
+@pytest.fixture(autouse=True)
+def _fresh_inline_states() -> Any:
+    from fedsec.runtime.node_host import inline_state
+
+    inline_state().clear()
+    yield
+    inline_state().clear()
+
+
+def _setup(federation: Callable[..., Federation], tmp_path: Path, **node_extra: Any
+           ) -> tuple[Federation, dict[int, dict[str, Any]], TrainingRecord, list[Any]]:
+    from fedsec.runtime.flower_hesv import write_record_part
+
+    fed = federation(tmp_path / "fed", NAMES)
+    rec, sets = _record_and_sets()
+    nodes = {}
+    for i, name in enumerate(NAMES):  # what each client holds on its own machine
+        part = fed.root / f"{name}.record.npz"
+        part.write_bytes(write_record_part(rec, i))
+        test = fed.root / f"{name}.test.npz"
+        np.savez(test, x=sets[i][0], y=sets[i][1])
+        nodes[201 + i] = fed.node_config(name, **{"hesv-record-path": str(part),
+                                                  "hesv-test-path": str(test),
+                                                  "role-host": "inline", **node_extra})
+    return fed, nodes, rec, sets
+
+
+def _run(grid: LocalGrid, fed: Federation, tmp_path: Path, **run_config: Any
+         ) -> dict[str, Any]:
+    from flwr.app import Context, RecordDict
+
+    from fedsec.runtime.flower_apps import server_main
+
+    result = tmp_path / f"result-{grid.run_id}.json"
+    rc = {"protocol": "hesv", "result-path": str(result), "roster-path": str(fed.roster_path),
+          "hesv-preset": PRESET, "hesv-batch-hint": SAMPLES, "step-timeout": 0.5,
+          "wait-nodes-timeout": 2.0, **run_config}
+    grid.run_config.update(rc)
+    ctx = Context(run_id=grid.run_id, node_id=0, node_config={}, state=RecordDict(),
+                  run_config=rc)
+    try:
+        server_main(grid, ctx)
+    except Exception:  # noqa: BLE001 - the result JSON says what failed
+        pass
+    doc: dict[str, Any] = json.loads(result.read_text())
+    return doc
+
+
+def test_flower_hesv_equals_in_process(federation: Callable[..., Federation],
+                                       local_grid: Callable[..., LocalGrid],
+                                       tmp_path: Path) -> None:
+    fed, nodes, rec, sets = _setup(federation, tmp_path, presets=PRESET)
+    grid = local_grid(nodes, {})
+    t0 = time.perf_counter()
+    doc = _run(grid, fed, tmp_path)
+    flower_s = time.perf_counter() - t0
+    assert doc["status"] == "done", doc
+    t1 = time.perf_counter()
+    ref = hesv_shapley(rec, sets, preset=PRESET)
+    inproc_s = time.perf_counter() - t1
+    assert np.array_equal(doc["fsv"], ref.fsv)  # exact counts: the same values
+    for got, want in zip(doc["utilities"], ref.utilities, strict=True):
+        assert np.array_equal(got, want)
+    # 5 + rounds x (models + 2 waves) for a one-layer model
+    assert doc["exchanges"] == 5 + 2 * 3
+    assert sorted(doc["parties"]["included"]) == NAMES
+    print(f"HESV on LocalGrid {flower_s:.1f}s, in-process {inproc_s:.1f}s, "
+          f"{doc['exchanges']} exchanges")
+    for name in NAMES:
+        assert "federated Shapley values" in fed.log_path(name).read_text()
+    from fedsec.runtime.node_host import inline_state
+
+    assert not [k for k in inline_state() if k[0] == grid.run_id]  # every run ended
+
+
+@pytest.mark.parametrize("run_config,node_config,check", [
+    ({"hesv-schedule": "paper"}, {"presets": PRESET}, "policy:schedule"),
+    ({}, {"presets": "CKKS_128_N8192_DEPTH1_S39"}, "policy:preset"),
+])
+def test_client_policy_refuses(run_config: dict[str, Any], node_config: dict[str, Any],
+                               check: str, federation: Callable[..., Federation],
+                               local_grid: Callable[..., LocalGrid], tmp_path: Path) -> None:
+    from fedsec.runtime.flower_io import get_meta
+
+    fed, nodes, _rec, _sets = _setup(federation, tmp_path, **node_config)
+    grid = local_grid(nodes, {})
+    doc = _run(grid, fed, tmp_path, **run_config)
+    assert doc["status"] == "failed" and "fsv" not in doc
+    checks = {get_meta(m.content).get("check") for s, _n, m in grid.replies
+              if s == "hesv_hello"}
+    assert checks == {check}
+
+
+def test_silent_client_stops_the_run_within_timeout(federation: Callable[..., Federation],
+                                                    local_grid: Callable[..., LocalGrid],
+                                                    tmp_path: Path) -> None:
+    fed, nodes, _rec, _sets = _setup(federation, tmp_path, presets=PRESET)
+
+    def crash(grid: LocalGrid, step: str, _nodes: list[int]) -> None:
+        if step == "hesv_eval":
+            grid.kill(203)
+
+    grid = local_grid(nodes, {}, before_step=crash)
+    t0 = time.monotonic()
+    doc = _run(grid, fed, tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert doc["status"] == "failed" and "fsv" not in doc
+    assert "HESV needs every client" in doc["error"]
+
+
+def test_record_part_holds_only_the_clients_own_local_models() -> None:
+    from fedsec.runtime.flower_hesv import load_record_part, write_record_part
+
+    rec, _sets = _record_and_sets()
+    part = load_record_part(write_record_part(rec, 2))
+    assert part.client == 2 and set(part.local_params) == {1}
+    assert np.array_equal(part.local_params[1][0], rec.rounds[1].local_params[0][0])
+    assert load_record_part(write_record_part(rec, 5)).local_params == {}
+    with pytest.raises(ValueError):
+        load_record_part(b"not an archive")
