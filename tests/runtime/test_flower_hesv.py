@@ -31,6 +31,7 @@ from fedsec.learning.model import LayerSpec, ModelSpec  # noqa: E402
 from fedsec.learning.record import RoundRecord, TrainingRecord  # noqa: E402
 from fedsec.shapley.hesv import hesv_shapley  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
 NAMES = [f"client-{i}" for i in range(6)]
 PRESET = "CKKS_128_N4096_DEPTH2_S24"
 SAMPLES = 6
@@ -172,3 +173,67 @@ def test_record_part_holds_only_the_clients_own_local_models() -> None:
     assert load_record_part(write_record_part(rec, 5)).local_params == {}
     with pytest.raises(ValueError):
         load_record_part(b"not an archive")
+
+
+# ----------------------------------------------------------------- the relay
+def test_relay_cannot_open_forge_or_replay(federation: Callable[..., Federation],
+                                           local_grid: Callable[..., LocalGrid],
+                                           tmp_path: Path) -> None:
+    """The relay (SuperLink, ServerApp) carries the sealed secret key and every request: a
+    changed box is refused, a request answered twice is refused."""
+    fed, nodes, _rec, _sets = _setup(federation, tmp_path, presets=PRESET)
+    seen: list[bytes] = []
+
+    def tamper_box(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        if step == "hesv_deliver" and node == 202:
+            box = bytearray(blobs[0])
+            box[len(box) // 2] ^= 1
+            return [bytes(box)]
+        return blobs
+
+    grid = local_grid(nodes, {}, edit=tamper_box)
+    doc = _run(grid, fed, tmp_path)
+    assert doc["status"] == "failed" and "client-1" in doc["error"]
+
+    def replay(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        if step == "hesv_eval" and blobs:
+            if not seen:
+                seen.append(blobs[0])
+            return [*blobs, blobs[0]]  # the same request twice in one wave
+        return blobs
+
+    grid = local_grid(nodes, {}, edit=replay, run_id=12)
+    doc = _run(grid, fed, tmp_path)
+    assert doc["status"] == "failed" and "fsv" not in doc
+    assert "hesv_eval" in doc["error"]
+
+
+# -------------------------------------------------------------- deployment
+@pytest.mark.slow  # 11 exchanges x 6 SuperNodes: ~190 s on a loaded 2-core machine
+def test_hesv_deployment_tls(flower: Callable[[Path], Any],
+                             federation: Callable[..., Federation],
+                             tls: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    fed, nodes, rec, sets = _setup(federation, tmp_path, presets=PRESET)
+    dep = flower(tmp_path / "deploy")
+    dep.env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.05"
+    dep.start_superlink_tls(*tls)
+    for i, cfg in enumerate(nodes.values()):
+        dep.start_supernode(f"supernode-{i}", {k: v for k, v in cfg.items()
+                                               if k != "role-host"})
+    dep.wait_supernodes([f"supernode-{i}" for i in range(len(nodes))])
+    result = tmp_path / "hesv.json"
+    t0 = time.monotonic()
+    dep.flwr_run(REPO / "examples" / "fedsec-flower", "fedsec-tls", {
+        "protocol": "hesv", "roster-path": str(fed.roster_path), "result-path": str(result),
+        "hesv-preset": PRESET, "hesv-batch-hint": SAMPLES, "step-timeout": 60.0,
+        "wait-nodes-timeout": 30.0})
+    doc = dep.wait_result(result, {"done", "failed"}, 240.0)
+    wall = time.monotonic() - t0
+    assert doc["status"] == "done", doc
+    t1 = time.perf_counter()
+    ref = hesv_shapley(rec, sets, preset=PRESET)
+    inproc = time.perf_counter() - t1
+    assert np.array_equal(doc["fsv"], ref.fsv)
+    print(f"HESV deployment: {doc['exchanges']} exchanges, run {wall:.1f}s (ServerApp "
+          f"{doc['timings']['total_s']}s), in-process {inproc:.2f}s; steps "
+          f"{ {k: v for k, v in doc['timings'].items() if k.endswith('_s')} }")
