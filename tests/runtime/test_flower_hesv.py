@@ -123,6 +123,15 @@ def test_flower_hesv_equals_in_process(federation: Callable[..., Federation],
           f"{doc['exchanges']} exchanges")
     for name in NAMES:
         assert "federated Shapley values" in fed.log_path(name).read_text()
+    # the server never holds a plaintext local model (nor a test sample)
+    from fedsec.runtime.flower_io import get_blobs, get_meta
+
+    secrets = [np.asarray(p, dtype=np.float64).tobytes() for r in rec.rounds
+               for m in r.local_params for p in m]
+    secrets += [x.tobytes() for x, _y in sets]
+    for _step, _node, msg in grid.replies:
+        sent = b"".join(get_blobs(msg.content)) + json.dumps(get_meta(msg.content)).encode()
+        assert not any(s in sent for s in secrets)
     from fedsec.runtime.node_host import inline_state
 
     assert not [k for k in inline_state() if k[0] == grid.run_id]  # every run ended
