@@ -155,6 +155,19 @@ def test_client_policy_refuses(run_config: dict[str, Any], node_config: dict[str
     assert checks == {check}
 
 
+def test_invalid_client_file_stops_the_run_attributed(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path) -> None:
+    fed, nodes, _rec, _sets = _setup(federation, tmp_path, presets=PRESET)
+    Path(nodes[203]["hesv-test-path"]).write_bytes(b"not an npz")
+    grid = local_grid(nodes, {})
+    doc = _run(grid, fed, tmp_path)
+    assert doc["status"] == "failed" and "input-invalid" in doc["error"]
+    assert [(e["node"], e.get("check")) for e in doc["parties"]["left_out"]] == [
+        (203, "input-invalid")]
+    assert "HESV files" in fed.log_path("client-2").read_text()
+
+
 def test_silent_client_stops_the_run_within_timeout(federation: Callable[..., Federation],
                                                     local_grid: Callable[..., LocalGrid],
                                                     tmp_path: Path) -> None:

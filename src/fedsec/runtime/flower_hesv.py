@@ -45,6 +45,7 @@ import logging
 import re
 import time
 import warnings
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +161,8 @@ def load_record_part(data: bytes) -> RecordPart:
                 local[t] = params(f"r{t}/local")
         if files:
             raise ValueError(f"unexpected arrays {sorted(files)[:3]}")
-    except (OSError, KeyError, TypeError, UnicodeDecodeError, AttributeError) as exc:
+    except (OSError, KeyError, TypeError, UnicodeDecodeError, AttributeError, EOFError,
+            zipfile.BadZipFile) as exc:
         raise ValueError(f"malformed record part: {exc!r}") from None
     except ProtocolError as exc:
         raise ValueError(str(exc)) from None
@@ -222,8 +224,8 @@ def _load(cfg: Mapping[str, Any]) -> _Node:
                              f"{part.spec.in_features}")
         if len(y) and (y.min() < 0 or y.max() >= part.spec.layers[-1].out_features):
             raise ValueError("a label is outside the model's classes")
-    except (OSError, ValueError) as exc:
-        raise NodeCheckFailed("input-invalid", f"HESV files: {exc}") from None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise NodeCheckFailed("input-invalid", f"HESV files: {exc!r}") from None
     try:
         raw = str(cfg.get("presets", "") or "").strip()
         presets = tuple(p for p in re.split(r"[\s,]+", raw) if p) if raw else (HESV_PRESET,)
