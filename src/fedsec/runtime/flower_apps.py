@@ -13,7 +13,7 @@ Registry
 (``query.<action>``) to ``"module:function"``. Handlers are imported when their first
 message arrives, so a ClientApp process (Flower starts one per message) imports only the
 protocol it serves. An action belongs to exactly one protocol: new protocols prefix
-their actions (``dpauc_submit``); the AUC steps keep their historical names.
+their actions (``dpauc-submit``); the AUC steps keep their historical names.
 """
 
 from __future__ import annotations
