@@ -237,8 +237,9 @@ class Budget:
         return total
 
     def charge(self, epsilon: float, limit: float | None, run_id: int) -> None:
-        """Record a spend before the noisy statistics leave the node; refuse it if it
-        would exceed ``limit`` (always recorded, so an audit sees every run)."""
+        """Record a spend before the noisy statistics leave the node (every run that
+        submits is in the ledger, with or without a ``limit``); refuse one that would
+        exceed ``limit``."""
         spent = self.spent()
         if limit is not None and spent + epsilon > limit + 1e-12:
             raise PolicyViolation(f"this run's epsilon {epsilon:g} would exceed the node's "
