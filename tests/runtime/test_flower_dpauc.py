@@ -121,8 +121,12 @@ def fixed_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     def gaussian(size: int, *, sigma: float) -> np.ndarray:
         return np.cos(np.arange(size)) * sigma / 20
 
+    def bernoulli(size: int, *, p: float) -> np.ndarray:
+        return np.arange(size) % 7 == 3  # the same label flips for the same data
+
     monkeypatch.setattr(dp, "laplace_noise", laplace)
     monkeypatch.setattr(dp, "gaussian_noise", gaussian)
+    monkeypatch.setattr(dp, "secure_bernoulli", bernoulli)
 
 
 def _fed(federation: Callable[..., Federation], tmp_path: Path, quorum: int | None = None
@@ -132,8 +136,9 @@ def _fed(federation: Callable[..., Federation], tmp_path: Path, quorum: int | No
 
 
 # ----------------------------------------------------------------- the result
-@pytest.mark.parametrize("mechanism,extra", [("laplace", {}),
-                                             ("gaussian", {"dpauc-delta": 1e-6})])
+@pytest.mark.parametrize("mechanism,extra", [
+    ("laplace", {}), ("gaussian", {"dpauc-delta": 1e-6}),
+    ("rr", {"dpauc-epsilon": 0.6, "dpauc-score-epsilon": 0.4})])
 def test_flower_dpauc_equals_in_process(mechanism: str, extra: dict[str, Any],
                                         federation: Callable[..., Federation],
                                         local_grid: Callable[..., LocalGrid],
@@ -143,8 +148,10 @@ def test_flower_dpauc_equals_in_process(mechanism: str, extra: dict[str, Any],
     doc = _run(grid, fed, tmp_path, **{"dpauc-mechanism": mechanism, "dpauc-epsilon": 1.0,
                                        **extra})
     assert doc["status"] == "done", doc
-    ref = dp.dpauc(_parties(paths), epsilon=1.0, decision_points=N_POINTS,
-                   mechanism=mechanism, delta=extra.get("dpauc-delta"))
+    ref = dp.dpauc(_parties(paths), epsilon=extra.get("dpauc-epsilon", 1.0),
+                   decision_points=N_POINTS, mechanism=mechanism,
+                   delta=extra.get("dpauc-delta"),
+                   score_epsilon=extra.get("dpauc-score-epsilon"))
     assert doc["auc"] == ref.auc  # bit for bit
     plain = trapezoid_auc(*map(np.concatenate, zip(*_parties(paths), strict=True)), N_POINTS)
     assert doc["auc"] != plain  # the noise is there
@@ -153,9 +160,9 @@ def test_flower_dpauc_equals_in_process(mechanism: str, extra: dict[str, Any],
     for name in NAMES:  # each party keeps its outcome, its spend and its log
         (res,) = fed.state_dir(name).glob("*.result.json")
         mine = json.loads(res.read_text())
-        assert mine["status"] == "submitted" and mine["epsilon"] == 1.0
+        assert mine["status"] == "submitted" and mine["mechanism"] == mechanism
         ledger = json.loads((fed.state_dir(name) / "dpauc-budget.json").read_text())
-        assert [e["epsilon"] for e in ledger["spends"]] == [1.0]
+        assert [e["epsilon"] for e in ledger["spends"]] == [1.0]  # scores included
         assert "submitted noisy statistics" in fed.log_path(name).read_text()
     from fedsec.runtime.node_host import inline_state
 
