@@ -131,8 +131,9 @@ def test_flower_hesv_equals_in_process(federation: Callable[..., Federation],
     assert np.array_equal(doc["fsv"], ref.fsv)  # exact counts: the same values
     for got, want in zip(doc["utilities"], ref.utilities, strict=True):
         assert np.array_equal(got, want)
-    # 5 + rounds x (models + 2 waves) for a one-layer model
-    assert doc["exchanges"] == 5 + 2 * 3
+    # 6 + rounds x (layers + 1): hello, offer, deliver, confirmed, first models, 2 waves a
+    # round (the next round's models with the first), finish
+    assert doc["exchanges"] == 6 + 2 * 2
     assert sorted(doc["parties"]["included"]) == NAMES
     print(f"HESV on LocalGrid {flower_s:.1f}s, in-process {inproc_s:.1f}s, "
           f"{doc['exchanges']} exchanges")

@@ -15,14 +15,16 @@ message type       client (SuperNode, role kept in its node host)               
 ``hesv_offer``     the key holder: ``KeySetupParty.offer``                         offer
 ``hesv_deliver``   ``KeySetupParty.receive`` (its sealed secret key)               confirmation
 ``hesv_confirmed`` ``KeySetupParty.finish``; ``HESVClient.upload_data``            data
-``hesv_models``    ``HESVClient.upload_model`` for the round (the global model    models
-                   from client 0, each participant its own local model)
+``hesv_models``    ``HESVClient.upload_model`` for the first round (the global     models
+                   model from client 0, each participant its own local model)
 ``hesv_eval``      ``HESVClient.handle`` on every request of the wave (decrypt a   replies
-                   layer, activate, re-encrypt; or count correct predictions)
+                   layer, activate, re-encrypt; or count correct predictions); in  (+ models)
+                   a round's first wave also the next round's models
 ``hesv_finish``    keep the federated Shapley values; the run ends on the node     ---
 =================  =============================================================  ===========
 
-Exchanges per run: 5 + rounds x (1 + layers + 1). Only the exact estimator (every
+Exchanges per run: 6 + rounds x (layers + 1) (a round's models come with the previous
+round's first wave). Only the exact estimator (every
 coalition of every round, all coalitions of a round evaluated in the same waves) runs here.
 
 A client's files come only from its node config: ``hesv-record-path`` (its record part,
@@ -310,14 +312,13 @@ def _confirmed(blobs: list[bytes], meta: dict[str, Any], state: RunState
     return ([client.upload_data()] if len(node.y) else []), {}
 
 
-def _models(blobs: list[bytes], meta: dict[str, Any], state: RunState
-            ) -> tuple[list[bytes], dict[str, Any]]:
-    """This client's encrypted models of the round: the global one (client 0), its own."""
-    _need(state, "client")
+def _model_uploads(state: RunState, meta: Mapping[str, Any], key: str) -> list[bytes]:
+    """This client's encrypted models of round ``meta[key]``: the global one (client 0),
+    its own local one (if it took part); each round once, rounds in order."""
     client: HESVClient = state.data["client"]
     part: RecordPart = state.data["node"].part
-    t = readers.integer(meta, "round", 0, len(part.rounds) - 1)
-    if t < state.data.get("next-round", 0):  # each round's models once, rounds in order
+    t = readers.integer(meta, key, 0, len(part.rounds) - 1)
+    if t < state.data.get("next-round", 0):
         raise NodeCheckFailed("out-of-order", f"round {t}'s models were already sent")
     state.data["next-round"] = t + 1
     out = []
@@ -325,15 +326,25 @@ def _models(blobs: list[bytes], meta: dict[str, Any], state: RunState
         out.append(client.upload_model(t, part.global_params[t], kind="global"))
     if t in part.local_params:
         out.append(client.upload_model(t, part.local_params[t], kind="local"))
-    return out, {}
+    return out
+
+
+def _models(blobs: list[bytes], meta: dict[str, Any], state: RunState
+            ) -> tuple[list[bytes], dict[str, Any]]:
+    """This client's encrypted models of the first round."""
+    _need(state, "client")
+    return _model_uploads(state, meta, "round"), {}
 
 
 def _eval(blobs: list[bytes], meta: dict[str, Any], state: RunState
           ) -> tuple[list[bytes], dict[str, Any]]:
-    """Every request of this wave, answered in order (each checked by the role)."""
+    """Every request of this wave, answered in order (each checked by the role); with
+    ``upload`` in the message, then this client's models of that (next) round."""
     _need(state, "client")
     client: HESVClient = state.data["client"]
-    return [client.handle(req) for req in blobs], {}
+    answers = [client.handle(req) for req in blobs]
+    uploads = _model_uploads(state, meta, "upload") if "upload" in meta else []
+    return answers + uploads, {"answers": len(answers)}
 
 
 def _finish(blobs: list[bytes], meta: dict[str, Any], state: RunState
@@ -511,13 +522,20 @@ class HESVRun(ServerRun):
         ssv = np.zeros((len(rounds), n))
         tables = []
         t_eval = time.monotonic()
+        uploaded: set[int] = set()  # rounds whose models the server holds
+
+        def uploaders(t: int) -> list[int]:
+            return sorted({0, *rounds[t][0]})
+
         for t, (parts, _w) in enumerate(rounds):
-            who = sorted({0, *parts})
-            ups = self.xstep("hesv_models", {node_of[i]: ([], {"round": t}) for i in who},
-                             attempt=t, expect_blobs=None)
-            for i in who:
-                for blob in ups[node_of[i]]:
-                    server.receive_model(i, blob)
+            if t not in uploaded:  # the first round (later ones come with a wave)
+                ups = self.xstep("hesv_models", {node_of[i]: ([], {"round": t})
+                                                 for i in uploaders(t)},
+                                 attempt=t, expect_blobs=None)
+                for i in uploaders(t):
+                    for blob in ups[node_of[i]]:
+                        server.receive_model(i, blob)
+                uploaded.add(t)
             k = len(parts)
             queue: list[tuple[int, bytes]] = []
             masks = [int(m) for m in np.argsort(popcounts(k), kind="stable")]
@@ -528,19 +546,31 @@ class HESVRun(ServerRun):
                 per: dict[int, list[bytes]] = {}
                 for to, req in queue:
                     per.setdefault(to, []).append(req)
-                answers = self.xstep("hesv_eval", {node_of[c]: (reqs, {}) for c, reqs in
-                                                   per.items()},
-                                     attempt=100 * t + wave, expect_blobs=None)
+                # the first wave also asks for the next round's models: one exchange less
+                # per round, and the server holds at most two rounds' models
+                nxt_round = t + 1 if wave == 0 and t + 1 < len(rounds) else None
+                extra = uploaders(nxt_round) if nxt_round is not None else []
+                contents = {node_of[c]: (per.get(c, []),
+                                         {"upload": nxt_round} if c in extra else {})
+                            for c in sorted({*per, *extra})}
+                answers = self.xstep("hesv_eval", contents, attempt=100 * t + wave,
+                                     expect_blobs=None)
                 queue = []
-                for c, reqs in per.items():
+                for c in sorted({*per, *extra}):
+                    reqs = per.get(c, [])
                     got = answers[node_of[c]]
-                    if len(got) != len(reqs):
-                        raise RunFailed(f"hesv_eval: client {c} answered {len(got)} of "
-                                        f"{len(reqs)} requests")
-                    for reply in got:
+                    if len(got) < len(reqs) or (c not in extra and len(got) != len(reqs)):
+                        raise RunFailed(f"hesv_eval: client {c} answered {len(got)} blobs "
+                                        f"to {len(reqs)} requests")
+                    for reply in got[:len(reqs)]:
                         nxt = server.step(c, reply)
                         if nxt is not None:
                             queue.append(nxt)
+                    for blob in got[len(reqs):]:
+                        assert nxt_round is not None
+                        server.receive_model(c, blob)
+                if nxt_round is not None:
+                    uploaded.add(nxt_round)
                 wave += 1
             table = np.zeros(1 << k)
             for mask in masks:
