@@ -247,7 +247,7 @@ def test_relay_cannot_open_forge_or_replay(federation: Callable[..., Federation]
 
 
 # -------------------------------------------------------------- deployment
-@pytest.mark.slow  # 11 exchanges x 6 SuperNodes: ~190 s on a loaded 2-core machine
+@pytest.mark.slow  # 10 exchanges x 6 SuperNodes: ~140 s on a loaded 2-core machine
 def test_hesv_deployment_tls(flower: Callable[[Path], Any],
                              federation: Callable[..., Federation],
                              tls: tuple[Path, Path, Path], tmp_path: Path) -> None:
