@@ -40,6 +40,8 @@ PROTOCOLS: dict[str, str] = {
     "ping": "fedsec.runtime.flower_ping",
     "fedavg": "fedsec.runtime.flower_fedavg",
     "pfl": "fedsec.runtime.flower_pfl",
+    "dpauc": "fedsec.runtime.flower_dpauc",
+    "hesv": "fedsec.runtime.flower_hesv",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -53,6 +55,10 @@ CLIENT_STEPS: dict[str, str] = {
        for s in ("keys", "train", "end")},
     **{f"pfl_{step}": f"fedsec.runtime.flower_pfl:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "round", "decrypt")},
+    "dpauc_hello": "fedsec.runtime.flower_dpauc:handle_hello",
+    "dpauc_submit": "fedsec.runtime.flower_dpauc:handle_submit",
+    **{f"hesv_{step}": f"fedsec.runtime.flower_hesv:handle_{step}" for step in (
+        "hello", "offer", "deliver", "confirmed", "models", "eval", "finish")},
 }
 
 
