@@ -170,6 +170,9 @@ class LocalGrid:
         TaskIdentity.run_id = run_id
         TaskIdentity.node_id = 1
         TaskIdentity.task_id = 1
+        from fedsec.runtime.node_host import inline_state
+
+        inline_state().clear()  # node-side state of earlier in-process runs
         self.app = build_client_app()
         self.node_configs = dict(node_configs)
         self.run_config = dict(run_config)

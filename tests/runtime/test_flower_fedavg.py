@@ -74,15 +74,18 @@ def test_secure_fedavg_matches_plaintext_and_keeps_models_at_the_clients(
     sent_to_server = [b for _s, _n, m in grid.replies for b in get_blobs(m.content)]
     for i, name in enumerate(NAMES):
         part = load_client_record(client_record_path(fed.state_dir(name), 51, i))
-        assert part["client"] == i and len(part["rounds"]) == 2
-        for t, r in enumerate(part["rounds"]):
-            assert r["participants"] == [0, 1, 2]
+        assert part.client == i and len(part.rounds) == 2 and part.n_clients == 3
+        for t, (parts, weights) in enumerate(part.rounds):
+            assert parts == (0, 1, 2)
+            assert list(weights) == list(ref.rounds[t].weights)
+            for a, b in zip(part.global_params[t], ref.rounds[t].global_params, strict=True):
+                assert np.allclose(a, b, atol=0 if t == 0 else 1e-5)
             refl = ref.rounds[t].local_params[i]
-            for a, b in zip(r["local"], refl, strict=True):
+            for a, b in zip(part.local_params[t], refl, strict=True):
                 # the first round trains from the same θ^1: bit for bit
                 assert np.allclose(a, b, atol=0 if t == 0 else 1e-5)
             # the server never received this local model (nor its weighted copy)
-            for p in r["local"]:
+            for p in part.local_params[t]:
                 probe = np.ascontiguousarray(p, dtype=np.float32).tobytes()[:32]
                 assert not any(probe in b for b in sent_to_server)
 
@@ -158,8 +161,6 @@ def test_secure_fedavg_as_separate_processes(federation: Callable[..., Federatio
     ref = run_fedavg(task, task.federate(3, alpha=0.5, seed=4), rounds=2, seed=4)
     for a, b in zip(run.doc["final"], ref.final_params, strict=True):
         assert np.allclose(np.asarray(a, dtype=np.float32), b, atol=1e-5)
-    run_id = None
     for i, name in enumerate(NAMES):
-        (path,) = Path(fed.state_dir(name)).glob(f"fedavg-run-*-client-{i}.record")
-        run_id = run_id or path.name.split("-")[2]
-        assert load_client_record(path)["client"] == i
+        (path,) = Path(fed.state_dir(name)).glob(f"fedavg-run-*-client-{i}.npz")
+        assert load_client_record(path).client == i

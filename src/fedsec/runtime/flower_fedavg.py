@@ -32,6 +32,7 @@ does not depend on where it comes from.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -47,10 +48,9 @@ from fedsec.crypto.sealed import SealKey, announce, read_announcement
 from fedsec.crypto.secagg import decode_fixed, masked_update, sum_updates
 from fedsec.errors import ProtocolError
 from fedsec.protocol import fields as readers
-from fedsec.protocol import wire
 from fedsec.runtime.node_host import RunState, hosted
 
-__all__ = ["main", "client_record_path", "load_client_record", "handle_keys",
+__all__ = ["main", "client_record_path", "client_test_path", "load_client_record", "handle_keys",
            "handle_train", "handle_end"]
 
 _ANN_CONTEXT = b"fedsec/fedavg-secagg/v1|run="
@@ -94,33 +94,32 @@ def _params_from(blobs: Sequence[bytes], like: Sequence[NDArray[Any]]) -> list[N
 
 def client_record_path(state_dir: str | os.PathLike[str], run_id: int, client_id: int
                        ) -> Path:
-    """Where a client keeps its part of a run's training record."""
-    return Path(state_dir) / f"fedavg-run-{int(run_id)}-client-{int(client_id)}.record"
+    """Where a client keeps its part of a run's training record (the record-part format
+    of :func:`fedsec.runtime.flower_hesv.load_record_part`, so that the same SuperNode can
+    then evaluate contributions with ``hesv-record-path`` pointing at it)."""
+    return Path(state_dir) / f"fedavg-run-{int(run_id)}-client-{int(client_id)}.npz"
 
 
-def load_client_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A client's record part: ``{"client": i, "rounds": [{"participants", "weights",
-    "global": params, "local": params or None}], "final": params}``."""
-    msg = wire.decode(Path(path).read_bytes(), expect="fedavg/client-record")
-    meta = msg.meta
-    shapes = [tuple(s) for s in meta["shapes"]]
-    k = len(shapes)
+def client_test_path(state_dir: str | os.PathLike[str], run_id: int, client_id: int
+                     ) -> Path:
+    """Where a client keeps its test split of the task (``x``, ``y``; ``hesv-test-path``)."""
+    return Path(state_dir) / f"fedavg-run-{int(run_id)}-client-{int(client_id)}.test.npz"
 
-    def params(blobs: Sequence[bytes]) -> list[NDArray[Any]]:
-        return [np.frombuffer(b, dtype=np.float32).reshape(s).copy()
-                for b, s in zip(blobs, shapes, strict=True)]
 
-    rounds, pos = [], 0
-    for r in meta["rounds"]:
-        g = params(msg.blobs[pos:pos + k])
-        pos += k
-        local = None
-        if r["local"]:
-            local = params(msg.blobs[pos:pos + k])
-            pos += k
-        rounds.append({"participants": r["participants"], "weights": r["weights"],
-                       "global": g, "local": local})
-    return {"client": meta["client"], "rounds": rounds, "final": params(msg.blobs[pos:])}
+def load_client_record(path: str | os.PathLike[str]) -> Any:
+    """A client's record part (:class:`fedsec.runtime.flower_hesv.RecordPart`)."""
+    from fedsec.runtime.flower_hesv import load_record_part
+
+    return load_record_part(Path(path).read_bytes())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
 
 
 # ================================================================== client side
@@ -216,27 +215,34 @@ def _end(blobs: list[bytes], meta: dict[str, Any], state: RunState
     c = d["client"]
     like = initial_params(c.spec, 0)
     final = _params_from(blobs, like)
-    shapes = [list(np.asarray(p).shape) for p in like]
-    out_meta = {"client": c.client_id, "shapes": shapes, "rounds": []}
-    out_blobs: list[bytes] = []
-    for r in d["rounds"]:
-        mine = c.client_id in r["participants"]
-        out_meta["rounds"].append({"participants": r["participants"],
-                                   "weights": r["weights"], "local": mine})
-        out_blobs += _params_blobs(r["global"])
-        if mine:
-            out_blobs += _params_blobs(r["local"])
-    out_blobs += _params_blobs(final)
+    from fedsec.runtime.flower_hesv import PART_FORMAT
+
+    n = int(state.run_config.get("clients", 0))
+    header = {"format": PART_FORMAT, "spec": c.spec.to_json(), "n_clients": n,
+              "client": c.client_id,
+              "rounds": [{"participants": r["participants"],
+                          "weights": [float(w) for w in r["weights"]]} for r in d["rounds"]]}
+    arrays: dict[str, NDArray[Any]] = {
+        "header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
+    for t, r in enumerate(d["rounds"]):
+        for k, p in enumerate(r["global"]):
+            arrays[f"r{t}/global/{k}"] = np.asarray(p, dtype=np.float32)
+        if c.client_id in r["participants"]:
+            for k, p in enumerate(r["local"]):
+                arrays[f"r{t}/local/{k}"] = np.asarray(p, dtype=np.float32)
     state_dir = state.node_config.get("state-dir")
     if not state_dir:
         raise ProtocolError("node config needs 'state-dir' for the record")
-    path = client_record_path(str(state_dir), state.run_id, c.client_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(wire.encode("fedavg/client-record", out_meta, out_blobs))
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    np.savez(buf, allow_pickle=False, **arrays)
+    _write_private(client_record_path(str(state_dir), state.run_id, c.client_id),
+                   buf.getvalue())
+    test = io.BytesIO()
+    np.savez(test, allow_pickle=False, x=np.asarray(c.data.x_test),
+             y=np.asarray(c.data.y_test))
+    _write_private(client_test_path(str(state_dir), state.run_id, c.client_id),
+                   test.getvalue())
+    del final
     state.done = True
     return [], {"rounds": len(d["rounds"])}
 
