@@ -185,22 +185,32 @@ def _train(blobs: list[bytes], meta: dict[str, Any], state: RunState
         d["peers"] = peers
     model_blobs = blobs[n_ann:]
     glob = _params_from(model_blobs, like)
-    if d["identity"].name not in names:
-        raise ProtocolError("this client is not a participant of the round")
-    if len(set(names)) < 3:
+    if len(set(names)) != len(names) or len(set(ids)) != len(ids):
+        raise ProtocolError("the round lists a participant twice")
+    if len(names) < 3:
         raise ProtocolError("secure aggregation here needs at least 3 participants (with "
                             "2, each learns the other's model from the aggregate)")
-    local, weight = c.train(glob, t)
-    me = names.index(d["identity"].name)
-    if int(weights[me]) != int(weight) or int(ids[me]) != c.client_id:
-        raise ProtocolError("the round lists another weight or id for this client")
     rounds = d["rounds"]
+    if rounds and rounds[-1]["round"] not in (t, t - 1) or not rounds and t != 0:
+        raise ProtocolError("a round out of order")
+    taking_part = d["identity"].name in names
+    local = None
+    if taking_part:
+        local, weight = c.train(glob, t)
+        me = names.index(d["identity"].name)
+        if int(weights[me]) != int(weight) or int(ids[me]) != c.client_id:
+            raise ProtocolError("the round lists another weight or id for this client")
+    elif c.client_id in [int(i) for i in ids]:
+        raise ProtocolError("the round lists this client's id under another name")
     entry = {"participants": [int(i) for i in ids], "weights": [int(w) for w in weights],
              "global": glob, "local": local}
     if rounds and rounds[-1]["round"] == t:
         rounds[-1] = {"round": t, **entry}  # a re-run of the round
     else:
         rounds.append({"round": t, **entry})
+    if not taking_part:
+        return [], {"trained": False}
+    assert local is not None
     v = _flatten(local) * float(weight)
     x = masked_update(v, d["key"], d["identity"].name, d["peers"], [str(n) for n in names],
                       session=d["session"], round_index=t, attempt=attempt)
@@ -264,7 +274,7 @@ def _write(path: str, doc: Mapping[str, Any]) -> None:
 
 def main(grid: Any, context: Any) -> None:
     """ServerApp: FedAvg with secure aggregation over the connected clients."""
-    from fedsec.learning.fedavg import initial_params
+    from fedsec.learning.fedavg import FedAvgServer, initial_params
     from fedsec.runtime.flower_io import get_blobs, get_meta, make_content, run_step, wait_for_nodes
     from fedsec.runtime.flower_shapley import _task_from
 
@@ -307,36 +317,46 @@ def main(grid: Any, context: Any) -> None:
         announcers = [info[k][0] for k in sorted(info)]
         anns = [info[k][3] for k in sorted(info)]
         params = initial_params(task.spec, seed)
-        active = sorted(info, key=lambda k: info[k][1])
+        alive = sorted(info, key=lambda k: info[k][1])
+        participation = float(cfg.get("fraction-train", 1.0))
+        if not 0.0 < participation <= 1.0:
+            raise ValueError("The 'fraction-train' run config must be in (0, 1].")
+        chooser = FedAvgServer(task.spec, n, participation, seed)
         for t in range(rounds):
+            chosen = set(chooser.select(t))
+            active = [k for k in alive if info[k][1] in chosen]
             for attempt in range(3):
                 if len(active) < 3:
-                    raise ProtocolError(f"round {t}: fewer than 3 clients remain")
+                    raise ProtocolError(f"round {t}: fewer than 3 participants remain")
                 meta = {"round": t, "attempt": attempt,
                         "participants": [info[k][0] for k in active],
                         "ids": [info[k][1] for k in active],
                         "weights": [info[k][2] for k in active]}
                 first = t == 0 and attempt == 0
+                # every client gets θ^t (FedAvg's broadcast); participants also train
                 msgs = {k: make_content((anns if first else []) + _params_blobs(params),
                                         {**meta, "announcements": len(anns) if first else 0,
                                          "announcers": announcers if first else []})
-                        for k in active}
+                        for k in alive}
                 res = run_step(grid, msgs, "query.fedavg_train", group_id=f"t{t}/{attempt}",
                                timeout=timeout)
                 doc["timings"][f"round{t}.{attempt}_s"] = round(res.elapsed, 3)
                 got: dict[int, bytes] = {}
                 for k, content in res.replies.items():
                     m, b = get_meta(content), get_blobs(content)
-                    if m.get("ok") is True and len(b) == 1:
-                        got[k] = b[0]
+                    if m.get("ok") is True and len(b) == (1 if k in active else 0):
+                        if k in active:
+                            got[k] = b[0]
                     else:
                         doc["left_out"].append({"node": k, "step": f"train {t}",
                                                 "check": str(m.get("check", "?"))[:64]})
+                gone = [k for k in alive if k not in res.replies]
+                doc["left_out"] += [{"node": k, "step": f"train {t}", "check": "no reply"}
+                                    for k in gone]
+                alive = [k for k in alive if k in got or (k not in active
+                                                          and k in res.replies)]
                 if len(got) == len(active):
                     break
-                gone = [k for k in active if k not in got]
-                doc["left_out"] += [{"node": k, "step": f"train {t}", "check": "no reply"}
-                                    for k in gone if k not in res.replies]
                 active = [k for k in active if k in got]
             else:
                 raise ProtocolError(f"round {t}: clients kept dropping out")
@@ -352,7 +372,7 @@ def main(grid: Any, context: Any) -> None:
             doc["rounds"].append({"participants": [info[k][1] for k in active],
                                   "weights": [info[k][2] for k in active]})
             _write(result_path, {**doc, "status": f"round {t + 1}/{rounds}"})
-        res = run_step(grid, {k: make_content(_params_blobs(params), {}) for k in active},
+        res = run_step(grid, {k: make_content(_params_blobs(params), {}) for k in alive},
                        "query.fedavg_end", group_id="fedavg-end", timeout=timeout)
         doc["clients_with_record"] = sorted(
             info[k][1] for k, c in res.replies.items() if get_meta(c).get("ok") is True)
