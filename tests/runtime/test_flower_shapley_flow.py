@@ -53,8 +53,11 @@ def _serve(grid: LocalGrid, rc: dict[str, Any], result: Path) -> dict[str, Any]:
 def test_secure_training_then_hesv_without_models_at_the_server(
         federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
         tmp_path: Path) -> None:
-    from fedsec.runtime.flower_fedavg import (client_record_path, client_test_path,
-                                              load_client_record)
+    from fedsec.runtime.flower_fedavg import (
+        client_record_path,
+        client_test_path,
+        load_client_record,
+    )
     from fedsec.runtime.flower_io import get_blobs
     from fedsec.shapley.hesv import hesv_shapley
 
