@@ -58,6 +58,29 @@ def _federation(workdir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]
     return roster, paths
 
 
+def _party_nodes(args: argparse.Namespace, names: list[str], workdir: Path,
+                 extra: dict[str, Any]) -> tuple[list[Any], Path]:
+    """One SuperNode per party file: its node config as the party would write it."""
+    from fedsec.runtime.local_deploy import LocalNode
+
+    roster, ident = _federation(workdir, names)
+    nodes = []
+    for name, path in zip(names, args.files, strict=True):
+        cfg: dict[str, Any] = {
+            "data-path": str(Path(path).resolve()), "identity-path": str(ident[name]),
+            "roster-path": str(roster), "state-dir": str(workdir / "state" / name),
+            "log-path": str(workdir / "logs" / f"{name}.log"),
+            "label-col": str(args.label_col), "score-col": str(args.score_col),
+            "scores": getattr(args, "scores", "probability"), **extra}
+        if args.pos_label is not None:
+            cfg["pos-label"] = args.pos_label
+        if args.delimiter:
+            cfg["delimiter"] = args.delimiter
+        nodes.append(LocalNode(name, cfg))
+    (workdir / "logs").mkdir(exist_ok=True)
+    return nodes, roster
+
+
 def _exchanges(doc: dict[str, Any]) -> dict[str, float]:
     skip = {"aggregate_s", "total_s"}
     return {k[:-2]: v for k, v in doc.get("timings", {}).items()
@@ -65,7 +88,7 @@ def _exchanges(doc: dict[str, Any]) -> dict[str, float]:
 
 
 def _cmd_local_auc(args: argparse.Namespace) -> int:
-    from fedsec.runtime.local_deploy import LocalNode, run_local
+    from fedsec.runtime.local_deploy import run_local
 
     if len(args.files) < 2:
         raise ValueError(f"a federation needs at least 2 parties; got {len(args.files)} "
@@ -76,21 +99,7 @@ def _cmd_local_auc(args: argparse.Namespace) -> int:
     keep = keep or args.keep
     say = _say(args.quiet or args.json)
     try:
-        roster, ident = _federation(workdir, names)
-        nodes = []
-        for name, path in zip(names, args.files, strict=True):
-            cfg: dict[str, Any] = {
-                "data-path": str(Path(path).resolve()), "identity-path": str(ident[name]),
-                "roster-path": str(roster), "state-dir": str(workdir / "state" / name),
-                "log-path": str(workdir / "logs" / f"{name}.log"),
-                "label-col": str(args.label_col), "score-col": str(args.score_col),
-                "scores": args.scores, "security": args.security}
-            if args.pos_label is not None:
-                cfg["pos-label"] = args.pos_label
-            if args.delimiter:
-                cfg["delimiter"] = args.delimiter
-            nodes.append(LocalNode(name, cfg))
-        (workdir / "logs").mkdir(exist_ok=True)
+        nodes, roster = _party_nodes(args, names, workdir, {"security": args.security})
         run_cfg: dict[str, Any] = {
             "protocol": "auc", "security": args.security, "roster-path": str(roster),
             "decision-points": str(args.decision_points) if args.decision_points == "exact"
@@ -131,6 +140,72 @@ def _cmd_local_auc(args: argparse.Namespace) -> int:
             print(f"  Flower: {fl['exchanges']} message exchanges, ServerApp "
                   f"{fl['server_seconds']} s, whole local deployment {fl['wall_seconds']} s "
                   f"(aggregator computation {fl['aggregator_seconds']} s)")
+        return 0
+    finally:
+        if keep:
+            print(f"[flower local] kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cmd_local_dpauc(args: argparse.Namespace) -> int:
+    from fedsec.runtime.local_deploy import run_local
+
+    mech: str = args.mechanism
+    if args.score_epsilon is not None and mech != "rr":
+        raise ValueError("--score-epsilon applies only to --mechanism rr")
+    if args.delta is not None and mech != "gaussian":
+        raise ValueError("--delta applies only to --mechanism gaussian")
+    if len(args.files) < 2:
+        raise ValueError("a federation needs at least 2 parties")
+    parties = load_party_files(args)
+    names = [p.name for p in parties]
+    spend = args.epsilon + (args.score_epsilon or 0.0)
+    workdir, keep = _workdir(args)
+    keep = keep or args.keep
+    try:
+        # each party's policy allows exactly this run's spend (its own choice, here yours)
+        policy: dict[str, Any] = {"max-epsilon": spend, "mechanisms": mech}
+        if mech == "gaussian":
+            policy["max-delta"] = args.delta if args.delta is not None else 1e-5
+        if mech == "rr" and args.score_epsilon is None:
+            policy["allow-score-histogram"] = "true"
+        nodes, roster = _party_nodes(args, names, workdir, policy)
+        run_cfg: dict[str, Any] = {
+            "protocol": "dpauc", "roster-path": str(roster), "dpauc-mechanism": mech,
+            "dpauc-epsilon": float(args.epsilon), "decision-points": int(args.decision_points),
+            "dpauc-clip": bool(args.clip), "step-timeout": float(args.step_timeout)}
+        if mech == "gaussian":
+            run_cfg["dpauc-delta"] = float(policy["max-delta"])
+        if args.score_epsilon is not None:
+            run_cfg["dpauc-score-epsilon"] = float(args.score_epsilon)
+        run = run_local(nodes, run_cfg, workdir=workdir, timeout=args.timeout,
+                        say=_say(args.quiet or args.json))
+        if run.leftover:
+            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
+        doc = run.doc
+        if doc.get("status") != "done":
+            raise ProtocolError(f"the Flower run failed: {doc.get('error', doc.get('status'))}"
+                                f" (logs in {workdir}; pass --keep to keep them)")
+        out = {"mechanism": mech, "epsilon": args.epsilon,
+               "delta": run_cfg.get("dpauc-delta", 0.0),
+               "decision_points": args.decision_points, "parties": len(names),
+               "samples": sum(p.n_samples for p in parties), "clip": args.clip,
+               "auc": doc["auc"], "epsilon_spent_per_party": spend,
+               "included": doc.get("parties", {}).get("included", names),
+               "flower": {"exchanges": len(_exchanges(doc)),
+                          "server_seconds": doc.get("timings", {}).get("total_s"),
+                          "wall_seconds": round(run.seconds, 2)}}
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"DPAUC ({mech}, epsilon={args.epsilon}, N={args.decision_points}, "
+                  f"{len(names)} parties, {out['samples']} samples"
+                  f"{', clipped to [0, 1]' if args.clip else ''}, on Flower)")
+            print(f"AUC = {out['auc']:.6f} (one run; each party spent epsilon {spend:g})")
+            fl = out["flower"]
+            print(f"  Flower: {fl['exchanges']} message exchanges, ServerApp "
+                  f"{fl['server_seconds']} s, whole local deployment {fl['wall_seconds']} s")
         return 0
     finally:
         if keep:
@@ -209,6 +284,20 @@ def register(sub: Any) -> None:
                    help="seconds a protocol step waits for the parties (default 60)")
     _common(a, 300.0)
     a.set_defaults(func=_cmd_local_auc)
+    d = psub.add_parser("dpauc", help="differentially private AUC (as 'fedsec dpauc')",
+                        description="DPAUC (Sun et al.) with one SuperNode per party file; "
+                                    "each party's policy allows exactly this run's epsilon.")
+    add_party_file_options(d)
+    d.add_argument("--epsilon", required=True, type=float)
+    d.add_argument("--decision-points", "-N", type=int_arg("--decision-points", 2, 65536),
+                   default=100)
+    d.add_argument("--mechanism", choices=["laplace", "gaussian", "rr"], default="laplace")
+    d.add_argument("--delta", type=float, default=None)
+    d.add_argument("--score-epsilon", type=float, default=None)
+    d.add_argument("--clip", action="store_true")
+    d.add_argument("--step-timeout", type=float, default=60.0)
+    _common(d, 240.0)
+    d.set_defaults(func=_cmd_local_dpauc)
     pg = psub.add_parser("ping", help="measure Flower's per-exchange floor",
                          description="Empty message exchanges with N SuperNodes: the cost of "
                                      "one protocol step that does no work.")

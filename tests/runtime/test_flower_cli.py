@@ -64,3 +64,22 @@ def test_flower_local_refuses_bad_input_before_starting_anything(tmp_path: Path,
     err = capsys.readouterr().err
     assert code == 2 and "bad.csv" in err
     assert not (tmp_path / "w" / "flower").exists()
+
+
+def test_flower_local_dpauc_matches_the_in_process_command(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]):
+    """Randomized response at epsilon 50 flips no label (probability ~2e-22): both runs
+    compute the same statistic, so they agree exactly."""
+    files = _files(tmp_path)
+    work = tmp_path / "work"
+    code = fedsec_main(["flower", "local", "dpauc", *files, "--mechanism", "rr",
+                        "--epsilon", "50", "-N", "20", "--json", "--workdir", str(work),
+                        "--timeout", "240"])
+    flower = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert fedsec_main(["dpauc", *files, "--mechanism", "rr", "--epsilon", "50", "-N", "20",
+                        "--json"]) == 0
+    inproc = json.loads(capsys.readouterr().out)
+    assert flower["auc"] == inproc["mean"]
+    assert flower["flower"]["exchanges"] == 2 and flower["parties"] == 3
+    assert leftover_processes(str(work / "flower" / "flwr-home")) == []
