@@ -24,7 +24,9 @@ Steps (one Flower exchange each; ``T + 2`` in all):
 
 Node config: ``client-id`` (the client's index in the task's split; see
 :mod:`fedsec.runtime.flower_shapley`), ``identity-path``, ``roster-path``, ``state-dir``,
-``log-path``. Run config: ``task``, ``samples``, ``clients``, ``rounds``, ``alpha``,
+``log-path``; ``hesv-record-path`` and ``hesv-test-path``, if set, name where the client
+writes its record part and test split (so that a HESV run on the same node reads them);
+otherwise they go to ``state-dir`` (:func:`client_record_path`). Run config: ``task``, ``samples``, ``clients``, ``rounds``, ``alpha``,
 ``seed``, ``roster-path``, ``step-timeout``, ``result-path``. Training data here comes from
 the task's federated split (a demonstration, as the plaintext example); the secure part
 does not depend on where it comes from.
@@ -245,13 +247,17 @@ def _end(blobs: list[bytes], meta: dict[str, Any], state: RunState
         raise ProtocolError("node config needs 'state-dir' for the record")
     buf = io.BytesIO()
     np.savez(buf, allow_pickle=False, **arrays)
-    _write_private(client_record_path(str(state_dir), state.run_id, c.client_id),
-                   buf.getvalue())
+    # the node decides where its files go: node config 'hesv-record-path' and
+    # 'hesv-test-path' (then an evaluation on the same node reads them), else state-dir
+    rec_path = state.node_config.get("hesv-record-path") or client_record_path(
+        str(state_dir), state.run_id, c.client_id)
+    test_path = state.node_config.get("hesv-test-path") or client_test_path(
+        str(state_dir), state.run_id, c.client_id)
+    _write_private(Path(str(rec_path)), buf.getvalue())
     test = io.BytesIO()
     np.savez(test, allow_pickle=False, x=np.asarray(c.data.x_test),
              y=np.asarray(c.data.y_test))
-    _write_private(client_test_path(str(state_dir), state.run_id, c.client_id),
-                   test.getvalue())
+    _write_private(Path(str(test_path)), test.getvalue())
     del final
     state.done = True
     return [], {"rounds": len(d["rounds"])}

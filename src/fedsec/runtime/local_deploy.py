@@ -24,7 +24,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +32,8 @@ from typing import Any
 
 from fedsec.errors import ProtocolError
 
-__all__ = ["Deployment", "LocalNode", "LocalRun", "run_local", "write_app",
+__all__ = ["Deployment", "LocalNode", "LocalRun", "run_local", "run_local_sequence",
+           "write_app",
            "leftover_processes", "make_tls", "free_ports", "exe", "descendants", "alive",
            "toml_value", "toml_pairs", "HOST", "START_TIMEOUT", "STOP_TIMEOUT"]
 
@@ -575,6 +576,16 @@ def run_local(nodes: list[LocalNode], run_config: Mapping[str, Any], *, workdir:
     and ``flwr run`` the fedsec app with ``run_config``; wait (at most ``timeout``
     seconds) for the ServerApp's result; stop every process (children included) and
     check that none is left. ``result-path`` is set here."""
+    return run_local_sequence(nodes, [run_config], workdir=workdir, timeout=timeout,
+                              say=say)[0]
+
+
+def run_local_sequence(nodes: list[LocalNode], run_configs: Sequence[Mapping[str, Any]], *,
+                       workdir: Path, timeout: float,
+                       say: Callable[[str], None] | None = None) -> list[LocalRun]:
+    """As :func:`run_local`, with several runs one after the other on the same SuperLink
+    and SuperNodes (e.g. secure training, then contribution evaluation); a run that does
+    not end ``done`` stops the sequence. Each run gets ``timeout`` seconds."""
     from fedsec.runtime.flower_client import NodeStore  # noqa: F401 - fail early if flwr missing
 
     def note(text: str) -> None:
@@ -583,12 +594,13 @@ def run_local(nodes: list[LocalNode], run_config: Mapping[str, Any], *, workdir:
 
     workdir.mkdir(parents=True, exist_ok=True)
     ca, cert, key = make_tls(workdir / "tls")
-    result = workdir / "result.json"
-    config = {**run_config, "result-path": str(result)}
-    app = write_app(workdir / "app", config)
+    keys: dict[str, Any] = {}
+    for rc in run_configs:
+        keys.update(rc)
+    app = write_app(workdir / "app", {**keys, "result-path": ""})
     dep = Deployment(workdir / "flower")
     t0 = time.monotonic()
-    doc: dict[str, Any] = {}
+    docs: list[tuple[dict[str, Any], float]] = []
     try:
         note("starting a SuperLink (TLS, 127.0.0.1)")
         dep.start_superlink_tls(ca, cert, key)
@@ -596,9 +608,15 @@ def run_local(nodes: list[LocalNode], run_config: Mapping[str, Any], *, workdir:
         for n in nodes:
             dep.start_supernode(n.name, n.node_config)
         dep.wait_supernodes([n.name for n in nodes])
-        note("flwr run")
-        dep.flwr_run(app, "fedsec-tls", config)
-        doc = dep.wait_result(result, {"done", "failed"}, timeout)
+        for i, rc in enumerate(run_configs):
+            result = workdir / f"result-{i}.json"
+            note(f"flwr run ({rc.get('protocol', 'auc')})")
+            t1 = time.monotonic()
+            dep.flwr_run(app, "fedsec-tls", {**rc, "result-path": str(result)})
+            doc = dep.wait_result(result, {"done", "failed"}, timeout)
+            docs.append((doc, time.monotonic() - t1))
+            if doc.get("status") != "done":
+                break
     except (RuntimeError, TimeoutError) as exc:
         raise ProtocolError(f"local Flower deployment: {exc}") from None
     finally:
@@ -614,5 +632,8 @@ def run_local(nodes: list[LocalNode], run_config: Mapping[str, Any], *, workdir:
                 with contextlib.suppress(OSError, ValueError):
                     found.append(json.loads(p.read_text(encoding="utf-8")))
         node_results[n.name] = found
-    return LocalRun(doc, node_results, seconds, workdir,
-                    leftover_processes(str(dep.flwr_home)))
+    left = leftover_processes(str(dep.flwr_home))
+    out = [LocalRun(doc, node_results, secs, workdir, left) for doc, secs in docs]
+    if out:
+        out[0].seconds = seconds if len(out) == 1 else out[0].seconds
+    return out
