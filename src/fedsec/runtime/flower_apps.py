@@ -36,6 +36,7 @@ __all__ = ["PROTOCOLS", "CLIENT_STEPS", "protocol_of", "build_server_app",
 #: protocol name -> module with the ServerApp's ``main(grid, context)``.
 PROTOCOLS: dict[str, str] = {
     "auc": "fedsec.runtime.flower_server",
+    "secsv": "fedsec.runtime.flower_secsv",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -44,6 +45,9 @@ CLIENT_STEPS: dict[str, str] = {
     **{step: f"{_AUC}:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
         "finalize")},
+    **{f"secsv_{step}": f"fedsec.runtime.flower_secsv:handle_{step}" for step in (
+        "hello", "offer", "deliver", "confirmed", "plan", "upload", "aux_round", "decrypt",
+        "aux_labels")},
 }
 
 

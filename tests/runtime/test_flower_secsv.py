@@ -1,0 +1,303 @@
+"""SecSV (Zheng et al.) on Flower: P in the ServerApp, A and every client on SuperNodes.
+
+Prepare: a small federation (5 clients -- the fewest for which the decryption rule
+schedules exact SSVs of 2 rounds -- a one-layer logistic model, each client's own test set
+and its own part of the training record, the public round information), identities and
+roster made with the CLI (``federation`` fixture). Execute: the real ServerApp ``main``
+over ``LocalGrid`` (in-process, ``role-host="inline"``), or ``flwr run`` on a TLS
+deployment. Assert: the FSVs equal ``secsv_shapley`` on the same inputs; nothing P sees
+holds a client's model in the clear and A's traffic is sealed; a relay that reads,
+forges or replays A's sealed boxes is refused; a silent client stops the run with an
+attributed error within its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pytest.importorskip(
+        "flwr", reason="Flower is optional: pip install 'fedsec[flower]' (flwr==1.41.0)"
+    )
+
+from fedsec.learning.model import LayerSpec, ModelSpec  # noqa: E402
+from fedsec.learning.record import RoundRecord, TrainingRecord  # noqa: E402
+from fedsec.runtime.flower_secsv import (  # noqa: E402
+    ClientPart,
+    public_rounds,
+    save_test_set,
+    split_record,
+)
+from fedsec.shapley.secsv import secsv_shapley  # noqa: E402
+
+N = 5
+PARTS = ((0, 1, 2), (2, 3, 4))
+NAMES = [f"client-{i}" for i in range(N)]
+AUX = "aux-server"
+STEP_TIMEOUT = 0.5
+REPO = Path(__file__).resolve().parents[2]
+APP_DIR = REPO / "examples" / "fedsec-flower"
+
+Federation = Any
+LocalGrid = Any
+
+
+def world(seed: int = 5, m: int = 6) -> tuple[TrainingRecord, list[tuple[np.ndarray,
+                                                                         np.ndarray]]]:
+    """A one-layer logistic model (4 features, 3 classes), 2 rounds, 5 clients."""
+    rng = np.random.default_rng(seed)
+    spec = ModelSpec("logistic", (LayerSpec.dense(4, 3),))
+    rnds, glob = [], spec.init_params(rng)
+    for parts in PARTS:
+        local = tuple(spec.init_params(rng) for _ in parts)
+        rnds.append(RoundRecord(glob, parts, local,
+                                np.array([float(10 + 3 * i) for i in range(len(parts))])))
+        glob = spec.init_params(rng)
+    sets = [(rng.uniform(-1, 1, size=(m, 4)), rng.integers(0, 3, m).astype(np.int64))
+            for _ in range(N)]
+    return TrainingRecord(spec, N, tuple(rnds), glob), sets
+
+
+def prepare(fed: Federation, record: TrainingRecord, sets: list[Any], **extra: Any
+            ) -> tuple[dict[str, dict[str, Any]], Path]:
+    """Every node's files and node config; the public round file (P's)."""
+    configs: dict[str, dict[str, Any]] = {}
+    for i, part in enumerate(split_record(record)):
+        name = NAMES[i]
+        rec = fed.data_dir / f"{name}.record.npz"
+        data = fed.data_dir / f"{name}.test.npz"
+        part.save(rec)
+        save_test_set(data, *sets[i])
+        configs[name] = fed.node_config(name, role="client", auxiliary=AUX,
+                                        **{"record-path": str(rec), "data-path": str(data)},
+                                        **extra)
+    aux = fed.node_config(AUX, role="auxiliary", **extra)
+    aux.pop("data-path")
+    configs[AUX] = aux
+    rounds = fed.root / "rounds.json"
+    rounds.write_text(json.dumps(public_rounds(record)))
+    return configs, rounds
+
+
+def _nodes(configs: dict[str, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {201 + i: cfg for i, cfg in enumerate(configs.values())}
+
+
+def _run(grid: LocalGrid, run_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    from flwr.app import Context, RecordDict
+
+    from fedsec.runtime.flower_secsv import main
+    from fedsec.runtime.node_host import inline_state
+
+    inline_state().clear()  # LocalGrids reuse one run id: no state of an earlier test
+
+    result = tmp_path / "result.json"
+    rc = {"protocol": "secsv", "result-path": str(result), "step-timeout": STEP_TIMEOUT,
+          "wait-nodes-timeout": 2.0, **run_config}
+    grid.run_config.update(rc)
+    ctx = Context(run_id=grid.run_id, node_id=0, node_config={}, state=RecordDict(),
+                  run_config=rc)
+    try:
+        main(grid, ctx)
+    except Exception:  # noqa: BLE001 - the result JSON says what failed
+        pass
+    doc: dict[str, Any] = json.loads(result.read_text())
+    return doc
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[TrainingRecord, list[Any], Any]:
+    record, sets = world()
+    ref = secsv_shapley(record, sets)
+    return record, sets, ref
+
+
+def _setup(federation: Callable[..., Federation], tmp_path: Path, record: TrainingRecord,
+           sets: list[Any]) -> tuple[Federation, dict[int, dict[str, Any]], dict[str, Any]]:
+    fed = federation(tmp_path / "fed", [*NAMES, AUX])
+    configs, rounds = prepare(fed, record, sets, **{"role-host": "inline"})
+    rc = {"roster-path": str(fed.roster_path), "secsv-rounds-path": str(rounds)}
+    return fed, _nodes(configs), rc
+
+
+# ------------------------------------------------------------------------- pieces
+def test_client_part_round_trip(tmp_path: Path) -> None:
+    record, _sets = world()
+    parts = split_record(record)
+    for i, part in enumerate(parts):
+        part.save(tmp_path / f"{i}.npz")
+        back = ClientPart.load(tmp_path / f"{i}.npz")
+        assert back.index == i and back.public == public_rounds(record)
+        assert sorted(back.locals) == [t for t, p in enumerate(PARTS) if i in p]
+        for t, r in enumerate(record.rounds):
+            for a, b in zip(back.globals[t], r.global_params, strict=True):
+                np.testing.assert_array_equal(a, b)
+            if i in r.participants:
+                own = r.local_params[r.participants.index(i)]
+                for a, b in zip(back.locals[t], own, strict=True):
+                    np.testing.assert_array_equal(a, b)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, index=np.array(0))
+    with pytest.raises(ValueError, match="client part"):
+        ClientPart.load(bad)
+
+
+def test_run_config_is_checked() -> None:
+    from fedsec.runtime.flower_secsv import SecSVOptions
+
+    with pytest.raises(ValueError, match="roster-path"):
+        SecSVOptions.from_run_config({})
+    with pytest.raises(ValueError, match="secsv-rounds-path"):
+        SecSVOptions.from_run_config({"roster-path": "r.json"})
+    with pytest.raises(ValueError, match="secsv-schedule"):
+        SecSVOptions.from_run_config({"roster-path": "r", "secsv-rounds-path": "x",
+                                      "secsv-schedule": "fast"})
+
+
+# ------------------------------------------------------------------ whole runs (LocalGrid)
+def test_flower_secsv_equals_in_process(federation: Callable[..., Federation],
+                                        local_grid: Callable[..., LocalGrid],
+                                        tmp_path: Path, small: Any) -> None:
+    """Same FSVs as ``secsv_shapley``; P never sees a local model in the clear; everything
+    P relays to A is sealed (A's plaintext messages never appear in P's view)."""
+    record, sets, ref = small
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    sent: list[tuple[str, int, list[bytes]]] = []
+
+    def spy(step: str, node: int, blobs: list[bytes]) -> list[bytes]:
+        sent.append((step, node, list(blobs)))
+        return blobs
+
+    grid = local_grid(nodes, {}, edit=spy)
+    doc = _run(grid, rc, tmp_path)
+    assert doc["status"] == "done", doc
+    np.testing.assert_array_equal(np.asarray(doc["fsv"]), ref.fsv)
+    assert doc["models_tested"] == ref.models_tested
+    # 5 set-up exchanges, then upload + A + decrypt + A for round 0, and A + decrypt + A
+    # for round 1 (round 1's models come with round 0's answers)
+    assert doc["exchanges"] == 12, [s["step"] for s in doc["steps"]]
+    from fedsec.runtime.flower_io import get_blobs
+
+    seen = [b for _s, _n, msg in grid.replies for b in get_blobs(msg.content)]
+    seen += [b for _s, _n, blobs in sent for b in blobs]
+    for t, r in enumerate(record.rounds):
+        for params in r.local_params:
+            for p in params:
+                for raw in (np.asarray(p, np.float64).tobytes(),
+                            np.asarray(p, np.float32).tobytes()):
+                    assert not any(raw[:16] in b for b in seen), t
+    # what A receives from clients through P is sealed: no A-bound protocol frame in clear
+    a_node = max(nodes)
+    for step, node, blobs in sent:
+        if node == a_node and step in ("secsv_aux_labels",):
+            assert all(b.startswith(b"FSB1") for b in blobs[0::2])
+    for step, _node, msg in grid.replies:
+        if step in ("secsv_plan",):
+            assert get_blobs(msg.content)[1].startswith(b"FSB1")
+
+
+def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
+    """A ServerApp that tampers with the sealed boxes it relays to A."""
+    kept: dict[str, bytes] = {}
+
+    def edit(step: str, _node: int, blobs: list[bytes]) -> list[bytes]:
+        if step != "secsv_aux_labels" or not blobs:
+            return blobs
+        out = list(blobs)
+        if kind == "forge":
+            box = bytearray(out[0])
+            box[len(box) // 2] ^= 1
+            out[0] = bytes(box)
+        elif kind == "replay":  # round 1 gets round 0's first sealed answer
+            if "first" in kept:
+                out[0] = kept["first"]
+            else:
+                kept["first"] = out[0]
+        elif kind == "swap":  # two evaluations' answers swapped
+            out[0], out[2] = out[2], out[0]
+        return out
+
+    return edit
+
+
+@pytest.mark.parametrize("kind", ["forge", "replay", "swap"])
+def test_relay_adversary_is_refused(federation: Callable[..., Federation],
+                                    local_grid: Callable[..., LocalGrid],
+                                    tmp_path: Path, small: Any, kind: str) -> None:
+    record, sets, _ref = small
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    grid = local_grid(nodes, {}, edit=_relay(kind))
+    doc = _run(grid, rc, tmp_path)
+    assert doc["status"] == "failed"
+    assert doc["failed"]["party"] == AUX and doc["failed"]["step"] == "secsv_aux_labels"
+    assert doc["failed"]["check"] == "protocol-error"
+    assert "fsv" not in doc
+
+
+def test_sealed_box_cannot_be_read_by_the_relay(tmp_path: Path) -> None:
+    """P holds no key that opens what a client seals to A."""
+    from fedsec.auc.common import local_federation
+    from fedsec.crypto.sealed import SealKey, announce, read_announcement, seal, unseal
+    from fedsec.errors import ProtocolError
+
+    ids, roster = local_federation(["client-0", "aux"])
+    a_key = SealKey.generate()
+    pub = read_announcement(roster, "aux", announce(ids[1], a_key, context=b"c"),
+                            context=b"c")
+    secret = b"secsv/labels" + os.urandom(64)
+    box = seal(ids[0], "aux", pub, secret, context=b"x")
+    assert secret not in box and secret[12:] not in box
+    with pytest.raises(ProtocolError):
+        unseal(SealKey.generate(), roster, "client-0", "aux", box, context=b"x")
+    assert unseal(a_key, roster, "client-0", "aux", box, context=b"x") == secret
+
+
+def test_killed_client_stops_the_run(federation: Callable[..., Federation],
+                                     local_grid: Callable[..., LocalGrid],
+                                     tmp_path: Path, small: Any) -> None:
+    record, sets, _ref = small
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    victim = min(nodes) + 2  # client-2, in both rounds
+
+    def hook(grid: Any, step: str, _nodes: list[int]) -> None:
+        if step == "secsv_decrypt":
+            grid.kill(victim)
+
+    grid = local_grid(nodes, {}, before_step=hook)
+    t0 = time.monotonic()
+    doc = _run(grid, rc, tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert doc["status"] == "failed"
+    assert doc["failed"]["party"] == NAMES[2] and doc["failed"]["step"] == "secsv_decrypt"
+    assert "no reply" in doc["failed"]["reason"]
+
+
+def test_invalid_node_file_is_attributed(federation: Callable[..., Federation],
+                                         local_grid: Callable[..., LocalGrid],
+                                         tmp_path: Path, small: Any) -> None:
+    record, sets, _ref = small
+    fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    (fed.data_dir / f"{NAMES[1]}.test.npz").write_bytes(b"not an npz")
+    doc = _run(local_grid(nodes, {}), rc, tmp_path)
+    assert doc["status"] == "failed"
+    assert doc["failed"]["step"] == "secsv_hello" and doc["failed"]["check"] == "input-invalid"
+    assert doc["failed"]["node"] == min(nodes) + 1
+
+
+def test_paper_schedule_needs_the_clients_consent(federation: Callable[..., Federation],
+                                                  local_grid: Callable[..., LocalGrid],
+                                                  tmp_path: Path, small: Any) -> None:
+    record, sets, _ref = small
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    doc = _run(local_grid(nodes, {}), {**rc, "secsv-schedule": "paper"}, tmp_path)
+    assert doc["status"] == "failed" and doc["failed"]["check"] == "policy:schedule"
