@@ -842,8 +842,13 @@ class SecSVServerRun:
                          [self.names[nd] for nd in order], ks.session)
         self.write("evaluating")
         result = run_rounds(cast(Any, run), "exact", 0, False, 0, None, "secsv")
-        self.doc.update(result.to_dict())
+        out = result.to_dict()
+        for key in ("bandwidth_mbps", "time_split_seconds", "bytes_total", "bytes_by_role",
+                    "messages", "seconds"):  # in-process accounting; see bytes, steps
+            out.pop(key, None)
+        self.doc.update(out)
         self.doc["fsv"] = [float(v) for v in result.fsv]
+        self.doc["utilities"] = [[float(v) for v in tab] for tab in result.utilities or []]
         self.doc["status"] = "done"
         return self.doc
 
