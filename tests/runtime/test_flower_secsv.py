@@ -279,15 +279,19 @@ def test_sealed_box_cannot_be_read_by_the_relay(tmp_path: Path) -> None:
     assert unseal(a_key, roster, "client-0", "aux", box, context=b"x") == secret
 
 
-def test_killed_client_stops_the_run(federation: Callable[..., Federation],
-                                     local_grid: Callable[..., LocalGrid],
-                                     tmp_path: Path, small: Any) -> None:
+@pytest.mark.parametrize(("who", "at"), [(2, "secsv_decrypt"), (5, "secsv_aux_labels")],
+                         ids=["client", "auxiliary"])
+def test_killed_party_stops_the_run(federation: Callable[..., Federation],
+                                    local_grid: Callable[..., LocalGrid],
+                                    tmp_path: Path, small: Any, who: int, at: str) -> None:
+    """SecSV needs every role: a silent client (in both rounds) or a silent A stops the
+    run within the step timeout, naming the party and the step."""
     record, sets, _ref = small
     _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
-    victim = min(nodes) + 2  # client-2, in both rounds
+    victim = min(nodes) + who
 
     def hook(grid: Any, step: str, _nodes: list[int]) -> None:
-        if step == "secsv_decrypt":
+        if step == at:
             grid.kill(victim)
 
     grid = local_grid(nodes, {}, before_step=hook)
@@ -295,8 +299,8 @@ def test_killed_client_stops_the_run(federation: Callable[..., Federation],
     doc = _run(grid, rc, tmp_path)
     assert time.monotonic() - t0 < 30
     assert doc["status"] == "failed"
-    assert doc["failed"]["party"] == NAMES[2] and doc["failed"]["step"] == "secsv_decrypt"
-    assert "no reply" in doc["failed"]["reason"]
+    assert doc["failed"]["party"] == [*NAMES, AUX][who] and doc["failed"]["step"] == at
+    assert "no reply" in doc["failed"]["reason"] and "fsv" not in doc
 
 
 def test_invalid_node_file_is_attributed(federation: Callable[..., Federation],
@@ -309,6 +313,26 @@ def test_invalid_node_file_is_attributed(federation: Callable[..., Federation],
     assert doc["status"] == "failed"
     assert doc["failed"]["step"] == "secsv_hello" and doc["failed"]["check"] == "input-invalid"
     assert doc["failed"]["node"] == min(nodes) + 1
+
+
+def test_stranger_is_left_out_and_round_info_is_checked(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path, small: Any) -> None:
+    """A connected node that is no SecSV party is left out; a client whose own record
+    disagrees with the server's round information refuses the run."""
+    record, sets, ref = small
+    fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    stranger = {**nodes[min(nodes)], "role": "bystander"}
+    doc = _run(local_grid({**nodes, 999: stranger}, {}), rc, tmp_path)
+    assert doc["status"] == "done", doc
+    np.testing.assert_array_equal(np.asarray(doc["fsv"]), ref.fsv)
+    assert [(e["node"], e["check"]) for e in doc["left_out"]] == [(999, "node-config")]
+    pub = json.loads(Path(rc["secsv-rounds-path"]).read_text())
+    pub["rounds"][0]["weights"][0] *= 2  # the server claims other FedAvg weights
+    lie = tmp_path / "lie.json"
+    lie.write_text(json.dumps(pub))
+    doc = _run(local_grid(nodes, {}), {**rc, "secsv-rounds-path": str(lie)}, tmp_path)
+    assert doc["status"] == "failed" and doc["failed"]["check"] == "policy:round-info"
 
 
 def test_paper_schedule_needs_the_clients_consent(federation: Callable[..., Federation],

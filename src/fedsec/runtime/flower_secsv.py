@@ -692,10 +692,12 @@ class SecSVServerRun:
         return self.names.get(node, f"node-{node}")
 
     def exchange(self, action: str, contents: Mapping[int, tuple[Sequence[bytes],
-                                                                 dict[str, Any]]]
-                 ) -> dict[int, tuple[list[bytes], dict[str, Any]]]:
+                                                                 dict[str, Any]]],
+                 *, every: bool = True) -> dict[int, tuple[list[bytes], dict[str, Any]]]:
         """One message round; every node must answer ``ok`` (SecSV needs every role),
-        else :class:`RunFailed` names the node, the step and its check."""
+        else :class:`RunFailed` names the node, the step and its check. With
+        ``every=False`` (the hello to every connected node) the failures are recorded in
+        ``left_out`` and the ``ok`` answers returned."""
         from fedsec.runtime.flower_io import (
             BLOBS_KEY,
             get_blobs,
@@ -708,7 +710,7 @@ class SecSVServerRun:
         msgs = {n: make_content(list(b), m) for n, (b, m) in contents.items()}
         res = run_step(self.grid, msgs, f"query.{action}",
                        group_id=f"{action}/{self.doc['exchanges']}",
-                       timeout=self.opts.step_timeout, fail_fast=True)
+                       timeout=self.opts.step_timeout, fail_fast=every)
         self.doc["exchanges"] += 1
         down = sum(len(b) for blobs, _ in contents.values() for b in blobs)
         up = 0
@@ -741,11 +743,13 @@ class SecSVServerRun:
                                   "from_nodes": up})
         logger.info("fedsec: secsv step %s: %d/%d ok in %.1fs", action, len(out),
                     len(contents), res.elapsed)
-        if failures:
-            node, reason, check = sorted(failures)[0]
-            self.doc["failed"] = {"node": node, "party": self.label(node), "step": action,
-                                  "reason": reason, **({"check": check} if check else {})}
-            raise RunFailed(f"{self.label(node)} at {action}: {reason}")
+        entries = [{"node": node, "party": self.label(node), "step": action,
+                    "reason": reason, **({"check": check} if check else {})}
+                   for node, reason, check in sorted(failures)]
+        if entries and every:
+            self.doc["failed"] = entries[0]
+            raise RunFailed(f"{entries[0]['party']} at {action}: {entries[0]['reason']}")
+        self.doc.setdefault("left_out", []).extend(entries)
         return out
 
     # ------------------------------------------------------------------ the run
@@ -760,12 +764,13 @@ class SecSVServerRun:
         wait_for_nodes(self.grid, n + 1, self.opts.wait_nodes_timeout)
         nodes = sorted(self.grid.get_node_ids())[:2 * len(roster) + 8]
         hellos = self.exchange("secsv_hello", {
-            nd: ([], {"public": pub.text(), "schedule": self.opts.schedule}) for nd in nodes})
+            nd: ([], {"public": pub.text(), "schedule": self.opts.schedule}) for nd in nodes},
+            every=False)  # a stranger among the connected nodes is left out
         clients: dict[int, int] = {}  # client index -> node
         sizes: dict[int, int] = {}
         hello_of: dict[int, bytes] = {}
         aux_node, aux_name, ann = -1, "", b""
-        for nd in nodes:
+        for nd in sorted(hellos):
             blobs, meta = hellos[nd]
             if len(blobs) != 1:
                 raise RunFailed(f"node {nd}: malformed hello")
@@ -792,6 +797,8 @@ class SecSVServerRun:
             clients[idx], sizes[idx], hello_of[idx] = nd, size, blobs[0]
             self.names[nd] = str(wire.decode(blobs[0], expect="keys/hello").meta.get("name"))
         if aux_node < 0 or len(clients) != n:
+            if self.doc.get("left_out"):  # the first node that refused or stayed silent
+                self.doc["failed"] = self.doc["left_out"][0]
             raise RunFailed(f"expected {n} clients and one auxiliary server; got clients "
                             f"{sorted(clients)} and {'an' if aux_node >= 0 else 'no'} "
                             "auxiliary server")
