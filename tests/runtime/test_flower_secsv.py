@@ -179,7 +179,10 @@ def test_flower_secsv_equals_in_process(federation: Callable[..., Federation],
         return blobs
 
     grid = local_grid(nodes, {}, edit=spy)
+    t0 = time.monotonic()
     doc = _run(grid, rc, tmp_path)
+    print(f"SecSV LocalGrid: {time.monotonic() - t0:.2f}s, {doc['exchanges']} exchanges, "
+          f"bytes {doc['bytes']}; secsv_shapley {ref.seconds:.2f}s")
     assert doc["status"] == "done", doc
     np.testing.assert_array_equal(np.asarray(doc["fsv"]), ref.fsv)
     for got, want in zip(doc["utilities"], ref.utilities, strict=True):
