@@ -52,11 +52,14 @@ Federation = Any
 LocalGrid = Any
 
 
-def world(seed: int = 5, m: int = 6) -> tuple[TrainingRecord, list[tuple[np.ndarray,
-                                                                         np.ndarray]]]:
-    """A one-layer logistic model (4 features, 3 classes), 2 rounds, 5 clients."""
+def world(seed: int = 5, m: int = 6, hidden: bool = False
+          ) -> tuple[TrainingRecord, list[tuple[np.ndarray, np.ndarray]]]:
+    """A one-layer logistic model (4 features, 3 classes; with ``hidden``, a square-
+    activated hidden layer of 3 first), 2 rounds, 5 clients."""
     rng = np.random.default_rng(seed)
-    spec = ModelSpec("logistic", (LayerSpec.dense(4, 3),))
+    spec = (ModelSpec("mlp", (LayerSpec.dense(4, 3, activation="square"),
+                              LayerSpec.dense(3, 3))) if hidden
+            else ModelSpec("logistic", (LayerSpec.dense(4, 3),)))
     rnds, glob = [], spec.init_params(rng)
     for parts in PARTS:
         local = tuple(spec.init_params(rng) for _ in parts)
@@ -224,6 +227,23 @@ def test_flower_secsv_equals_in_process(federation: Callable[..., Federation],
             assert blobs[1].startswith(b"FSB1")
         if step == "secsv_upload":
             assert all(b.startswith(b"FSB1") for b in blobs[1::2])
+
+
+def test_two_layer_model_equals_in_process(federation: Callable[..., Federation],
+                                           local_grid: Callable[..., LocalGrid],
+                                           tmp_path: Path) -> None:
+    """A hidden layer: the decrypting client re-shares its output to P and A (A's share
+    sealed), A answers its next products; 2 more exchanges per round and layer."""
+    record, sets = world(hidden=True)
+    ref = secsv_shapley(record, sets)
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    doc = _run(local_grid(nodes, {}), rc, tmp_path)
+    assert doc["status"] == "done", doc
+    np.testing.assert_array_equal(np.asarray(doc["fsv"]), ref.fsv)
+    for got, want in zip(doc["utilities"], ref.utilities, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert [s["step"] for s in doc["steps"]].count("secsv_aux_reshare") == 2
+    assert doc["exchanges"] == 16
 
 
 def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:

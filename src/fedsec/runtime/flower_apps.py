@@ -47,7 +47,7 @@ CLIENT_STEPS: dict[str, str] = {
         "finalize")},
     **{f"secsv_{step}": f"fedsec.runtime.flower_secsv:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "plan", "upload", "aux_round", "decrypt",
-        "aux_labels")},
+        "aux_reshare", "aux_labels")},
 }
 
 

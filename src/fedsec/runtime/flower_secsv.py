@@ -81,7 +81,8 @@ logger = logging.getLogger("flwr")
 
 #: Every ClientApp action of SecSV (registered in :mod:`fedsec.runtime.flower_apps`).
 ACTIONS = ("secsv_hello", "secsv_offer", "secsv_deliver", "secsv_confirmed", "secsv_plan",
-           "secsv_upload", "secsv_aux_round", "secsv_decrypt", "secsv_aux_labels")
+           "secsv_upload", "secsv_aux_round", "secsv_decrypt", "secsv_aux_reshare",
+           "secsv_aux_labels")
 #: The key set-up's CKKS keys are unused; SecSV takes its BFV keys from the set-up's seed.
 KEY_SPEC = ("CKKS_128_N8192_DEPTH1", (), False)
 ROLE_CLIENT, ROLE_AUX = "client", "auxiliary"
@@ -338,8 +339,6 @@ def _hello(blobs: list[bytes], meta: dict[str, Any], state: RunState
         x, y = load_test_set(str(cfg["data-path"]), pub.spec)
     except (OSError, ValueError) as exc:
         raise NodeCheckFailed("input-invalid", f"test set: {exc}") from None
-    if len(pub.spec.layers) != 1:
-        raise PolicyViolation("SecSV on Flower runs one-layer models", check="model")
     party = KeySetupParty(identity, roster, KeySpec.create(*KEY_SPEC), min_parties=pub.n)
     state.data.update(part=part, x=x, y=y, aux=aux, party=party)
     return [party.hello()], {"role": ROLE_CLIENT, "index": part.index, "samples": len(y)}
@@ -456,10 +455,13 @@ def _decrypt(blobs: list[bytes], meta: dict[str, Any], state: RunState
     t = int(meta.get("round", -1))
     to_p, to_a = [], []
     for req in blobs:
-        ev = request_id(wire.decode(req, expect="secsv/decrypt", max_bytes=1 << 28).meta, EV)
+        rmeta = wire.decode(req, expect="secsv/decrypt", max_bytes=1 << 28).meta
+        ev, layer = request_id(rmeta, EV), rmeta.get("layer")
+        if not isinstance(layer, int):
+            raise ProtocolError("malformed decryption request: layer")
         p, a = client.decrypt_layer(req)
         to_p.append(p)
-        to_a.append(_seal_to_aux(d, a, "answer", t, ev))
+        to_a.append(_seal_to_aux(d, a, "answer", t, f"{ev}/{layer}"))
     out_meta: dict[str, Any] = {"answers": len(to_p)}
     models: list[bytes] = []
     if "upload" in meta:
@@ -559,11 +561,39 @@ def _aux_labels(blobs: list[bytes], meta: dict[str, Any], state: RunState
         if ev is None:
             raise ProtocolError("labels of an evaluation that is not in flight")
         aux.resume(ev)
-        to_a = _unseal_from(d, int(dec), blobs[2 * k], "answer", t, ev.ev)
+        to_a = _unseal_from(d, int(dec), blobs[2 * k], "answer", t, f"{ev.ev}/{ev.layer}")
         out.append(aux.label_diff(to_a, blobs[2 * k + 1]))
     if meta.get("last") is True:
         state.done = True
     return out, {}
+
+
+def _aux_reshare(blobs: list[bytes], meta: dict[str, Any], state: RunState
+                 ) -> tuple[list[bytes], dict[str, Any]]:
+    """A, hidden layers: per evaluation, the decrypting client's sealed re-share of the
+    layer's output (A's share of the next layer's input) -> A's next products."""
+    _aux_only(state)
+    d = state.data
+    aux: AuxiliaryServer = d["A"]
+    evs, decs = meta.get("evs"), meta.get("decryptors")
+    t = int(meta.get("round", -1))
+    if t != d.get("next_round", 0) - 1 or not isinstance(evs, list) or \
+            not isinstance(decs, list) or len(evs) != len(decs) or len(blobs) != len(evs):
+        raise ProtocolError("malformed re-share round")
+    parked: dict[str, Evaluation] = d["parked"]
+    out: list[bytes] = []
+    counts: list[int] = []
+    for blob, ev_id, dec in zip(blobs, evs, decs, strict=True):
+        ev = parked.pop(str(ev_id), None)
+        if ev is None:
+            raise ProtocolError("a re-share of an evaluation that is not in flight")
+        aux.resume(ev)
+        aux.receive_share(_unseal_from(d, int(dec), blob, "answer", t, f"{ev.ev}/{ev.layer}"))
+        prods = aux.products()
+        parked[ev.ev] = aux.suspend()
+        out += prods
+        counts.append(len(prods))
+    return out, {"counts": counts}
 
 
 _M = "fedsec.runtime.flower_secsv"
@@ -576,6 +606,7 @@ handle_upload = hosted("secsv_upload", f"{_M}:_upload")
 handle_aux_round = hosted("secsv_aux_round", f"{_M}:_aux_round")
 handle_decrypt = hosted("secsv_decrypt", f"{_M}:_decrypt")
 handle_aux_labels = hosted("secsv_aux_labels", f"{_M}:_aux_labels")
+handle_aux_reshare = hosted("secsv_aux_reshare", f"{_M}:_aux_reshare")
 
 
 # =================================================================== server side (P)
@@ -634,9 +665,6 @@ class SecSVOptions:
         except (OSError, ValueError, ProtocolError) as exc:
             raise ValueError(f"The 'secsv-rounds-path' run config names {self.rounds_path}, "
                              f"which is not valid round information: {exc}") from None
-        if len(pub.spec.layers) != 1:
-            raise ValueError("SecSV on Flower runs one-layer models (the round information "
-                             f"describes {len(pub.spec.layers)} layers).")
         if len(roster) < pub.n + 1:
             raise ValueError(f"The roster lists {len(roster)} identities; SecSV needs the "
                              f"{pub.n} clients and the auxiliary server.")
@@ -928,62 +956,68 @@ class _FlowerRun:
         if t == 0:
             meta.update(setup=True, names=self.client_names, session=self.session)
             blobs = self.setup + blobs
-        prods = srv.exchange("secsv_aux_round", {self.aux: (blobs, meta)})[self.aux]
-        counts = prods[1].get("counts")
-        if not isinstance(counts, list) or len(counts) != len(items) or \
-                sum(int(c) for c in counts) != len(prods[0]):
-            raise RunFailed("auxiliary server: malformed products")
-        requests: dict[int, list[tuple[int, bytes]]] = {}
-        evs: list[Evaluation] = []
-        at = 0
-        for pos, ((_mask, _o, ev), c) in enumerate(zip(items, counts, strict=True)):
-            P.resume(ev)
-            dec, req = P.decrypt_request(prods[0][at:at + int(c)])
-            at += int(c)
-            evs.append(P.suspend())
-            requests.setdefault(int(dec.split(":")[1]), []).append((pos, req))
+        reply = srv.exchange("secsv_aux_round", {self.aux: (blobs, meta)})[self.aux]
+        prods = self._split_products(reply, len(items))
+        evs = [e for _m, _o, e in items]
+        n_layers = len(self.pub.spec.layers)
         last = t == self.pub.n_rounds - 1
         nxt = t + 1
-        contents: dict[int, tuple[list[bytes], dict[str, Any]]] = {}
-        for c in range(self.pub.n):
-            reqs = [r for _p, r in requests.get(c, [])]
-            m: dict[str, Any] = {"round": t}
-            if last:
-                m["last"] = True
-            elif c in self._uploaders(nxt):
-                m["upload"] = nxt
-            if reqs or last or "upload" in m:
-                contents[self.order[c]] = (reqs, m)
-        answers = srv.exchange("secsv_decrypt", contents)
-        to_a: list[bytes] = [b""] * len(items)
         decs: list[int] = [0] * len(items)
-        for c in range(self.pub.n):
-            if self.order[c] not in answers:
-                continue
-            blobs_c, meta_c = answers[self.order[c]]
-            mine = requests.get(c, [])
-            if meta_c.get("answers") != len(mine):
-                raise RunFailed(f"{self.client_names[c]}: malformed answers")
-            for j, (pos, _r) in enumerate(mine):
+        for layer in range(n_layers):
+            final = layer == n_layers - 1
+            requests: dict[int, list[tuple[int, bytes]]] = {}
+            for pos in range(len(items)):
                 P.resume(evs[pos])
-                mask_p = P.label_mask(blobs_c[j])
+                dec, req = P.decrypt_request(prods[pos])
                 evs[pos] = P.suspend()
-                to_a[pos] = blobs_c[len(mine) + j]
-                decs[pos] = c
-                items[pos] = (items[pos][0], mask_p, items[pos][2])
-        if not last:  # the next round's models came with the answers
+                requests.setdefault(int(dec.split(":")[1]), []).append((pos, req))
+            contents: dict[int, tuple[list[bytes], dict[str, Any]]] = {}
+            for c in range(self.pub.n):
+                reqs = [r for _p, r in requests.get(c, [])]
+                m: dict[str, Any] = {"round": t}
+                if final and last:
+                    m["last"] = True
+                elif final and c in self._uploaders(nxt):
+                    m["upload"] = nxt
+                if reqs or "last" in m or "upload" in m:
+                    contents[self.order[c]] = (reqs, m)
+            answers = srv.exchange("secsv_decrypt", contents)
+            to_a: list[bytes] = [b""] * len(items)
+            to_p: list[bytes] = [b""] * len(items)
+            for c, mine in requests.items():
+                blobs_c, meta_c = answers[self.order[c]]
+                if meta_c.get("answers") != len(mine) or len(blobs_c) < 2 * len(mine):
+                    raise RunFailed(f"{self.client_names[c]}: malformed answers")
+                for j, (pos, _r) in enumerate(mine):
+                    to_p[pos], to_a[pos] = blobs_c[j], blobs_c[len(mine) + j]
+                    decs[pos] = c
+            if final:
+                break
+            for pos in range(len(items)):  # hidden layer: re-shares, A's next products
+                P.resume(evs[pos])
+                P.receive_share(to_p[pos])
+                evs[pos] = P.suspend()
+            reply = srv.exchange("secsv_aux_reshare", {self.aux: (to_a, {
+                "round": t, "evs": [e.ev for e in evs], "decryptors": decs})})[self.aux]
+            prods = self._split_products(reply, len(items))
+        masks_p: list[bytes] = []
+        for pos in range(len(items)):
+            P.resume(evs[pos])
+            masks_p.append(P.label_mask(to_p[pos]))
+            evs[pos] = P.suspend()
+        if not last:  # the next round's models came with the last layer's answers
             early: tuple[list[bytes], list[bytes], list[int], list[str]] = ([], [], [], [])
             for c in self._uploaders(nxt):
-                reply = answers[self.order[c]]
+                got = answers[self.order[c]]
                 skip = 2 * len(requests.get(c, []))
-                sealed_c, owners_c, keys_c = self._models_of(nxt, c, reply, skip)
-                early[0].extend(reply[0][skip + 2 * j] for j in range(len(keys_c)))
+                sealed_c, owners_c, keys_c = self._models_of(nxt, c, got, skip)
+                early[0].extend(got[0][skip + 2 * j] for j in range(len(keys_c)))
                 early[1].extend(sealed_c)
                 early[2].extend(owners_c)
                 early[3].extend(keys_c)
             self._early[nxt] = early
         diffs = srv.exchange("secsv_aux_labels", {self.aux: (
-            [b for pos in range(len(items)) for b in (to_a[pos], items[pos][1])],
+            [b for pos in range(len(items)) for b in (to_a[pos], masks_p[pos])],
             {"round": t, "evs": [e.ev for e in evs], "decryptors": decs,
              **({"last": True} if last else {})})})[self.aux][0]
         if len(diffs) != len(items):
@@ -997,6 +1031,21 @@ class _FlowerRun:
             P.resume_coalition(coal[mask])
             self._ok[(t, mask)] = P.result().copy()
             P.suspend_coalition()
+
+    @staticmethod
+    def _split_products(reply: tuple[list[bytes], dict[str, Any]], n: int
+                        ) -> list[list[bytes]]:
+        """A's products, per evaluation (``counts`` in the reply's metadata)."""
+        blobs, meta = reply
+        counts = meta.get("counts")
+        if not isinstance(counts, list) or len(counts) != n or not all(
+                isinstance(c, int) and c >= 0 for c in counts) or sum(counts) != len(blobs):
+            raise RunFailed("auxiliary server: malformed products")
+        out, at = [], 0
+        for c in counts:
+            out.append(blobs[at:at + c])
+            at += c
+        return out
 
     def _models_of(self, t: int, c: int, reply: tuple[list[bytes], dict[str, Any]],
                    skip: int) -> tuple[list[bytes], list[int], list[str]]:
