@@ -26,15 +26,18 @@ confirmation bundle and A's announcement; BFV keys from the set-up's seed; coars
 bounds back), ``secsv_plan`` (clients: the plan; data shares back, A's sealed), then per
 round ``t``: ``secsv_upload`` (the round's encrypted models: P's copy and A's sealed
 copy), ``secsv_aux_round`` (A: the sealed models and every evaluation of the round at
-once; A's products back), ``secsv_decrypt`` (each decrypting client: all its requests of
-the round; P's answers and A's sealed answers back), ``secsv_aux_labels`` (A: the sealed
-label shares with P's label masks; A's zero-test shares back). The first
-``secsv_aux_round`` also carries A's set-up (plan, batches, sealed data shares).
+once; A's products back), then per layer ``secsv_decrypt`` (each decrypting client: all
+its requests of the round and layer; P's answers and A's sealed answers back) and, after
+a hidden layer, ``secsv_aux_reshare`` (A: the sealed re-shares; its next products back);
+finally ``secsv_aux_labels`` (A: the sealed label shares with P's label masks; A's
+zero-test shares back). The first ``secsv_aux_round`` also carries A's set-up (plan,
+batches, sealed data shares); the next round's models come with the last layer's
+answers.
 
 The protocol's own messages and checks are those of :mod:`fedsec.shapley.secsv`; P and A
 keep every coalition of a round in flight at once (:meth:`ServerBase.suspend`,
-:meth:`PrincipalServer.suspend_coalition`), which changes no message. Exact SSVs of a
-one-layer model with the linearity shortcut, no SampleSkip; ``schedule`` ``"strict"``
+:meth:`PrincipalServer.suspend_coalition`), which changes no message. Exact SSVs of
+dense models with the linearity shortcut, no SampleSkip; ``schedule`` ``"strict"``
 (default, the decryption rule) or ``"paper"`` (a client accepts it only if its node
 config says ``allow-paper-schedule = true``).
 """
