@@ -251,6 +251,10 @@ def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
     kept: dict[str, bytes] = {}
 
     def edit(step: str, _node: int, blobs: list[bytes]) -> list[bytes]:
+        if kind == "forge-data" and step == "secsv_aux_round" and len(blobs) > 2:
+            out = list(blobs)  # plan, batches, then client 0's sealed data shares
+            out[2] = out[2][:-70] + bytes([out[2][-70] ^ 1]) + out[2][-69:]
+            return out
         if step != "secsv_aux_labels" or not blobs:
             return blobs
         out = list(blobs)
@@ -270,16 +274,19 @@ def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
     return edit
 
 
-@pytest.mark.parametrize("kind", ["forge", "replay", "swap"])
+@pytest.mark.parametrize("kind", ["forge", "replay", "swap", "forge-data"])
 def test_relay_adversary_is_refused(federation: Callable[..., Federation],
                                     local_grid: Callable[..., LocalGrid],
                                     tmp_path: Path, small: Any, kind: str) -> None:
+    """P alters a client's sealed answer, replays round 0's in round 1, swaps two
+    evaluations' answers, or alters a sealed data share: A refuses, the run stops."""
     record, sets, _ref = small
     _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
     grid = local_grid(nodes, {}, edit=_relay(kind))
     doc = _run(grid, rc, tmp_path)
     assert doc["status"] == "failed"
-    assert doc["failed"]["party"] == AUX and doc["failed"]["step"] == "secsv_aux_labels"
+    step = "secsv_aux_round" if kind == "forge-data" else "secsv_aux_labels"
+    assert doc["failed"]["party"] == AUX and doc["failed"]["step"] == step
     assert doc["failed"]["check"] == "protocol-error"
     assert "fsv" not in doc
 
