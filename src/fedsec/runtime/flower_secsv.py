@@ -763,10 +763,14 @@ class SecSVServerRun:
             out[node] = (blobs, meta)
         for node, err in res.errors.items():
             failures.append((node, f"error reply (code {err.code})", ""))
-        for node in res.missing:
-            failures.append((node, f"no reply within {self.opts.step_timeout:g}s", ""))
         for node in res.undelivered:
             failures.append((node, "offline (the SuperLink refused the message)", ""))
+        # a node still pending when another failed (fail fast) is not to blame: the nodes
+        # that failed are named first
+        blamed = {node for node, _r, _c in failures}
+        for node in res.missing:
+            failures.append((node, f"no reply within {self.opts.step_timeout:g}s" if
+                             not blamed else "no reply yet when the step stopped", ""))
         self.doc["bytes"]["to_nodes"] += down
         self.doc["bytes"]["from_nodes"] += up
         self.doc["steps"].append({"step": action, "nodes": len(contents),
@@ -776,7 +780,8 @@ class SecSVServerRun:
                     len(contents), res.elapsed)
         entries = [{"node": node, "party": self.label(node), "step": action,
                     "reason": reason, **({"check": check} if check else {})}
-                   for node, reason, check in sorted(failures)]
+                   for node, reason, check in sorted(failures, key=lambda f: (
+                       f[0] not in blamed, f[0]))]
         if entries and every:
             self.doc["failed"] = entries[0]
             raise RunFailed(f"{entries[0]['party']} at {action}: {entries[0]['reason']}")
