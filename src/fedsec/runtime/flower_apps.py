@@ -42,6 +42,7 @@ PROTOCOLS: dict[str, str] = {
     "pfl": "fedsec.runtime.flower_pfl",
     "dpauc": "fedsec.runtime.flower_dpauc",
     "hesv": "fedsec.runtime.flower_hesv",
+    "secsv": "fedsec.runtime.flower_secsv",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -59,6 +60,9 @@ CLIENT_STEPS: dict[str, str] = {
     "dpauc_submit": "fedsec.runtime.flower_dpauc:handle_submit",
     **{f"hesv_{step}": f"fedsec.runtime.flower_hesv:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "models", "eval", "finish")},
+    **{f"secsv_{step}": f"fedsec.runtime.flower_secsv:handle_{step}" for step in (
+        "hello", "offer", "deliver", "confirmed", "plan", "upload", "aux_round", "decrypt",
+        "aux_reshare", "aux_labels")},
 }
 
 

@@ -92,6 +92,17 @@ class Job:
     partner: int = -1  # derived: the partner of the decryptor's pair term
 
 
+@dataclass
+class Coalition:
+    """P's state of one coalition under test (see :meth:`PrincipalServer.suspend_coalition`)."""
+
+    asked: tuple[int, int, NDArray[np.int64] | None]
+    work: list[Any]
+    todo: BoolArray
+    found: NDArray[np.bool_]
+    from_table: BoolArray | None
+
+
 class PrincipalServer(ServerBase):
     """Server P: plans, combines, masks, routes decryptions, keeps Φ (see module).
 
@@ -249,6 +260,24 @@ class PrincipalServer(ServerBase):
         return wire.encode("secsv/eval", self._b.bind(
             {"rows": None if rows is None else [int(r) for r in rows]}, step="eval",
             to="A", round=t, index=(mask, batch, -1), rid=ev))
+
+    def suspend_coalition(self) -> Coalition:
+        """Set the coalition under test aside (its batches left to open and what was
+        found so far) so that the next can start; with :meth:`suspend` of each opened
+        batch, a runtime keeps every coalition of a round in flight at once (the same
+        messages, checks and ids as one at a time)."""
+        if self._eval is not None:
+            raise ProtocolError("P: suspend the batch in flight first")
+        out = Coalition(self._asked, self._work, self._todo, self._found, self._from_table)
+        self._work, self._from_table = [], None
+        return out
+
+    def resume_coalition(self, c: Coalition) -> None:
+        """Make a coalition set aside by :meth:`suspend_coalition` the one under test."""
+        if self._eval is not None or not isinstance(c, Coalition):
+            raise ProtocolError("P: cannot resume this coalition now")
+        self._asked, self._work, self._todo, self._found, self._from_table = (
+            c.asked, c.work, c.todo, c.found, c.from_table)
 
     def result(self) -> BoolArray:
         """The evaluation's answer: True where the prediction is right."""

@@ -149,6 +149,23 @@ class ServerBase:
         for key in [k for k in self._models if k[0] == t]:
             del self._models[key]
 
+    def suspend(self) -> Evaluation:
+        """Set the evaluation in flight aside (its state travels with it) so that another
+        can start: a runtime that carries the messages of many evaluations in one
+        exchange (Flower) keeps several in flight, one active at a time. Every check a
+        message of that evaluation meets is unchanged once it is :meth:`resume` d."""
+        ev = self._need_eval()
+        self._eval = None
+        return ev
+
+    def resume(self, ev: Evaluation) -> None:
+        """Make an evaluation set aside by :meth:`suspend` the one in flight."""
+        if self._eval is not None:
+            raise ProtocolError(f"{self.name}: another evaluation is in flight")
+        if not isinstance(ev, Evaluation) or ev.round != self._round:
+            raise ProtocolError(f"{self.name}: not an evaluation of this round")
+        self._eval = ev
+
     def _need_eval(self) -> Evaluation:
         if self._eval is None:
             raise ProtocolError(f"{self.name}: no evaluation in flight")
