@@ -26,8 +26,9 @@ Node config: ``client-id`` (the client's index in the task's split; see
 :mod:`fedsec.runtime.flower_shapley`), ``identity-path``, ``roster-path``, ``state-dir``,
 ``log-path``; ``hesv-record-path`` and ``hesv-test-path``, if set, name where the client
 writes its record part and test split (so that a HESV run on the same node reads them);
-otherwise they go to ``state-dir`` (:func:`client_record_path`). Run config: ``task``, ``samples``, ``clients``, ``rounds``, ``alpha``,
-``seed``, ``roster-path``, ``step-timeout``, ``result-path``. Training data here comes from
+otherwise they go to ``state-dir`` (:func:`client_record_path`). Run config: ``task``,
+``samples``, ``clients``, ``rounds``, ``alpha``, ``seed``, ``fraction-train``,
+``roster-path``, ``step-timeout``, ``result-path``. Training data here comes from
 the task's federated split (a demonstration, as the plaintext example); the secure part
 does not depend on where it comes from.
 """
