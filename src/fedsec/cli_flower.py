@@ -214,6 +214,79 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _cmd_local_shapley(args: argparse.Namespace) -> int:
+    """Secure FedAvg on Flower, then HESV on the same SuperNodes over the record parts the
+    clients kept: the Shapley flow with no plaintext model at the server."""
+    from fedsec.runtime.local_deploy import LocalNode, run_local_sequence
+
+    names = [f"client-{i}" for i in range(args.clients)]
+    workdir, keep = _workdir(args)
+    keep = keep or args.keep
+    try:
+        roster, ident = _federation(workdir, names)
+        (workdir / "logs").mkdir(exist_ok=True)
+        nodes = []
+        for i, name in enumerate(names):
+            state = workdir / "state" / name
+            nodes.append(LocalNode(name, {
+                "client-id": i, "identity-path": str(ident[name]), "roster-path": str(roster),
+                "state-dir": str(state), "log-path": str(workdir / "logs" / f"{name}.log"),
+                "hesv-record-path": str(state / "record-part.npz"),
+                "hesv-test-path": str(state / "test-set.npz")}))
+        train = {"protocol": "fedavg", "task": args.task, "samples": args.samples or 0,
+                 "clients": args.clients, "rounds": args.rounds, "alpha": args.alpha,
+                 "seed": args.seed, "fraction-train": args.participation,
+                 "roster-path": str(roster), "step-timeout": float(args.step_timeout)}
+        evaluate = {"protocol": "hesv", "roster-path": str(roster),
+                    "hesv-batch-hint": _largest_test_set(args),
+                    "step-timeout": float(args.step_timeout)}
+        runs = run_local_sequence(nodes, [train, evaluate], workdir=workdir,
+                                  timeout=args.timeout, say=_say(args.quiet or args.json))
+        if runs and runs[0].leftover:
+            raise ProtocolError(f"processes left behind after the run: {runs[0].leftover}")
+        for what, run in zip(("secure training", "HESV"), runs, strict=False):
+            if run.doc.get("status") != "done":
+                raise ProtocolError(f"{what} on Flower failed: "
+                                    f"{run.doc.get('error', run.doc.get('status'))} (logs in "
+                                    f"{workdir}; pass --keep to keep them)")
+        if len(runs) != 2:
+            raise ProtocolError("the evaluation did not run")
+        doc = runs[1].doc
+        out = {"task": args.task, "clients": args.clients, "rounds": args.rounds,
+               "protocol": "hesv", "fsv": doc["fsv"],
+               "flower": {"training_exchanges": len(_exchanges(runs[0].doc)),
+                          "training_seconds": round(runs[0].seconds, 2),
+                          "evaluation_exchanges": doc.get("exchanges"),
+                          "evaluation_seconds": round(runs[1].seconds, 2)}}
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"federated Shapley values ({args.task}, {args.clients} clients, "
+                  f"{args.rounds} rounds; secure aggregation, then HESV, on Flower):")
+            for i, v in enumerate(doc["fsv"]):
+                print(f"  client {i}: {v:+.6f}")
+            fl = out["flower"]
+            print(f"  Flower: training {fl['training_exchanges']} exchanges in "
+                  f"{fl['training_seconds']} s; evaluation {fl['evaluation_exchanges']} "
+                  f"exchanges in {fl['evaluation_seconds']} s. The server never held a "
+                  "client's local model or test sample.")
+        return 0
+    finally:
+        if keep:
+            print(f"[flower local] kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _largest_test_set(args: argparse.Namespace) -> int:
+    """The largest client test split of the task (public: HESV's batch size)."""
+    from fedsec.learning.tasks import make_task
+
+    task = make_task(args.task, n_samples=args.samples, seed=args.seed)
+    fed = task.federate(args.clients, alpha=args.alpha, seed=args.seed)
+    return max(1, max(len(c.y_test) for c in fed.clients))
+
+
 def _cmd_local_ping(args: argparse.Namespace) -> int:
     from fedsec.runtime.local_deploy import LocalNode, run_local
 
@@ -275,11 +348,15 @@ def register(sub: Any) -> None:
                         description="Secure federated ROC-AUC with one SuperNode per party "
                                     "file.")
     add_party_file_options(a)
-    a.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest")
+    a.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
+                   help="threat model of the aggregator (default semi-honest); each party's "
+                        "node config requires it")
     a.add_argument("--decision-points", "-N", type=_points_arg, default=100,
-                   metavar="N|exact")
+                   metavar="N|exact", help="uniform decision points (default 100) or 'exact' "
+                                           "(refinement rounds first)")
     a.add_argument("--scores", type=_scores_arg, default="probability",
-                   metavar="probability|logit|range:LO:HI")
+                   metavar="probability|logit|range:LO:HI",
+                   help="how each party reads its scores (as 'fedsec auc --scores')")
     a.add_argument("--step-timeout", type=float, default=60.0,
                    help="seconds a protocol step waits for the parties (default 60)")
     _common(a, 300.0)
@@ -288,20 +365,52 @@ def register(sub: Any) -> None:
                         description="DPAUC (Sun et al.) with one SuperNode per party file; "
                                     "each party's policy allows exactly this run's epsilon.")
     add_party_file_options(d)
-    d.add_argument("--epsilon", required=True, type=float)
+    d.add_argument("--epsilon", required=True, type=float,
+                   help="privacy budget of this evaluation (each party's policy allows it)")
     d.add_argument("--decision-points", "-N", type=int_arg("--decision-points", 2, 65536),
-                   default=100)
-    d.add_argument("--mechanism", choices=["laplace", "gaussian", "rr"], default="laplace")
-    d.add_argument("--delta", type=float, default=None)
-    d.add_argument("--score-epsilon", type=float, default=None)
-    d.add_argument("--clip", action="store_true")
-    d.add_argument("--step-timeout", type=float, default=60.0)
+                   default=100, help="decision points (default 100)")
+    d.add_argument("--mechanism", choices=["laplace", "gaussian", "rr"], default="laplace",
+                   help="DP mechanism (default laplace)")
+    d.add_argument("--delta", type=float, default=None,
+                   help="gaussian only: delta (default 1e-5)")
+    d.add_argument("--score-epsilon", type=float, default=None,
+                   help="rr only: Laplace noise on scores with this epsilon")
+    d.add_argument("--clip", action="store_true", help="clip the estimate into [0, 1]")
+    d.add_argument("--step-timeout", type=float, default=60.0,
+                   help="seconds a protocol step waits for the parties (default 60)")
     _common(d, 240.0)
     d.set_defaults(func=_cmd_local_dpauc)
+    sh = psub.add_parser(
+        "shapley", help="secure training, then HESV contribution evaluation, on Flower",
+        description="The Shapley flow with no plaintext model at the server: FedAvg with "
+                    "secure aggregation (each client keeps its own local models), then "
+                    "HESV (Zheng et al.) on the same SuperNodes over what each client "
+                    "kept. One SuperNode per client; each trains its share of a bundled "
+                    "task. Needs PyTorch.")
+    sh.add_argument("--task", default="bank", choices=["bank", "digits", "mnist", "agnews"],
+                    help="bundled task whose data the clients split (default bank)")
+    sh.add_argument("--clients", type=int_arg("--clients", 3, 16), default=6,
+                    help="clients, one SuperNode each (default 6)")
+    sh.add_argument("--rounds", type=int_arg("--rounds", 1, 50), default=2,
+                    help="FedAvg rounds (default 2)")
+    sh.add_argument("--participation", type=float, default=0.5,
+                    help="share of clients that train each round (at least 3 must; "
+                         "default 0.5)")
+    sh.add_argument("--samples", type=int_arg("--samples", 50), default=360,
+                    help="samples of the task in all (default 360)")
+    sh.add_argument("--alpha", type=float, default=0.5,
+                    help="Dirichlet concentration of the split (default 0.5)")
+    sh.add_argument("--seed", type=int, default=0, help="data, split and training seed")
+    sh.add_argument("--step-timeout", type=float, default=120.0,
+                    help="seconds a protocol step waits (default 120)")
+    _common(sh, 900.0)
+    sh.set_defaults(func=_cmd_local_shapley)
     pg = psub.add_parser("ping", help="measure Flower's per-exchange floor",
                          description="Empty message exchanges with N SuperNodes: the cost of "
                                      "one protocol step that does no work.")
-    pg.add_argument("--nodes", type=int_arg("--nodes", 1, 32), default=3)
-    pg.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5)
+    pg.add_argument("--nodes", type=int_arg("--nodes", 1, 32), default=3,
+                    help="SuperNodes to start (default 3)")
+    pg.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5,
+                    help="empty exchanges (default 5)")
     _common(pg, 180.0)
     pg.set_defaults(func=_cmd_local_ping)
