@@ -247,7 +247,8 @@ def test_relay_cannot_open_forge_or_replay(federation: Callable[..., Federation]
 
 
 # -------------------------------------------------------------- deployment
-@pytest.mark.slow  # 10 exchanges x 6 SuperNodes: ~140 s on a loaded 2-core machine
+# 10 exchanges x 6 SuperNodes: ~80 s on an idle 2-core machine (~140 s loaded); the one
+# HESV deployment test, so it runs in make test
 def test_hesv_deployment_tls(flower: Callable[[Path], Any],
                              federation: Callable[..., Federation],
                              tls: tuple[Path, Path, Path], tmp_path: Path) -> None:
