@@ -83,3 +83,24 @@ def test_flower_local_dpauc_matches_the_in_process_command(tmp_path: Path,
     assert flower["auc"] == inproc["mean"]
     assert flower["flower"]["exchanges"] == 2 and flower["parties"] == 3
     assert leftover_processes(str(work / "flower" / "flwr-home")) == []
+
+
+@pytest.mark.slow  # two runs of six SuperNodes each: ~2.5 min on an idle 2-core machine
+def test_flower_local_shapley_matches_the_in_process_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Secure FedAvg, then HESV, as separate processes: the same federated Shapley values
+    as ``fedsec shapley --protocol hesv`` on the same task, split and seed (the secure
+    aggregate equals plaintext FedAvg to fixed point)."""
+    pytest.importorskip("torch")
+    work = tmp_path / "work"
+    args = ["--task", "bank", "--clients", "6", "--rounds", "2", "--samples", "360",
+            "--alpha", "0.5", "--seed", "0"]
+    assert fedsec_main(["flower", "local", "shapley", *args, "--participation", "0.5",
+                        "--json", "--workdir", str(work)]) == 0
+    flower = json.loads(capsys.readouterr().out)
+    assert fedsec_main(["shapley", *args, "--participation", "0.5", "--protocol", "hesv",
+                        "--json", "-q"]) == 0
+    inproc = json.loads(capsys.readouterr().out)
+    assert flower["fsv"] == pytest.approx(inproc["fsv"], abs=1e-12)
+    assert flower["flower"]["training_exchanges"] == 4
+    assert leftover_processes(str(work / "flower" / "flwr-home")) == []

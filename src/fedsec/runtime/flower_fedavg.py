@@ -381,6 +381,7 @@ def main(grid: Any, context: Any) -> None:
             _write(result_path, {**doc, "status": f"round {t + 1}/{rounds}"})
         res = run_step(grid, {k: make_content(_params_blobs(params), {}) for k in alive},
                        "query.fedavg_end", group_id="fedavg-end", timeout=timeout)
+        doc["timings"]["end_s"] = round(res.elapsed, 3)
         doc["clients_with_record"] = sorted(
             info[k][1] for k, c in res.replies.items() if get_meta(c).get("ok") is True)
         doc["final"] = [np.asarray(p).tolist() for p in params]
