@@ -311,3 +311,35 @@ def test_semi_honest_fhauc_simulation(flower: Callable[[Path], Deployment],
     assert doc["auc"] == pytest.approx(plain_auc(paths), abs=1e-6)
     assert doc["auc"] == pytest.approx(_inprocess_auc(paths, "semi-honest"), abs=1e-6)
     _no_secrets_left(fed)
+
+
+@pytest.mark.slow  # the ServerApp gives a dead SuperLink GRID_CALL_TIMEOUT (60 s): ~100 s
+def test_superlink_stopped_mid_run_ends_the_run_failed(flower: Callable[[Path], Deployment],
+                                                       federation: Callable[..., Federation],
+                                                       tls: tuple[Path, Path, Path],
+                                                       tmp_path: Path) -> None:
+    """The SuperLink dies while the ServerApp waits between two steps: the run ends with
+    ``status = "failed"`` and an attributed error within a bounded time, never a result
+    file stuck at an intermediate stage."""
+    import os
+
+    dep, fed, _paths = _start(flower, federation, tmp_path, tls)
+    result = tmp_path / "result.json"
+    dep.flwr_run(APP_DIR, "fedsec-tls", _run_config(
+        fed, result, security="semi-honest", **{"pause-after": "deliver",
+                                                "pause-seconds": 15.0}))
+    dep.wait_result(result, {"paused-after-deliver", "failed", "done"}, RUN_TIMEOUT)
+    os.kill(dep.procs["superlink"].pid, signal.SIGKILL)  # the SuperLink process only
+    from fedsec.runtime.flower_io import GRID_CALL_TIMEOUT
+
+    t0 = time.monotonic()
+    deadline = t0 + 15.0 + max(GRID_CALL_TIMEOUT, STEP_TIMEOUT) + 20.0
+    doc: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        doc = json.loads(result.read_text())
+        if doc.get("status") in ("failed", "done"):
+            break
+        time.sleep(0.5)
+    print(f"run ended {time.monotonic() - t0:.1f}s after the SuperLink died: {doc.get('error')}")
+    assert doc.get("status") == "failed", doc
+    assert "auc" not in doc and "SuperLink did not answer" in doc["error"], doc["error"]

@@ -82,9 +82,45 @@ def _resolve(ref: str) -> Callable[..., Any]:
 
 
 def server_main(grid: Grid, context: Context) -> None:
-    """ServerApp entry point: run the protocol the run config names."""
+    """ServerApp entry point: run the protocol the run config names.
+
+    If the ServerApp is stopped from outside (its SuperLink stopped or restarted, a
+    signal), a result file left at an intermediate stage is marked ``failed`` with the
+    reason, so that nobody waits on it forever."""
     name = protocol_of(context.run_config)
-    _resolve(f"{PROTOCOLS[name]}:main")(grid, context)
+    try:
+        _resolve(f"{PROTOCOLS[name]}:main")(grid, context)
+    except BaseException as exc:
+        _mark_interrupted(str(context.run_config.get("result-path", "") or ""), exc)
+        raise
+
+
+def _mark_interrupted(path: str, exc: BaseException) -> None:
+    import json
+    import os
+    from pathlib import Path
+
+    if not path:
+        return
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
+    except (OSError, ValueError):
+        doc = {}
+    if not isinstance(doc, dict) or doc.get("status") in ("done", "failed"):
+        return
+    stage = doc.get("status", "starting")
+    reason = ("the ServerApp was stopped from outside (SuperLink stopped or restarted, or "
+              "a signal)" if isinstance(exc, (KeyboardInterrupt, SystemExit))
+              else f"{type(exc).__name__}: {exc}")
+    doc.update(status="failed", error=f"{reason}, at stage {stage!r}")
+    doc.pop("auc", None)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.interrupted")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, p)
+    except OSError:
+        pass
 
 
 def build_server_app() -> ServerApp:

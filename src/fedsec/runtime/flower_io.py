@@ -44,6 +44,8 @@ __all__ = [
     "META_KEY",
     "RAW_STYPE",
     "StepFailed",
+    "SuperLinkUnavailable",
+    "GRID_CALL_TIMEOUT",
     "TTL_GRACE",
     "StepResult",
     "get_blob",
@@ -187,6 +189,40 @@ class StepFailed(ProtocolError):
         self.result = result
 
 
+#: Longest a single call to the SuperLink (push, pull, node list) may block. Flower 1.41's
+#: ServerApp retries a refused connection forever: without a bound, a SuperLink that died
+#: or restarted would leave the run hanging with its result file at an intermediate stage.
+GRID_CALL_TIMEOUT = 60.0
+
+
+class SuperLinkUnavailable(ProtocolError):
+    """A call to the SuperLink did not return in time (it stopped, restarted or hangs)."""
+
+
+def _bounded(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``fn()`` in a daemon thread; :class:`SuperLinkUnavailable` if it has not returned
+    within ``timeout`` seconds (the thread is abandoned; it ends with the process)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=call, name=f"fedsec-grid-{what}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise SuperLinkUnavailable(f"the SuperLink did not answer a {what} within "
+                                   f"{timeout:g}s (stopped or restarted?)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def wait_for_nodes(grid: Grid, count: int, timeout: float, poll_interval: float = 0.2) -> list[int]:
     """Wait until at least ``count`` nodes are connected; return ``count`` sorted ids.
 
@@ -194,7 +230,7 @@ def wait_for_nodes(grid: Grid, count: int, timeout: float, poll_interval: float 
     """
     deadline = time.monotonic() + timeout
     while True:
-        node_ids = sorted(grid.get_node_ids())
+        node_ids = sorted(_bounded(grid.get_node_ids, GRID_CALL_TIMEOUT, "node list"))
         if len(node_ids) >= count:
             return node_ids[:count]
         if time.monotonic() >= deadline:
@@ -244,7 +280,8 @@ def run_step(
     node_order = list(contents)
     # push_messages sets each message's id before pushing; the deployment grid
     # returns ids in order with None for failed pushes, the simulation grid omits them.
-    returned = [m for m in grid.push_messages(messages) if m]
+    returned = [m for m in _bounded(lambda: grid.push_messages(messages),
+                                    max(GRID_CALL_TIMEOUT, timeout), "push") if m]
     pending: dict[str, int] = {}
     returned_set = set(returned)
     for msg, node_id in zip(messages, node_order, strict=True):
@@ -278,4 +315,7 @@ def run_step(
 
 
 def _pull(grid: Grid, pending: Mapping[str, int]) -> Iterable[Message]:
-    return grid.pull_messages(list(pending))
+    ids = list(pending)
+    out: Iterable[Message] = _bounded(lambda: grid.pull_messages(ids), GRID_CALL_TIMEOUT,
+                                      "pull")
+    return out
