@@ -276,15 +276,22 @@ def test_bad_csv_is_reported_locally_as_a_check_name(federation: Callable[..., F
                                                      local_grid: Callable[..., LocalGrid],
                                                      tmp_path: Path) -> None:
     """A party whose CSV is invalid tells the server ``input-invalid`` and nothing else;
-    the file, row and value are in its own log. Semi-honest goes on with the two others
+    the file, row and value are in its own log. By default the run stops, naming the
+    node and the check; with allow-left-out, semi-honest goes on with the two others
     (every party's quorum is 2)."""
     fed = federation(tmp_path / "fed", NAMES)
     paths = _data(fed)
     bad = fed.data_path(NAMES[1])
     bad.write_text(bad.read_text() + "1,1.4375\n")  # row 27: score out of range
     grid = local_grid(_nodes(fed, **{"share-auc": True}), {})
-    doc = _run(grid, {"security": "semi-honest", "roster-path": str(fed.roster_path)},
-               tmp_path)
+    stopped = _run(grid, {"security": "semi-honest", "roster-path": str(fed.roster_path)},
+                   tmp_path)
+    assert stopped["status"] == "failed" and "auc" not in stopped
+    assert "node-102 refused with input-invalid" in stopped["error"]
+    assert "allow-left-out=true" in stopped["error"]
+    grid = local_grid(_nodes(fed, **{"share-auc": True}), {}, run_id=12)
+    doc = _run(grid, {"security": "semi-honest", "roster-path": str(fed.roster_path),
+                      "allow-left-out": True}, tmp_path)
     assert doc["status"] == "done", doc
     assert doc["parties"]["left_out"] == [{"party": "node-102", "node": 102, "step": "hello",
                                           "reason": "refused: input-invalid",

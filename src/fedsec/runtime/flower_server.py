@@ -137,8 +137,24 @@ __all__ = ["RunFailed", "RunOptions", "ServerRun", "build_server_app", "main"]
 logger = logging.getLogger("flwr")
 
 SEMI_HONEST_AGREEMENT = 1e-9
+#: Refusals at hello that mean a roster party's own input is broken (its identity is on
+#: the roster, its file breaks a rule; not a policy choice, not a stranger's node): the run
+#: stops on them unless the run config says ``allow-left-out = true``.
+INPUT_CHECKS = frozenset({"input-invalid"})
+
 STEPS = ("hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
          "finalize")
+
+
+def _bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"The '{key}' run config must be true or false. Got {value!r} instead.")
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,7 @@ class RunOptions:
     step_timeout: float = 60.0
     wait_nodes_timeout: float = 60.0
     max_restarts: int = 2
+    allow_left_out: bool = False
     result_path: str = ""
     pause_after: str = ""
     pause_seconds: float = 0.0
@@ -198,6 +215,8 @@ class RunOptions:
                 step_timeout=float(get("step-timeout", d.step_timeout)),
                 wait_nodes_timeout=float(get("wait-nodes-timeout", d.wait_nodes_timeout)),
                 max_restarts=int(get("max-restarts", d.max_restarts)),
+                allow_left_out=_bool(get("allow-left-out", d.allow_left_out),
+                                     "allow-left-out"),
                 result_path=str(get("result-path", d.result_path)),
                 pause_after=str(get("pause-after", d.pause_after)),
                 pause_seconds=float(get("pause-seconds", d.pause_seconds)),
@@ -469,6 +488,14 @@ class ServerRun:
         """hello: every party checks the configuration against its policy and answers
         with a signed hello and its quorum; sets :attr:`required`."""
         replies = self.step("hello", {n: ([], self.opts.protocol_meta(cfg)) for n in nodes})
+        broken = {n: c for n, c in replies.refused.items() if c in INPUT_CHECKS}
+        if broken and not self.opts.allow_left_out:
+            raise RunFailed(
+                "hello: " + ", ".join(f"{self.label(n)} refused with {c}" for n, c in
+                                      sorted(broken.items())) +
+                " (its own file or node config breaks a rule: the details are in that "
+                "party's log); the run stops rather than leave a party out. Fix the file, "
+                "or set run config allow-left-out=true to go on without it")
         hellos = {n: replies.ok[n][0][0] for n in nodes if n in replies.ok}
         quorums: dict[int, int] = {}
         for n in hellos:
