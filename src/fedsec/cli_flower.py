@@ -215,6 +215,85 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
 
 
 def _cmd_local_shapley(args: argparse.Namespace) -> int:
+    if args.protocol == "secsv":
+        return _local_secsv(args)
+    return _local_hesv(args)
+
+
+def _local_secsv(args: argparse.Namespace) -> int:
+    """SecSV as separate processes: P the ServerApp, A and every client SuperNodes. The
+    training record is made in this process first (plaintext FedAvg, as ``fedsec
+    shapley`` does); each client's SuperNode gets only its own part of it."""
+    from fedsec.learning.fedavg import run_fedavg
+    from fedsec.learning.tasks import make_task
+    from fedsec.runtime.flower_secsv import public_rounds, save_test_set, split_record
+    from fedsec.runtime.local_deploy import LocalNode, run_local
+
+    task = make_task(args.task, n_samples=args.samples, seed=args.seed)
+    fed = task.federate(args.clients, alpha=args.alpha, seed=args.seed)
+    record = run_fedavg(task, fed, rounds=args.rounds, participation=args.participation,
+                        seed=args.seed)
+    names = [f"client-{i}" for i in range(args.clients)]
+    aux = "aux-server"
+    workdir, keep = _workdir(args)
+    keep = keep or args.keep
+    try:
+        roster, ident = _federation(workdir, [*names, aux])
+        (workdir / "logs").mkdir(exist_ok=True)
+        files = workdir / "files"
+        files.mkdir(mode=0o700)
+        nodes = []
+        for i, part in enumerate(split_record(record)):
+            name = names[i]
+            rec, data = files / f"{name}.record.npz", files / f"{name}.test.npz"
+            part.save(rec)
+            save_test_set(data, fed.clients[i].x_test, fed.clients[i].y_test)
+            nodes.append(LocalNode(name, {
+                "role": "client", "auxiliary": aux, "record-path": str(rec),
+                "data-path": str(data), "identity-path": str(ident[name]),
+                "roster-path": str(roster), "state-dir": str(workdir / "state" / name),
+                "log-path": str(workdir / "logs" / f"{name}.log")}))
+        nodes.append(LocalNode(aux, {
+            "role": "auxiliary", "identity-path": str(ident[aux]), "roster-path": str(roster),
+            "state-dir": str(workdir / "state" / aux),
+            "log-path": str(workdir / "logs" / f"{aux}.log")}))
+        rounds = files / "rounds.json"
+        rounds.write_text(json.dumps(public_rounds(record)), encoding="utf-8")
+        run = run_local(nodes, {"protocol": "secsv", "roster-path": str(roster),
+                                "secsv-rounds-path": str(rounds),
+                                "step-timeout": float(args.step_timeout)},
+                        workdir=workdir, timeout=args.timeout,
+                        say=_say(args.quiet or args.json))
+        if run.leftover:
+            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
+        if run.doc.get("status") != "done":
+            raise ProtocolError(f"SecSV on Flower failed: "
+                                f"{run.doc.get('error', run.doc.get('status'))} (logs in "
+                                f"{workdir}; pass --keep to keep them)")
+        out = {"task": args.task, "clients": args.clients, "rounds": args.rounds,
+               "protocol": "secsv", "fsv": run.doc["fsv"],
+               "flower": {"evaluation_exchanges": run.doc.get("exchanges"),
+                          "evaluation_seconds": round(run.seconds, 2)}}
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"federated Shapley values ({args.task}, {args.clients} clients, "
+                  f"{args.rounds} rounds; SecSV on Flower: P the ServerApp, A and each "
+                  "client a SuperNode):")
+            for i, v in enumerate(run.doc["fsv"]):
+                print(f"  client {i}: {v:+.6f}")
+            print(f"  Flower: {out['flower']['evaluation_exchanges']} exchanges in "
+                  f"{out['flower']['evaluation_seconds']} s (the training ran in this "
+                  "process first; each client's SuperNode got only its own part of it)")
+        return 0
+    finally:
+        if keep:
+            print(f"[flower local] kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _local_hesv(args: argparse.Namespace) -> int:
     """Secure FedAvg on Flower, then HESV on the same SuperNodes over the record parts the
     clients kept: the Shapley flow with no plaintext model at the server."""
     from fedsec.runtime.local_deploy import LocalNode, run_local_sequence
@@ -386,7 +465,12 @@ def register(sub: Any) -> None:
                     "secure aggregation (each client keeps its own local models), then "
                     "HESV (Zheng et al.) on the same SuperNodes over what each client "
                     "kept. One SuperNode per client; each trains its share of a bundled "
-                    "task. Needs PyTorch.")
+                    "task. --protocol secsv runs SecSV instead (the training in this "
+                    "process; P, A and the clients as separate processes). Needs PyTorch.")
+    sh.add_argument("--protocol", choices=["hesv", "secsv"], default="hesv",
+                    help="hesv (default): FedAvg with secure aggregation on Flower, then "
+                         "HESV over what each client kept; secsv: FedAvg in this process, "
+                         "then SecSV (P the ServerApp, A and the clients SuperNodes)")
     sh.add_argument("--task", default="bank", choices=["bank", "digits", "mnist", "agnews"],
                     help="bundled task whose data the clients split (default bank)")
     sh.add_argument("--clients", type=int_arg("--clients", 3, 16), default=6,
