@@ -491,6 +491,20 @@ class SecretSVServer(_SessionMember):
         return _Eval(self._round, mask, group, ev, rows, chain, owners, mowners, keys, q,
                      x, xb)
 
+    def suspend(self) -> _Eval:
+        """Take the evaluation in flight out of this server (to keep several in flight at
+        once, as a deployment batching every evaluation of a round does); changes no
+        message. :meth:`resume` puts it back."""
+        ev = self._need_eval()
+        self._eval = None
+        return ev
+
+    def resume(self, ev: _Eval) -> None:
+        """Put a suspended evaluation back in flight (none may be in flight)."""
+        if self._eval is not None:
+            raise ProtocolError(f"{self._name}: an evaluation is already in flight")
+        self._eval = ev
+
     def _need_eval(self) -> _Eval:
         if self._eval is None:
             raise ProtocolError(f"{self._name}: no evaluation in flight")
@@ -712,13 +726,17 @@ class SecretSVPrincipal(SecretSVServer):
         return wire.encode("secretsv/eval", self._b.bind(
             meta, step="eval", to="A", round=self._round, index=(mask, group, -1), rid=ev))
 
-    def triple_request(self) -> bytes:
-        """(P) Ask the dealer for the triple of the current layer's product."""
+    def triple_request(self, layer: int | None = None) -> bytes:
+        """(P) Ask the dealer for the triple of the current layer's product (or of
+        ``layer``'s, to ask for every layer's triple of an evaluation at once)."""
         ev = self._need_eval()
-        ly = self._spec.layers[ev.layer]
+        at = ev.layer if layer is None else layer
+        if not 0 <= at < len(self._spec.layers):
+            raise ValueError(f"no layer {at}")
+        ly = self._spec.layers[at]
         meta = {"shape": [ly.out_features, ly.in_features, len(ev.rows)]}
         return wire.encode("secretsv/triple-request", self._b.bind(
-            meta, step="triple-request", to="dealer", round=ev.round, index=ev.index()))
+            meta, step="triple-request", to="dealer", round=ev.round, index=ev.index(at)))
 
     @receives("secretsv/labels")
     def label_mask(self, to_p: bytes) -> bytes:
