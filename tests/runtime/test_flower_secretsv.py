@@ -251,8 +251,11 @@ def test_two_layer_model_equals_in_process(federation: Callable[..., Federation]
 
 
 def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
-    """A ServerApp that reads or tampers with what it relays to A."""
-    kept: dict[str, bytes] = {}
+    """A ServerApp that tampers with what it relays to A. A's first message (round 0):
+    batches, 5 sealed data shares, 4 sealed models, then per evaluation its announcement,
+    sealed triple and P's opening; its second: 40 x (sealed label shares, P's mask) of
+    round 0, then round 1 laid out as round 0; its third: round 1's label shares."""
+    seen: list[list[bytes]] = []
 
     def flip(b: bytes) -> bytes:
         box = bytearray(b)
@@ -260,37 +263,42 @@ def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
         return bytes(box)
 
     def edit(step: str, _node: int, blobs: list[bytes]) -> list[bytes]:
-        if step != "secretsv_aux" or not blobs:
+        if step != "secretsv_aux":
             return blobs
         out = list(blobs)
-        setup = len(out) > 200  # round 0: batches, 5 data shares, then 4 models
-        if kind == "forge-data" and setup:
+        seen.append(list(blobs))
+        k = len(seen)
+        first_triple = 1 + 5 + 4 + 1
+        if kind == "forge-data" and k == 1:
             out[1] = flip(out[1])
-        elif kind == "forge-triple" and setup:
-            out[1 + 5 + 4 + 1] = flip(out[1 + 5 + 4 + 1])  # the first evaluation's triple
-        elif kind == "swap-triple" and setup:  # two evaluations' triples swapped
-            a, b = 1 + 5 + 4 + 1, 1 + 5 + 4 + 3 + 1
+        elif kind == "forge-triple" and k == 1:
+            out[first_triple] = flip(out[first_triple])
+        elif kind == "swap-triple" and k == 1:  # two evaluations' triples swapped
+            a, b = first_triple, first_triple + 3
             out[a], out[b] = out[b], out[a]
-        elif kind == "forge-label" and not setup and len(out) > 2:
+        elif kind == "replay-triple" and k == 2:  # round 1 gets round 0's triple
+            out[80 + 4 + 1] = seen[0][first_triple]
+        elif kind == "forge-label" and k == 2:
             out[0] = flip(out[0])
-        elif kind == "replay-label" and not setup:  # round 1 gets round 0's label box
-            if "first" in kept:
-                out[0] = kept["first"]
-            else:
-                kept["first"] = out[0]
+        elif kind == "replay-label" and k == 3:  # round 1 gets round 0's label shares
+            out[0] = seen[1][0]
+        elif kind == "swap-label" and k == 2:  # two evaluations' label shares swapped
+            out[0], out[2] = out[2], out[0]
         return out
 
     return edit
 
 
-@pytest.mark.parametrize("kind", ["forge-data", "forge-triple", "swap-triple", "forge-label",
-                                  "replay-label"])
+@pytest.mark.parametrize("kind", ["forge-data", "forge-triple", "swap-triple",
+                                  "replay-triple", "forge-label", "replay-label",
+                                  "swap-label"])
 def test_relay_adversary_is_refused(federation: Callable[..., Federation],
                                     local_grid: Callable[..., LocalGrid],
                                     tmp_path: Path, small: Any, kind: str) -> None:
     """P alters a client's sealed data share, the dealer's sealed triple or a client's
-    sealed label shares, swaps two evaluations' triples or replays round 0's label
-    shares in round 1: A refuses, the run stops with no result."""
+    sealed label shares, swaps two evaluations' triples or label shares, or replays
+    round 0's triple or label shares in round 1: A refuses, the run stops with no
+    result, and the step says which message A refused."""
     record, sets, _ref = small
     _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
     doc = _run(local_grid(nodes, {}, edit=_relay(kind)), rc, tmp_path)
@@ -298,6 +306,9 @@ def test_relay_adversary_is_refused(federation: Callable[..., Federation],
     assert doc["failed"]["party"] == AUX and doc["failed"]["step"] == "secretsv_aux"
     assert doc["failed"]["check"] == "protocol-error"
     assert "fsv" not in doc
+    at = [s["step"] for s in doc["steps"]].count("secretsv_aux")
+    assert at == {"replay-triple": 2, "forge-label": 2, "swap-label": 2,
+                  "replay-label": 3}.get(kind, 1)
 
 
 def test_relay_cannot_read_a_triple_or_forge_an_output(
