@@ -333,8 +333,8 @@ def test_relay_cannot_read_a_triple_or_forge_an_output(
     doc = _run(grid, rc, tmp_path)
     assert doc["status"] == "failed" and doc["failed"]["step"] == "secretsv_reconstruct"
     assert doc["failed"]["party"] in NAMES and doc["failed"]["check"] == "protocol-error"
-    from fedsec.crypto.sealed import SealKey, unseal
     from fedsec.crypto.identity import Roster
+    from fedsec.crypto.sealed import SealKey, unseal
     from fedsec.errors import ProtocolError
     from fedsec.runtime.flower_io import get_blobs
 

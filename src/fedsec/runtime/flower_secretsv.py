@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -449,12 +448,12 @@ def _aux(blobs: list[bytes], meta: dict[str, Any], state: RunState
             name, _k = _client_of(d, owner)
             aux.receive_model(_opened(d, name, take(1)[0], "model", t, str(key)))
         for _ in range(n_evals):
-            announcement, *sealed, opening = take(2 + n_layers)
+            announcement, *boxes, opening = take(2 + n_layers)
             aux.open_eval(announcement)
             ev = aux.suspend()
             d["triples"][ev.ev] = [
                 _opened(d, d["dealer_name"], box, "triple", t, f"{ev.mask}/{ev.group}/{k}")
-                for k, box in enumerate(sealed)]
+                for k, box in enumerate(boxes)]
             aux.resume(ev)
             out += _aux_products(d, t, ev.ev, opening)
     elif "reshare" in meta:
