@@ -454,3 +454,37 @@ def test_secretsv_deployment_tls(flower: Callable[[Path], Any],
     _same(doc, ref)
     assert doc["exchanges"] == 8
     assert doc["parties"] == {"clients": NAMES, "auxiliary": AUX, "dealer": DEALER}
+
+
+def test_paper_schedule_with_consent_equals_in_process(
+        federation: Callable[..., Federation], local_grid: Callable[..., LocalGrid],
+        tmp_path: Path, small: Any) -> None:
+    """Every client allowing it, ``schedule="paper"`` (Prop. 6.8's chains over planned
+    batch groups) gives ``secretsv_shapley(schedule="paper")``'s FSVs."""
+    from fedsec.errors import PrivacyWarning
+
+    record, sets, _ref = small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        ref = secretsv_shapley(record, sets, schedule="paper")
+    _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
+    nodes = {nd: {**cfg, "allow-paper-schedule": True} if cfg["role"] == "client" else cfg
+             for nd, cfg in nodes.items()}
+    doc = _run(local_grid(nodes, {}), {**rc, "secretsv-schedule": "paper"}, tmp_path)
+    _same(doc, ref)
+    assert doc["schedule"] == "paper"
+
+
+def test_servers_keep_several_evaluations_in_flight() -> None:
+    """``suspend``/``resume`` (what the deployment uses to batch a round) refuse a
+    missing or a second evaluation in flight."""
+    from fedsec.errors import ProtocolError
+    from fedsec.shapley.secretsv import SecretSVPrincipal
+
+    record, _sets = world()
+    P = SecretSVPrincipal(record.spec, [(r.participants, r.weights)  # noqa: N806
+                                        for r in record.rounds], n_clients=N)
+    with pytest.raises(ProtocolError, match="no evaluation"):
+        P.suspend()
+    with pytest.raises(ProtocolError, match="no evaluation"):
+        P.triple_request(0)
