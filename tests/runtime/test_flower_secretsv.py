@@ -191,10 +191,10 @@ def test_flower_secretsv_equals_in_process(federation: Callable[..., Federation]
     print(f"SecretSV LocalGrid: {time.monotonic() - t0:.2f}s, {doc['exchanges']} "
           f"exchanges, bytes {doc['bytes']}; secretsv_shapley {ref.seconds:.2f}s")
     _same(doc, ref)
-    # hello, session, triples; per round A and reconstruct; the last round's zero tests
+    # hello, session (with the dealer's triples); per round A and reconstruct; the last
+    # round's zero tests
     assert [s["step"] for s in doc["steps"]] == [
-        "secretsv_hello", "secretsv_session", "secretsv_triples",
-        "secretsv_aux", "secretsv_reconstruct", "secretsv_aux", "secretsv_reconstruct",
+        "secretsv_hello", "secretsv_session", "secretsv_aux", "secretsv_reconstruct", "secretsv_aux", "secretsv_reconstruct",
         "secretsv_aux"]
     assert doc["parties"] == {"clients": NAMES, "auxiliary": AUX, "dealer": DEALER}
     from fedsec.protocol import wire
@@ -226,8 +226,8 @@ def test_flower_secretsv_equals_in_process(federation: Callable[..., Federation]
     checked = 0
     for step, node, msg in grid.replies:
         blobs = get_blobs(msg.content)
-        if step == "secretsv_triples":
-            assert node == DEALER_NODE and len(blobs) == 160
+        if step == "secretsv_session" and node == DEALER_NODE:
+            assert len(blobs) == 160
             assert all(b.startswith(b"FSB1") for b in blobs[80:])
         if step == "secretsv_aux":  # A's output shares for the clients are sealed
             pairs = blobs[get_meta(msg.content)["diffs"]:]
@@ -247,7 +247,7 @@ def test_two_layer_model_equals_in_process(federation: Callable[..., Federation]
     _fed, nodes, rc = _setup(federation, tmp_path, record, sets)
     doc = _run(local_grid(nodes, {}), rc, tmp_path)
     _same(doc, ref)
-    assert doc["exchanges"] == 12
+    assert doc["exchanges"] == 11
 
 
 def _relay(kind: str) -> Callable[[str, int, list[bytes]], list[bytes]]:
@@ -339,8 +339,8 @@ def test_relay_cannot_read_a_triple_or_forge_an_output(
     from fedsec.runtime.flower_io import get_blobs
 
     roster = Roster.load(rc["roster-path"])
-    triples = [get_blobs(msg.content) for step, _n, msg in grid.replies
-               if step == "secretsv_triples"][0]
+    triples = [get_blobs(msg.content) for step, node, msg in grid.replies
+               if step == "secretsv_session" and node == DEALER_NODE][0]
     box = triples[len(triples) // 2]
     assert box.startswith(b"FSB1")
     with pytest.raises(ProtocolError):
@@ -348,7 +348,7 @@ def test_relay_cannot_read_a_triple_or_forge_an_output(
 
 
 @pytest.mark.parametrize(("who", "at"), [(2, "secretsv_reconstruct"), (N, "secretsv_aux"),
-                                         (N + 1, "secretsv_triples")],
+                                         (N + 1, "secretsv_session")],
                          ids=["client", "auxiliary", "dealer"])
 def test_killed_party_stops_the_run(federation: Callable[..., Federation],
                                     local_grid: Callable[..., LocalGrid],
@@ -452,7 +452,7 @@ def test_secretsv_deployment_tls(flower: Callable[[Path], Any],
           f"{doc['timings']['total_s']}s), {doc['exchanges']} exchanges, in-process "
           f"{ref.seconds:.2f}s; steps {[(s['step'], s['seconds']) for s in doc['steps']]}")
     _same(doc, ref)
-    assert doc["exchanges"] == 8
+    assert doc["exchanges"] == 7
     assert doc["parties"] == {"clients": NAMES, "auxiliary": AUX, "dealer": DEALER}
 
 

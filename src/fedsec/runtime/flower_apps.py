@@ -65,7 +65,7 @@ CLIENT_STEPS: dict[str, str] = {
         "hello", "offer", "deliver", "confirmed", "plan", "upload", "aux_round", "decrypt",
         "aux_reshare", "aux_labels")},
     **{f"secretsv_{step}": f"fedsec.runtime.flower_secretsv:handle_{step}" for step in (
-        "hello", "session", "triples", "aux", "reconstruct")},
+        "hello", "session", "aux", "reconstruct")},
 }
 
 

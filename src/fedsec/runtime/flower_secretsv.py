@@ -29,8 +29,8 @@ protocol's own messages and checks are those of :mod:`fedsec.shapley.secretsv`.
 Exchanges (one Flower message per node per step, every request of a step batched in it):
 ``secretsv_hello`` (every role: its session nonce and seal-key announcement),
 ``secretsv_session`` (every role joins the session; clients: their data shares and round
-0's model shares back), ``secretsv_triples`` (the dealer: every triple of the run at
-once), then per round ``t``: ``secretsv_aux`` (A: the round's sealed models, every
+0's model shares back; the dealer: every triple request of the run, its triples back),
+then per round ``t``: ``secretsv_aux`` (A: the round's sealed models, every
 evaluation of the round, their triples and P's Beaver openings of layer 0 -- with the
 previous round's zero tests; A's openings and sealed output shares back),
 ``secretsv_reconstruct`` (each reconstructing client: all its outputs of the round and
@@ -92,8 +92,7 @@ __all__ = ["SecretSVOptions", "SecretSVServerRun", "main", "ACTIONS"]
 logger = logging.getLogger("flwr")
 
 #: Every ClientApp action of SecretSV (registered in :mod:`fedsec.runtime.flower_apps`).
-ACTIONS = ("secretsv_hello", "secretsv_session", "secretsv_triples", "secretsv_aux",
-           "secretsv_reconstruct")
+ACTIONS = ("secretsv_hello", "secretsv_session", "secretsv_aux", "secretsv_reconstruct")
 ROLE_CLIENT, ROLE_AUX, ROLE_DEALER = "client", "auxiliary", "dealer"
 ROLES = (ROLE_CLIENT, ROLE_AUX, ROLE_DEALER)
 SCHEDULES = ("strict", "paper")
@@ -261,7 +260,9 @@ def _session(blobs: list[bytes], meta: dict[str, Any], state: RunState
              ) -> tuple[list[bytes], dict[str, Any]]:
     """Join the session P announces. Clients: read A's seal key; their data shares and
     round 0's model shares (A's sealed). A: read the clients' seal keys (names from P,
-    each key signed by that name). The dealer: read A's seal key."""
+    each key signed by that name). The dealer: read A's seal key and deal every triple
+    P asks for (the batch sizes are P's; A and P check each triple against its
+    evaluation when they use it)."""
     d = state.data
     role = d.get("role")
     if role not in ROLES or not blobs:
@@ -284,12 +285,12 @@ def _session(blobs: list[bytes], meta: dict[str, Any], state: RunState
                                                                     strict=True)]
         d.update(parked={}, triples={}, next_round=0)
         return [], {}
-    if len(blobs) != 2:
+    if len(blobs) < 2 or (role == ROLE_CLIENT and len(blobs) != 2):
         raise ProtocolError("malformed session message")
     d["aux_key"] = read_announcement(roster, d["aux"], blobs[1],
                                      context=_ann_context(state.run_id, roster, ROLE_AUX))
     if role == ROLE_DEALER:
-        return [], {}
+        return _deal(d, blobs[2:], state)
     leader = meta.get("leader")
     if not isinstance(leader, int) or not 0 <= leader < pub.n:
         raise ProtocolError("malformed leader")
@@ -301,14 +302,15 @@ def _session(blobs: list[bytes], meta: dict[str, Any], state: RunState
             *models], {"keys": keys}
 
 
-def _triples(blobs: list[bytes], meta: dict[str, Any], state: RunState
-             ) -> tuple[list[bytes], dict[str, Any]]:
+def _deal(d: dict[str, Any], requests: list[bytes], state: RunState
+          ) -> tuple[list[bytes], dict[str, Any]]:
     """The dealer: every triple P asks for, P's share in the clear, A's sealed to A
     (bound to the request's round, coalition, batch group and layer)."""
-    d = _only(state, ROLE_DEALER)
     dealer: Dealer = d["dealer"]
+    if not requests:
+        raise ProtocolError("no triple requested")
     to_p, to_a = [], []
-    for req in blobs:
+    for req in requests:
         p, a = dealer.triple(req)
         ctx = context_of(wire.decode(req, expect="secretsv/triple-request",
                                      max_bytes=1 << 12).meta)
@@ -481,7 +483,6 @@ def _aux(blobs: list[bytes], meta: dict[str, Any], state: RunState
 _M = "fedsec.runtime.flower_secretsv"
 handle_hello = hosted("secretsv_hello", f"{_M}:_hello")
 handle_session = hosted("secretsv_session", f"{_M}:_session")
-handle_triples = hosted("secretsv_triples", f"{_M}:_triples")
 handle_aux = hosted("secretsv_aux", f"{_M}:_aux")
 handle_reconstruct = hosted("secretsv_reconstruct", f"{_M}:_reconstruct")
 
@@ -622,27 +623,12 @@ class SecretSVServerRun(SecSVServerRun):
         self.write("waiting-for-nodes")
         wait_for_nodes(self.grid, n + 2, self.opts.wait_nodes_timeout)
         nodes = sorted(self.grid.get_node_ids())[:2 * len(roster) + 8]
-        clients, _sizes, hello, aux, dealer = self._hellos(roster, pub, nodes)
+        clients, sizes, hello, aux, dealer = self._hellos(roster, pub, nodes)
         order = [clients[i] for i in range(n)]
         names = [self.names[nd] for nd in order]
         self.doc["parties"] = {"clients": names, "auxiliary": self.names[aux],
                                "dealer": self.names[dealer]}
         strict = self.opts.schedule == "strict"
-        P = SecretSVPrincipal(pub.spec, _rounds(pub), n_clients=n,  # noqa: N806
-                              space=pub.space if strict else None)
-        session = P.gather([hello[nd][0] for nd in [*order, aux, dealer]])
-        P.join(session)
-        leader = secrets.randbelow(n)
-        aux_ann = hello[aux][1]
-        got = self.exchange("secretsv_session", {
-            **{nd: ([session, aux_ann], {"leader": leader}) for nd in order},
-            aux: ([session, *[hello[nd][1] for nd in order]], {"names": names}),
-            dealer: ([session, aux_ann], {})})
-        P.receive_data([_split(got[nd], 2)[0] for nd in order])
-        sealed_data = [got[nd][0][1] for nd in order]
-        models: dict[int, tuple[list[bytes], list[bytes], list[int], list[str]]] = {
-            0: self._models(pub, 0, leader, order, {c: (got[order[c]], 2) for c in range(n)
-                                                    if c in _uploaders(pub, 0, leader)})}
         if strict:
             groups, strong = [[c] for c in range(n)], True
         else:
@@ -651,33 +637,57 @@ class SecretSVServerRun(SecSVServerRun):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 groups, strong = plan_groups(n, n_layers)
+        P = SecretSVPrincipal(pub.spec, _rounds(pub), n_clients=n,  # noqa: N806
+                              space=pub.space if strict else None)
+        session = P.gather([hello[nd][0] for nd in [*order, aux, dealer]])
+        P.join(session)
+        # every product of the run (round, coalition, batch group, layer; the batch sizes
+        # from the hellos, checked against the data shares below) goes to the dealer with
+        # the session: its triples come back in the same exchange
+        masks = [[int(m) for m in np.argsort(popcounts(len(parts)), kind="stable")]
+                 for parts, _w in pub.space.rounds]
+        products = [(t, mask, g, layer) for t in range(pub.n_rounds) for mask in masks[t]
+                    for g in range(len(groups)) for layer in range(n_layers)]
+        requests = [P.triple_request_for(t, mask, g, layer, sum(sizes[c] for c in groups[g]))
+                    for t, mask, g, layer in products]
+        leader = secrets.randbelow(n)
+        aux_ann = hello[aux][1]
+        got = self.exchange("secretsv_session", {
+            **{nd: ([session, aux_ann], {"leader": leader}) for nd in order},
+            aux: ([session, *[hello[nd][1] for nd in order]], {"names": names}),
+            dealer: ([session, aux_ann, *requests], {})})
+        dealt = got[dealer][0]
+        if len(dealt) != 2 * len(requests):
+            raise RunFailed(f"{self.names[dealer]}: malformed triples")
+        triples = {key: (dealt[k], dealt[len(requests) + k])
+                   for k, key in enumerate(products)}
+        P.receive_data([_split(got[nd], 2)[0] for nd in order])
+        sealed_data = [got[nd][0][1] for nd in order]
+        models: dict[int, tuple[list[bytes], list[bytes], list[int], list[str]]] = {
+            0: self._models(pub, 0, leader, order, {c: (got[order[c]], 2) for c in range(n)
+                                                    if c in _uploaders(pub, 0, leader)})}
         batches = P.order_batches(groups, strong=strong)
         if strict:  # refuse before any work
             P.plan_rounds()
-        # every evaluation of the run, every triple it needs: one exchange with the dealer
+        # every evaluation of the run, with its triples
         items: list[list[_Item]] = []
         for t in range(pub.n_rounds):
             P.start_round(t)
-            k = len(pub.space.rounds[t][0])
             mine: list[_Item] = []
-            for mask in (int(m) for m in np.argsort(popcounts(k), kind="stable")):
+            for mask in masks[t]:
                 for g in range(len(groups)):
                     ann = P.announce_eval(mask, g, None)
                     if ann is None:
-                        continue
-                    reqs = [P.triple_request(layer) for layer in range(n_layers)]
-                    mine.append(_Item(mask, P.suspend(), ann, reqs))
+                        raise RunFailed(f"batch group {g} holds no sample")
+                    it = _Item(mask, P.suspend(), ann)
+                    if len(it.ev.rows) != sum(sizes[c] for c in groups[g]):
+                        who = ", ".join(names[c] for c in groups[g])
+                        raise RunFailed(f"{who}: the data shares hold another number of "
+                                        "samples than the hello said")
+                    it.triples_p = [triples[(t, mask, g, ly)][0] for ly in range(n_layers)]
+                    it.triples_a = [triples[(t, mask, g, ly)][1] for ly in range(n_layers)]
+                    mine.append(it)
             items.append(mine)
-        requests = [r for mine in items for it in mine for r in it.triples_p]
-        dealt = self.exchange("secretsv_triples", {dealer: (requests, {})})[dealer][0]
-        if len(dealt) != 2 * len(requests):
-            raise RunFailed(f"{self.names[dealer]}: malformed triples")
-        at = 0
-        for mine in items:
-            for it in mine:
-                it.triples_a = dealt[len(requests) + at:len(requests) + at + n_layers]
-                it.triples_p = dealt[at:at + n_layers]
-                at += n_layers
         ok: dict[tuple[int, int], NDArray[np.bool_]] = {}
         labels: tuple[int, list[_Item], list[bytes]] | None = None
         n_samples = int(P._y.shape[0])  # P's own sample count (its label shares)

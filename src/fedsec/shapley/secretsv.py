@@ -730,13 +730,21 @@ class SecretSVPrincipal(SecretSVServer):
         """(P) Ask the dealer for the triple of the current layer's product (or of
         ``layer``'s, to ask for every layer's triple of an evaluation at once)."""
         ev = self._need_eval()
-        at = ev.layer if layer is None else layer
-        if not 0 <= at < len(self._spec.layers):
-            raise ValueError(f"no layer {at}")
-        ly = self._spec.layers[at]
-        meta = {"shape": [ly.out_features, ly.in_features, len(ev.rows)]}
+        return self.triple_request_for(ev.round, ev.mask, ev.group,
+                                       ev.layer if layer is None else layer, len(ev.rows))
+
+    def triple_request_for(self, t: int, mask: int, group: int, layer: int, m: int) -> bytes:
+        """(P) The triple request of ``layer`` for coalition ``mask`` of round ``t`` on
+        batch group ``group`` of ``m`` samples, before that evaluation starts (a deployment
+        asks the dealer for every triple of a run at once); the servers check the
+        triple against the evaluation when they use it."""
+        if not 0 <= layer < len(self._spec.layers) or t < 0 or mask < 0 or group < 0 \
+                or m < 1:
+            raise ValueError("no such product")
+        ly = self._spec.layers[layer]
+        meta = {"shape": [ly.out_features, ly.in_features, m]}
         return wire.encode("secretsv/triple-request", self._b.bind(
-            meta, step="triple-request", to="dealer", round=ev.round, index=ev.index(at)))
+            meta, step="triple-request", to="dealer", round=t, index=(mask, group, layer)))
 
     @receives("secretsv/labels")
     def label_mask(self, to_p: bytes) -> bytes:
