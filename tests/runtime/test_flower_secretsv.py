@@ -194,8 +194,8 @@ def test_flower_secretsv_equals_in_process(federation: Callable[..., Federation]
     # hello, session (with the dealer's triples); per round A and reconstruct; the last
     # round's zero tests
     assert [s["step"] for s in doc["steps"]] == [
-        "secretsv_hello", "secretsv_session", "secretsv_aux", "secretsv_reconstruct", "secretsv_aux", "secretsv_reconstruct",
-        "secretsv_aux"]
+        "secretsv_hello", "secretsv_session", "secretsv_aux", "secretsv_reconstruct",
+        "secretsv_aux", "secretsv_reconstruct", "secretsv_aux"]
     assert doc["parties"] == {"clients": NAMES, "auxiliary": AUX, "dealer": DEALER}
     from fedsec.protocol import wire
     from fedsec.runtime.flower_io import get_blobs, get_meta
