@@ -358,20 +358,17 @@ def _client_of(d: dict[str, Any], c: Any) -> tuple[str, Any]:
     return names[c], d["client_keys"][c]
 
 
-def _aux_products(d: dict[str, Any], t: int, ev_id: str, opening: bytes
-                  ) -> list[bytes]:
-    """A, with an evaluation in flight at a layer: its Beaver opening for P (from the
-    layer's triple) and its output share sealed to the reconstructing client."""
+def _aux_products(d: dict[str, Any], t: int, ev: Any, opening: bytes) -> list[bytes]:
+    """A, with evaluation ``ev`` in flight at a layer: its Beaver opening for P (from the
+    layer's triple) and its output share sealed to the reconstructing client; the
+    evaluation is parked until the client answers."""
     aux: SecretSVAuxiliary = d["A"]
-    triples: list[bytes] = d["triples"][ev_id]
-    ev = aux.suspend()
-    aux.resume(ev)
     layer = ev.layer  # the layer in flight
-    mine = aux.open_share(triples[layer])
+    mine = aux.open_share(d["triples"][ev.ev][layer])
     to, out = aux.beaver(opening)
     name, key = _client_of(d, int(to.split(":")[1]))
-    d["parked"][ev_id] = aux.suspend()
-    return [mine, _sealed_to(d, name, key, out, "output", t, f"{ev_id}/{layer}")]
+    d["parked"][ev.ev] = aux.suspend()
+    return [mine, _sealed_to(d, name, key, out, "output", t, f"{ev.ev}/{layer}")]
 
 
 def _sub(meta: dict[str, Any], key: str) -> dict[str, Any]:
@@ -457,7 +454,7 @@ def _aux(blobs: list[bytes], meta: dict[str, Any], state: RunState
                 _opened(d, d["dealer_name"], box, "triple", t, f"{ev.mask}/{ev.group}/{k}")
                 for k, box in enumerate(boxes)]
             aux.resume(ev)
-            out += _aux_products(d, t, ev.ev, opening)
+            out += _aux_products(d, t, ev, opening)
     elif "reshare" in meta:
         rs = _sub(meta, "reshare")
         t, evs, decs = rs.get("round"), rs.get("evs"), rs.get("decs")
@@ -472,7 +469,7 @@ def _aux(blobs: list[bytes], meta: dict[str, Any], state: RunState
             sealed, opening = take(2)
             name, _key = _client_of(d, dec)
             aux.receive_share(_opened(d, name, sealed, "answer", t, f"{ev.ev}/{ev.layer}"))
-            out += _aux_products(d, t, ev.ev, opening)
+            out += _aux_products(d, t, ev, opening)
     if at != len(blobs):
         raise ProtocolError("malformed auxiliary-server message: extra blobs")
     if meta.get("last") is True:
@@ -690,7 +687,7 @@ class SecretSVServerRun(SecSVServerRun):
             items.append(mine)
         ok: dict[tuple[int, int], NDArray[np.bool_]] = {}
         labels: tuple[int, list[_Item], list[bytes]] | None = None
-        n_samples = int(P._y.shape[0])  # P's own sample count (its label shares)
+        n_samples = sum(sizes.values())  # checked against the data shares above
         for t in range(pub.n_rounds):
             last = t == pub.n_rounds - 1
             P.start_round(t)
