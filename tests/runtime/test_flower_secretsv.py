@@ -487,4 +487,6 @@ def test_servers_keep_several_evaluations_in_flight() -> None:
     with pytest.raises(ProtocolError, match="no evaluation"):
         P.suspend()
     with pytest.raises(ProtocolError, match="no evaluation"):
-        P.triple_request(0)
+        P.triple_request()
+    with pytest.raises(ValueError, match="no such product"):
+        P.triple_request_for(0, 1, 0, 1, 6)  # a one-layer model has no layer 1

@@ -726,12 +726,10 @@ class SecretSVPrincipal(SecretSVServer):
         return wire.encode("secretsv/eval", self._b.bind(
             meta, step="eval", to="A", round=self._round, index=(mask, group, -1), rid=ev))
 
-    def triple_request(self, layer: int | None = None) -> bytes:
-        """(P) Ask the dealer for the triple of the current layer's product (or of
-        ``layer``'s, to ask for every layer's triple of an evaluation at once)."""
+    def triple_request(self) -> bytes:
+        """(P) Ask the dealer for the triple of the current layer's product."""
         ev = self._need_eval()
-        return self.triple_request_for(ev.round, ev.mask, ev.group,
-                                       ev.layer if layer is None else layer, len(ev.rows))
+        return self.triple_request_for(ev.round, ev.mask, ev.group, ev.layer, len(ev.rows))
 
     def triple_request_for(self, t: int, mask: int, group: int, layer: int, m: int) -> bytes:
         """(P) The triple request of ``layer`` for coalition ``mask`` of round ``t`` on
