@@ -43,6 +43,7 @@ PROTOCOLS: dict[str, str] = {
     "dpauc": "fedsec.runtime.flower_dpauc",
     "hesv": "fedsec.runtime.flower_hesv",
     "secsv": "fedsec.runtime.flower_secsv",
+    "secretsv": "fedsec.runtime.flower_secretsv",
 }
 
 _AUC = "fedsec.runtime.flower_client"
@@ -63,6 +64,8 @@ CLIENT_STEPS: dict[str, str] = {
     **{f"secsv_{step}": f"fedsec.runtime.flower_secsv:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "plan", "upload", "aux_round", "decrypt",
         "aux_reshare", "aux_labels")},
+    **{f"secretsv_{step}": f"fedsec.runtime.flower_secretsv:handle_{step}" for step in (
+        "hello", "session", "aux", "reconstruct")},
 }
 
 

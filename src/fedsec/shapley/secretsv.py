@@ -491,6 +491,20 @@ class SecretSVServer(_SessionMember):
         return _Eval(self._round, mask, group, ev, rows, chain, owners, mowners, keys, q,
                      x, xb)
 
+    def suspend(self) -> _Eval:
+        """Take the evaluation in flight out of this server (to keep several in flight at
+        once, as a deployment batching every evaluation of a round does); changes no
+        message. :meth:`resume` puts it back."""
+        ev = self._need_eval()
+        self._eval = None
+        return ev
+
+    def resume(self, ev: _Eval) -> None:
+        """Put a suspended evaluation back in flight (none may be in flight)."""
+        if self._eval is not None:
+            raise ProtocolError(f"{self._name}: an evaluation is already in flight")
+        self._eval = ev
+
     def _need_eval(self) -> _Eval:
         if self._eval is None:
             raise ProtocolError(f"{self._name}: no evaluation in flight")
@@ -715,10 +729,20 @@ class SecretSVPrincipal(SecretSVServer):
     def triple_request(self) -> bytes:
         """(P) Ask the dealer for the triple of the current layer's product."""
         ev = self._need_eval()
-        ly = self._spec.layers[ev.layer]
-        meta = {"shape": [ly.out_features, ly.in_features, len(ev.rows)]}
+        return self.triple_request_for(ev.round, ev.mask, ev.group, ev.layer, len(ev.rows))
+
+    def triple_request_for(self, t: int, mask: int, group: int, layer: int, m: int) -> bytes:
+        """(P) The triple request of ``layer`` for coalition ``mask`` of round ``t`` on
+        batch group ``group`` of ``m`` samples, before that evaluation starts (a deployment
+        asks the dealer for every triple of a run at once); the servers check the
+        triple against the evaluation when they use it."""
+        if not 0 <= layer < len(self._spec.layers) or t < 0 or mask < 0 or group < 0 \
+                or m < 1:
+            raise ValueError("no such product")
+        ly = self._spec.layers[layer]
+        meta = {"shape": [ly.out_features, ly.in_features, m]}
         return wire.encode("secretsv/triple-request", self._b.bind(
-            meta, step="triple-request", to="dealer", round=ev.round, index=ev.index()))
+            meta, step="triple-request", to="dealer", round=t, index=(mask, group, layer)))
 
     @receives("secretsv/labels")
     def label_mask(self, to_p: bytes) -> bytes:
