@@ -776,8 +776,8 @@ class SecSVServerRun:
         self.doc["steps"].append({"step": action, "nodes": len(contents),
                                   "seconds": round(res.elapsed, 3), "to_nodes": down,
                                   "from_nodes": up})
-        logger.info("fedsec: %s step %s: %d/%d ok in %.1fs", action.split("_", 1)[0], action, len(out),
-                    len(contents), res.elapsed)
+        logger.info("fedsec: %s step %s: %d/%d ok in %.1fs", action.split("_", 1)[0],
+                    action, len(out), len(contents), res.elapsed)
         entries = [{"node": node, "party": self.label(node), "step": action,
                     "reason": reason, **({"check": check} if check else {})}
                    for node, reason, check in sorted(failures, key=lambda f: (
