@@ -10,10 +10,12 @@ prints it. A real deployment runs the same pieces on one machine per party
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,31 @@ def _workdir(args: argparse.Namespace) -> tuple[Path, bool]:
         path.mkdir(parents=True, exist_ok=True)
         return path, True
     return Path(tempfile.mkdtemp(prefix="fedsec-flower-local-")), False
+
+
+@contextlib.contextmanager
+def _workspace(args: argparse.Namespace) -> Iterator[Path]:
+    """The run's folder: removed afterwards unless it was named (--workdir) or --keep."""
+    workdir, named = _workdir(args)
+    try:
+        yield workdir
+    finally:
+        if named or args.keep:
+            print(f"[flower local] kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _checked(run: Any, what: str, workdir: Path) -> dict[str, Any]:
+    """The run's result document; ``ProtocolError`` if a process outlived the run or the
+    run did not end ``done``."""
+    if run.leftover:
+        raise ProtocolError(f"processes left behind after the run: {run.leftover}")
+    doc: dict[str, Any] = run.doc
+    if doc.get("status") != "done":
+        raise ProtocolError(f"{what} on Flower failed: {doc.get('error', doc.get('status'))} "
+                            f"(logs in {workdir}; pass --keep to keep them)")
+    return doc
 
 
 def _federation(workdir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
@@ -95,22 +122,15 @@ def _cmd_local_auc(args: argparse.Namespace) -> int:
                          "party file")
     parties = load_party_files(args, any_finite=args.scores != "probability")  # checks
     names = [p.name for p in parties]
-    workdir, keep = _workdir(args)
-    keep = keep or args.keep
     say = _say(args.quiet or args.json)
-    try:
+    with _workspace(args) as workdir:
         nodes, roster = _party_nodes(args, names, workdir, {"security": args.security})
         run_cfg: dict[str, Any] = {
             "protocol": "auc", "security": args.security, "roster-path": str(roster),
             "decision-points": str(args.decision_points) if args.decision_points == "exact"
             else int(args.decision_points), "step-timeout": float(args.step_timeout)}
         run = run_local(nodes, run_cfg, workdir=workdir, timeout=args.timeout, say=say)
-        if run.leftover:
-            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
-        doc = run.doc
-        if doc.get("status") != "done":
-            raise ProtocolError(f"the Flower run failed: {doc.get('error', doc.get('status'))}"
-                                f" (logs in {workdir}; pass --keep to keep them)")
+        doc = _checked(run, "the run", workdir)
         mine = [r for rs in run.node_results.values() for r in rs if r.get("status") == "ok"]
         if len(mine) != len(names):
             raise ProtocolError("not every party reported a result")
@@ -141,11 +161,6 @@ def _cmd_local_auc(args: argparse.Namespace) -> int:
                   f"{fl['server_seconds']} s, whole local deployment {fl['wall_seconds']} s "
                   f"(aggregator computation {fl['aggregator_seconds']} s)")
         return 0
-    finally:
-        if keep:
-            print(f"[flower local] kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _cmd_local_dpauc(args: argparse.Namespace) -> int:
@@ -161,9 +176,7 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
     parties = load_party_files(args)
     names = [p.name for p in parties]
     spend = args.epsilon + (args.score_epsilon or 0.0)
-    workdir, keep = _workdir(args)
-    keep = keep or args.keep
-    try:
+    with _workspace(args) as workdir:
         # each party's policy allows exactly this run's spend (its own choice, here yours)
         policy: dict[str, Any] = {"max-epsilon": spend, "mechanisms": mech}
         if mech == "gaussian":
@@ -181,12 +194,7 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
             run_cfg["dpauc-score-epsilon"] = float(args.score_epsilon)
         run = run_local(nodes, run_cfg, workdir=workdir, timeout=args.timeout,
                         say=_say(args.quiet or args.json))
-        if run.leftover:
-            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
-        doc = run.doc
-        if doc.get("status") != "done":
-            raise ProtocolError(f"the Flower run failed: {doc.get('error', doc.get('status'))}"
-                                f" (logs in {workdir}; pass --keep to keep them)")
+        doc = _checked(run, "the run", workdir)
         out = {"mechanism": mech, "epsilon": args.epsilon,
                "delta": run_cfg.get("dpauc-delta", 0.0),
                "decision_points": args.decision_points, "parties": len(names),
@@ -207,11 +215,6 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
             print(f"  Flower: {fl['exchanges']} message exchanges, ServerApp "
                   f"{fl['server_seconds']} s, whole local deployment {fl['wall_seconds']} s")
         return 0
-    finally:
-        if keep:
-            print(f"[flower local] kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _cmd_local_shapley(args: argparse.Namespace) -> int:
@@ -235,9 +238,7 @@ def _local_secsv(args: argparse.Namespace) -> int:
                         seed=args.seed)
     names = [f"client-{i}" for i in range(args.clients)]
     aux = "aux-server"
-    workdir, keep = _workdir(args)
-    keep = keep or args.keep
-    try:
+    with _workspace(args) as workdir:
         roster, ident = _federation(workdir, [*names, aux])
         (workdir / "logs").mkdir(exist_ok=True)
         files = workdir / "files"
@@ -264,12 +265,7 @@ def _local_secsv(args: argparse.Namespace) -> int:
                                 "step-timeout": float(args.step_timeout)},
                         workdir=workdir, timeout=args.timeout,
                         say=_say(args.quiet or args.json))
-        if run.leftover:
-            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
-        if run.doc.get("status") != "done":
-            raise ProtocolError(f"SecSV on Flower failed: "
-                                f"{run.doc.get('error', run.doc.get('status'))} (logs in "
-                                f"{workdir}; pass --keep to keep them)")
+        _checked(run, "SecSV", workdir)
         out = {"task": args.task, "clients": args.clients, "rounds": args.rounds,
                "protocol": "secsv", "fsv": run.doc["fsv"],
                "flower": {"evaluation_exchanges": run.doc.get("exchanges"),
@@ -286,11 +282,6 @@ def _local_secsv(args: argparse.Namespace) -> int:
                   f"{out['flower']['evaluation_seconds']} s (the training ran in this "
                   "process first; each client's SuperNode got only its own part of it)")
         return 0
-    finally:
-        if keep:
-            print(f"[flower local] kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _local_hesv(args: argparse.Namespace) -> int:
@@ -299,9 +290,7 @@ def _local_hesv(args: argparse.Namespace) -> int:
     from fedsec.runtime.local_deploy import LocalNode, run_local_sequence
 
     names = [f"client-{i}" for i in range(args.clients)]
-    workdir, keep = _workdir(args)
-    keep = keep or args.keep
-    try:
+    with _workspace(args) as workdir:
         roster, ident = _federation(workdir, names)
         (workdir / "logs").mkdir(exist_ok=True)
         nodes = []
@@ -321,13 +310,8 @@ def _local_hesv(args: argparse.Namespace) -> int:
                     "step-timeout": float(args.step_timeout)}
         runs = run_local_sequence(nodes, [train, evaluate], workdir=workdir,
                                   timeout=args.timeout, say=_say(args.quiet or args.json))
-        if runs and runs[0].leftover:
-            raise ProtocolError(f"processes left behind after the run: {runs[0].leftover}")
         for what, run in zip(("secure training", "HESV"), runs, strict=False):
-            if run.doc.get("status") != "done":
-                raise ProtocolError(f"{what} on Flower failed: "
-                                    f"{run.doc.get('error', run.doc.get('status'))} (logs in "
-                                    f"{workdir}; pass --keep to keep them)")
+            _checked(run, what, workdir)
         if len(runs) != 2:
             raise ProtocolError("the evaluation did not run")
         doc = runs[1].doc
@@ -350,11 +334,6 @@ def _local_hesv(args: argparse.Namespace) -> int:
                   f"exchanges in {fl['evaluation_seconds']} s. The server never held a "
                   "client's local model or test sample.")
         return 0
-    finally:
-        if keep:
-            print(f"[flower local] kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _largest_test_set(args: argparse.Namespace) -> int:
@@ -369,20 +348,14 @@ def _largest_test_set(args: argparse.Namespace) -> int:
 def _cmd_local_ping(args: argparse.Namespace) -> int:
     from fedsec.runtime.local_deploy import LocalNode, run_local
 
-    workdir, keep = _workdir(args)
-    keep = keep or args.keep
-    try:
+    with _workspace(args) as workdir:
         nodes = [LocalNode(f"node-{i}", {"state-dir": str(workdir / "state" / str(i))})
                  for i in range(args.nodes)]
         run = run_local(nodes, {"protocol": "ping", "ping-rounds": args.rounds,
                                 "num-nodes": args.nodes},
                         workdir=workdir, timeout=args.timeout,
                         say=_say(args.quiet or args.json))
-        if run.leftover:
-            raise ProtocolError(f"processes left behind after the run: {run.leftover}")
-        doc = run.doc
-        if doc.get("status") != "done":
-            raise ProtocolError(f"the ping run failed: {doc}")
+        doc = _checked(run, "the ping run", workdir)
         out = {"nodes": args.nodes, "rounds_s": doc["rounds_s"],
                "median_round_s": doc["median_round_s"], "wall_seconds": round(run.seconds, 2)}
         if args.json:
@@ -392,9 +365,6 @@ def _cmd_local_ping(args: argparse.Namespace) -> int:
                   f"exchange: {', '.join(f'{s:.2f}' for s in doc['rounds_s'])} s (median "
                   f"{doc['median_round_s']:.2f} s): Flower's floor for one protocol step")
         return 0
-    finally:
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _common(p: argparse.ArgumentParser, timeout: float) -> None:
