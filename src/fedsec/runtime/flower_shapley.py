@@ -26,9 +26,12 @@ in-process run, so both yield the same FSV on the same seeds (tested). Run confi
 ``record-path`` (the training record's bytes; "" = none). A node's client id is its
 ``client-id`` node config (deployment) or its ``partition-id`` (simulation).
 
-In this plaintext form the ServerApp evaluates contributions on the task's collective
-test set itself; the secure protocols of Zheng et al. (HESV, SecSV) will consume the same
-record without seeing models or test data in the clear.
+In this plaintext form the server records every local model and evaluates contributions
+on the task's collective test set itself: right only for a server trusted with every
+client's model and test data. Otherwise use FedAvg with secure aggregation
+(:mod:`fedsec.runtime.flower_fedavg`: the server sees only the aggregate, each client
+keeps its own record part), then HESV, SecSV or SecretSV on Flower over what the clients
+kept (``fedsec flower local shapley``).
 """
 
 from __future__ import annotations
