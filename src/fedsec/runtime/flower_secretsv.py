@@ -47,10 +47,9 @@ import json
 import logging
 import secrets
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -489,33 +488,7 @@ handle_reconstruct = hosted("secretsv_reconstruct", f"{_M}:_reconstruct")
 class SecretSVOptions(SecSVOptions):
     """The ServerApp's validated run config for SecretSV."""
 
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> SecretSVOptions:
-        d = cls()
-        try:
-            opts = cls(roster_path=str(cfg.get("roster-path", d.roster_path)),
-                       rounds_path=str(cfg.get("secretsv-rounds-path", d.rounds_path)),
-                       schedule=str(cfg.get("secretsv-schedule", d.schedule)),
-                       step_timeout=float(cfg.get("step-timeout", d.step_timeout)),
-                       wait_nodes_timeout=float(cfg.get("wait-nodes-timeout",
-                                                        d.wait_nodes_timeout)),
-                       result_path=str(cfg.get("result-path", d.result_path)))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"invalid run config value: {exc}") from None
-        if not opts.roster_path:
-            raise ValueError("The 'roster-path' run config must name the federation's roster "
-                             "(roster.json) on the SuperLink machine.")
-        if not opts.rounds_path:
-            raise ValueError("The 'secretsv-rounds-path' run config must name the public "
-                             "round information (JSON: model, participants and weights per "
-                             "round) on the SuperLink machine.")
-        if opts.schedule not in SCHEDULES:
-            raise ValueError(f"The 'secretsv-schedule' run config must be one of "
-                             f"{list(SCHEDULES)}. Got {opts.schedule!r} instead.")
-        if not opts.step_timeout > 0 or not opts.wait_nodes_timeout > 0:
-            raise ValueError("The 'step-timeout' and 'wait-nodes-timeout' run config values "
-                             "must be > 0.")
-        return opts
+    PREFIX: ClassVar[str] = "secretsv"
 
     def load(self) -> tuple[Roster, _Public]:
         try:

@@ -52,7 +52,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, Self, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -628,13 +628,16 @@ class SecSVOptions:
     wait_nodes_timeout: float = 120.0
     result_path: str = ""
 
+    #: the protocol's run-config key prefix (``secsv-rounds-path``...)
+    PREFIX: ClassVar[str] = "secsv"
+
     @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> SecSVOptions:
-        d = cls()
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> Self:
+        d, pre = cls(), cls.PREFIX
         try:
             opts = cls(roster_path=str(cfg.get("roster-path", d.roster_path)),
-                       rounds_path=str(cfg.get("secsv-rounds-path", d.rounds_path)),
-                       schedule=str(cfg.get("secsv-schedule", d.schedule)),
+                       rounds_path=str(cfg.get(f"{pre}-rounds-path", d.rounds_path)),
+                       schedule=str(cfg.get(f"{pre}-schedule", d.schedule)),
                        step_timeout=float(cfg.get("step-timeout", d.step_timeout)),
                        wait_nodes_timeout=float(cfg.get("wait-nodes-timeout",
                                                         d.wait_nodes_timeout)),
@@ -645,11 +648,11 @@ class SecSVOptions:
             raise ValueError("The 'roster-path' run config must name the federation's roster "
                              "(roster.json) on the SuperLink machine.")
         if not opts.rounds_path:
-            raise ValueError("The 'secsv-rounds-path' run config must name the public round "
+            raise ValueError(f"The '{pre}-rounds-path' run config must name the public round "
                              "information (JSON: model, participants and weights per round) "
                              "on the SuperLink machine.")
         if opts.schedule not in SCHEDULES:
-            raise ValueError(f"The 'secsv-schedule' run config must be one of "
+            raise ValueError(f"The '{pre}-schedule' run config must be one of "
                              f"{list(SCHEDULES)}. Got {opts.schedule!r} instead.")
         if not opts.step_timeout > 0 or not opts.wait_nodes_timeout > 0:
             raise ValueError("The 'step-timeout' and 'wait-nodes-timeout' run config values "
