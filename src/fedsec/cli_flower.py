@@ -218,15 +218,16 @@ def _cmd_local_dpauc(args: argparse.Namespace) -> int:
 
 
 def _cmd_local_shapley(args: argparse.Namespace) -> int:
-    if args.protocol == "secsv":
-        return _local_secsv(args)
+    if args.protocol in ("secsv", "secretsv"):
+        return _local_two_servers(args)
     return _local_hesv(args)
 
 
-def _local_secsv(args: argparse.Namespace) -> int:
-    """SecSV as separate processes: P the ServerApp, A and every client SuperNodes. The
-    training record is made in this process first (plaintext FedAvg, as ``fedsec
-    shapley`` does); each client's SuperNode gets only its own part of it."""
+def _local_two_servers(args: argparse.Namespace) -> int:
+    """SecSV or SecretSV as separate processes: P the ServerApp; A, every client (and
+    SecretSV's dealer) SuperNodes. The training record is made in this process first
+    (plaintext FedAvg, as ``fedsec shapley`` does); each client's SuperNode gets only its
+    own part of it."""
     from fedsec.learning.fedavg import run_fedavg
     from fedsec.learning.tasks import make_task
     from fedsec.runtime.flower_secsv import public_rounds, save_test_set, split_record
@@ -237,9 +238,11 @@ def _local_secsv(args: argparse.Namespace) -> int:
     record = run_fedavg(task, fed, rounds=args.rounds, participation=args.participation,
                         seed=args.seed)
     names = [f"client-{i}" for i in range(args.clients)]
-    aux = "aux-server"
+    aux, dealer = "aux-server", "dealer"
+    secret = args.protocol == "secretsv"
+    servers = [aux, dealer] if secret else [aux]
     with _workspace(args) as workdir:
-        roster, ident = _federation(workdir, [*names, aux])
+        roster, ident = _federation(workdir, [*names, *servers])
         (workdir / "logs").mkdir(exist_ok=True)
         files = workdir / "files"
         files.mkdir(mode=0o700)
@@ -254,28 +257,31 @@ def _local_secsv(args: argparse.Namespace) -> int:
                 "data-path": str(data), "identity-path": str(ident[name]),
                 "roster-path": str(roster), "state-dir": str(workdir / "state" / name),
                 "log-path": str(workdir / "logs" / f"{name}.log")}))
-        nodes.append(LocalNode(aux, {
-            "role": "auxiliary", "identity-path": str(ident[aux]), "roster-path": str(roster),
-            "state-dir": str(workdir / "state" / aux),
-            "log-path": str(workdir / "logs" / f"{aux}.log")}))
+        for who, role, peer in ((aux, "auxiliary", {"dealer": dealer} if secret else {}),
+                                (dealer, "dealer", {"auxiliary": aux})):
+            if who in servers:
+                nodes.append(LocalNode(who, {
+                    "role": role, **peer, "identity-path": str(ident[who]),
+                    "roster-path": str(roster), "state-dir": str(workdir / "state" / who),
+                    "log-path": str(workdir / "logs" / f"{who}.log")}))
         rounds = files / "rounds.json"
         rounds.write_text(json.dumps(public_rounds(record)), encoding="utf-8")
-        run = run_local(nodes, {"protocol": "secsv", "roster-path": str(roster),
-                                "secsv-rounds-path": str(rounds),
+        run = run_local(nodes, {"protocol": args.protocol, "roster-path": str(roster),
+                                f"{args.protocol}-rounds-path": str(rounds),
                                 "step-timeout": float(args.step_timeout)},
                         workdir=workdir, timeout=args.timeout,
                         say=_say(args.quiet or args.json))
-        _checked(run, "SecSV", workdir)
+        _checked(run, args.protocol, workdir)
         out = {"task": args.task, "clients": args.clients, "rounds": args.rounds,
-               "protocol": "secsv", "fsv": run.doc["fsv"],
+               "protocol": args.protocol, "fsv": run.doc["fsv"],
                "flower": {"evaluation_exchanges": run.doc.get("exchanges"),
                           "evaluation_seconds": round(run.seconds, 2)}}
         if args.json:
             print(json.dumps(out, indent=2))
         else:
             print(f"federated Shapley values ({args.task}, {args.clients} clients, "
-                  f"{args.rounds} rounds; SecSV on Flower: P the ServerApp, A and each "
-                  "client a SuperNode):")
+                  f"{args.rounds} rounds; {args.protocol} on Flower: P the ServerApp, "
+                  f"{' and '.join(servers)} and each client a SuperNode):")
             for i, v in enumerate(run.doc["fsv"]):
                 print(f"  client {i}: {v:+.6f}")
             print(f"  Flower: {out['flower']['evaluation_exchanges']} exchanges in "
@@ -437,10 +443,11 @@ def register(sub: Any) -> None:
                     "kept. One SuperNode per client; each trains its share of a bundled "
                     "task. --protocol secsv runs SecSV instead (the training in this "
                     "process; P, A and the clients as separate processes). Needs PyTorch.")
-    sh.add_argument("--protocol", choices=["hesv", "secsv"], default="hesv",
+    sh.add_argument("--protocol", choices=["hesv", "secsv", "secretsv"], default="hesv",
                     help="hesv (default): FedAvg with secure aggregation on Flower, then "
-                         "HESV over what each client kept; secsv: FedAvg in this process, "
-                         "then SecSV (P the ServerApp, A and the clients SuperNodes)")
+                         "HESV over what each client kept; secsv / secretsv: FedAvg in this "
+                         "process, then SecSV / SecretSV (P the ServerApp; A, the clients "
+                         "and SecretSV's dealer SuperNodes)")
     sh.add_argument("--task", default="bank", choices=["bank", "digits", "mnist", "agnews"],
                     help="bundled task whose data the clients split (default bank)")
     sh.add_argument("--clients", type=int_arg("--clients", 3, 16), default=6,
