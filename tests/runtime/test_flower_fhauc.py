@@ -208,8 +208,8 @@ def test_party_dropped_mid_run(flower: Callable[[Path], Deployment],
                                federation: Callable[..., Federation],
                                tls: tuple[Path, Path, Path], tmp_path: Path,
                                security: str, sig: signal.Signals) -> None:
-    """A SuperNode drops out mid-run: semi-honest after key set-up, malicious after its
-    commit. SIGTERM shuts it down cleanly, so the SuperLink refuses the next message at
+    """A SuperNode drops out mid-run, after key delivery (in malicious mode its commit rode
+    with the delivery), before its submission (which rides with the confirmations). SIGTERM shuts it down cleanly, so the SuperLink refuses the next message at
     once; SIGKILL crashes it, so its submission times out (the SuperLink still lists it
     for 2 x 30 s of missed heartbeats): slow, it waits ``CRASH_STEP_TIMEOUT``.
 
@@ -225,7 +225,7 @@ def test_party_dropped_mid_run(flower: Callable[[Path], Deployment],
     dep, fed, paths = _start(flower, federation, tmp_path, tls, quorum=quorum,
                              **{"share-auc": True})
     result = tmp_path / "result.json"
-    kill_point = "confirmed" if security == "semi-honest" else "commit"
+    kill_point = "deliver"
     timeout = CRASH_STEP_TIMEOUT if sig == signal.SIGKILL else STEP_TIMEOUT
     dep.flwr_run(APP_DIR, "fedsec-tls", _run_config(
         fed, result, security=security, **{"pause-after": kill_point,
@@ -242,7 +242,7 @@ def test_party_dropped_mid_run(flower: Callable[[Path], Deployment],
     assert sorted(doc["parties"]["included"]) == survivors
     left = doc["parties"]["left_out"]
     assert [e["party"] for e in left] == [victim], left
-    assert left[0]["step"] == "submit"
+    assert left[0]["step"] == "confirmed"
     assert ("offline" if sig == signal.SIGTERM else "no reply") in left[0]["reason"]
     assert set(doc["party_results"]) == set(survivors)
     expected = plain_auc(paths[:2])
