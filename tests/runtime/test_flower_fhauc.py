@@ -209,9 +209,10 @@ def test_party_dropped_mid_run(flower: Callable[[Path], Deployment],
                                tls: tuple[Path, Path, Path], tmp_path: Path,
                                security: str, sig: signal.Signals) -> None:
     """A SuperNode drops out mid-run, after key delivery (in malicious mode its commit rode
-    with the delivery), before its submission (which rides with the confirmations). SIGTERM shuts it down cleanly, so the SuperLink refuses the next message at
-    once; SIGKILL crashes it, so its submission times out (the SuperLink still lists it
-    for 2 x 30 s of missed heartbeats): slow, it waits ``CRASH_STEP_TIMEOUT``.
+    with the delivery), before its submission (which rides with the confirmations).
+    SIGTERM shuts it down cleanly, so the SuperLink refuses the next message at once;
+    SIGKILL crashes it, so its submission times out (the SuperLink still lists it for
+    2 x 30 s of missed heartbeats): slow, it waits ``CRASH_STEP_TIMEOUT``.
 
     Semi-honest: the other two submit (they meet every party's quorum, 2 by default), the
     result covers them and names the one left out. Malicious: the roster's quorum is 2 so
