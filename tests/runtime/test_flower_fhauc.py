@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "examples" / "fedsec-flower"
 N_POINTS = 100
 NAMES = ["hospital-0", "hospital-1", "hospital-2"]
-RUN_TIMEOUT = 180.0  # one `flwr run` to a final result (7-8 message rounds ~ 60 s)
+RUN_TIMEOUT = 180.0  # one `flwr run` to a final result (5 message exchanges, ~20 s idle)
 # Per message round. Measured reply latency on loopback: 5-14 s per round (the SuperNode
 # polls every 3 s, then starts a ClientApp process), more on a loaded machine. The old
 # 15 s made the crash test flaky: every reply came late and the malicious run "restarted

@@ -191,7 +191,7 @@ class ClientPart:
             raise ValueError(str(exc)) from None
         if not 0 <= index < pub.n:
             raise ValueError(f"client index {index} outside 0..{pub.n - 1}")
-        n_params = len(pub.spec.init_params(np.random.default_rng(0)))
+        n_params = len(pub.spec.param_shapes())
 
         def params(prefix: str) -> Params:
             ps = [np.asarray(files.pop(f"{prefix}_{k}"), dtype=np.float64)
