@@ -127,7 +127,7 @@ def test_tiny_cnn_fsv_equals_nssv(conv) -> None:
                             np.concatenate([b for _, b in sets]))
     for shortcut in (True, False):
         got = secsv_shapley(rec, sets, linear_shortcut=shortcut,
-                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
+                            schedule="paper")  # fixed point chosen per layer
         assert np.abs(ref.fsv).max() > 0  # a non-trivial game
         assert got.error_to(ref) <= 1e-12
 
@@ -148,7 +148,7 @@ def test_tiny_cnn_sample_skip_masks_whole_samples() -> None:
                             np.concatenate([b for _, b in sets]), sample_skip=True)
     for shortcut in (True, False):
         got = secsv_shapley(rec, sets, sample_skip=True, linear_shortcut=shortcut,
-                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
+                            schedule="paper")  # fixed point chosen per layer
         assert got.error_to(ref) <= 1e-12
         assert got.skip.skipped == ref.skip.skipped > 0
         for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
@@ -233,7 +233,7 @@ def test_incremental_coalition_models_equal_the_full_sums() -> None:
     secsv_runner._setup, ServerBase.aggregated = spy_setup, spy_agg  # type: ignore[assignment]
     try:
         got = secsv_shapley(rec, sets, linear_shortcut=False,
-                            config=SecSVConfig(frac_bits_hidden=10), schedule="paper")
+                            schedule="paper")  # fixed point chosen per layer
     finally:
         secsv_runner._setup, ServerBase.aggregated = setup, agg  # type: ignore[assignment]
     ref = federated_shapley(rec, np.concatenate([a for a, _ in sets]),

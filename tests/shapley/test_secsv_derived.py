@@ -262,7 +262,7 @@ def _wide_request(k: int, m: int):
     spec = ModelSpec("lin", (LayerSpec.dense(3, 2),))
     client = sv.SecSVClient(n - 1, n, bfv, np.zeros((1, 3)), np.zeros(1, dtype=np.int64),
                             spec, cfg, session=session)
-    plan = {"width": bfv.slots // 2, "frac_model": 20, "frac_inputs": [20],
+    plan = {"width": bfv.slots // 2, "frac_models": [20], "frac_inputs": [20],
             "layers": [[2, 3, 1]]}
     p_side = Binding(session, "secsv", "P")
     client.receive_plan(wire.encode("secsv/plan", p_side.bind(plan, step="plan", to="*")))
@@ -513,7 +513,7 @@ def test_own_samples_under_other_owners() -> None:
     m = len(batches[bi].rows)
     meta = {"m": m, "participants": parts, "weights": q,
             "terms": [[]] + [[c] for c in parts], "bounds": [(bfv.t - 1) // 8] * 4,
-            "scale_bits": run.P.plan.frac_model + run.P.plan.frac_inputs[0]}
+            "scale_bits": run.P.plan.scale(0)}
 
     def request(batch: int, owners: list[int]) -> bytes:
         return _as_principal(snap, "secsv/decrypt-all", {**meta, "batch_owners": owners},

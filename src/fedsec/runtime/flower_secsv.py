@@ -401,7 +401,8 @@ def _confirmed(blobs: list[bytes], meta: dict[str, Any], state: RunState
         if t in part.locals:
             owned.append((t, f"c{i}", part.locals[t]))
     d.update(client=client, session=keys.session, leader=leader, next_upload=0)
-    return [client.coarse_bounds(owned)], {}
+    public = [(t, part.globals[t]) for t in range(pub.n_rounds)]
+    return [client.coarse_bounds(owned, public)], {}
 
 
 def _seal_to_aux(d: dict[str, Any], payload: bytes, step: str, t: int, extra: str | int

@@ -8,7 +8,6 @@ Prop. 6.8 (see :mod:`fedsec.shapley.secsv`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from fedsec.protocol.binding import (
     request_id,
 )
 from fedsec.protocol.roles import receives
+from fedsec.shapley import fixed_point as fp
 from fedsec.shapley.secsv.common import (
     ALL,
     DERIVED_BLOCK,
@@ -104,20 +104,33 @@ class SecSVClient:
             raise ProtocolError("no plan received")
         return self._plan
 
-    def coarse_bounds(self, models: Sequence[tuple[int, str, Params]]) -> bytes:
-        """Powers of two bounding ``|X_i|``, and each model's ``‖W‖_∞`` (max row ℓ1) and
-        ``‖b‖_∞`` per layer (exponents only), from which P picks the fixed point."""
-        def exp2(v: float) -> int:
-            return -64 if v <= 0 else math.ceil(math.log2(v))
-
+    def coarse_bounds(self, models: Sequence[tuple[int, str, Params]],
+                      known: Sequence[tuple[int, Params]] = ()) -> bytes:
+        """Powers of two bounding ``|X_i|``, each model's ``‖W‖_∞`` (max row ℓ1) and
+        ``‖b‖_∞`` per layer, and the largest input of each hidden layer when the models it
+        holds (``models``, plus ``known``: ``(round, params)`` of models it may run but does
+        not upload, e.g. the public global models) run on its own test data (exponents
+        only), from which P picks the fixed point (:mod:`fedsec.shapley.fixed_point`)."""
         entries = []
+        acts: dict[int, list[int]] = {}
+
+        def seen(rnd: int, params: Params) -> None:
+            if len(self._spec.layers) > 1:
+                e = fp.input_exponents(self._spec, params, self._x)
+                acts[rnd] = [max(a, b) for a, b in zip(acts.get(rnd, e), e, strict=True)]
+
         for rnd, key, params in models:
-            entries.append([rnd, key, [[exp2(float(np.abs(w).sum(axis=1).max())),
-                                        exp2(float(np.abs(b).max()) if b.size else 0.0)]
+            entries.append([rnd, key, [[fp.exp2(float(np.abs(w).sum(axis=1).max())),
+                                        fp.exp2(float(np.abs(b).max()) if b.size else 0.0)]
                                        for w, b, _a in model_layers(self._spec, params)]])
-        xe = exp2(float(np.abs(self._x).max())) if self._x.size else -64
+            seen(rnd, params)
+        for rnd, params in known:
+            seen(rnd, params)
+        xe = fp.exp2(float(np.abs(self._x).max())) if self._x.size else -64
         return wire.encode("secsv/bounds", self._b.bind(
-            {"client": self._index, "x": xe, "models": entries}, step="bounds", to="P"))
+            {"client": self._index, "x": xe, "models": entries,
+             "acts": [[rnd, e] for rnd, e in sorted(acts.items())]},
+            step="bounds", to="P"))
 
     # ------------------------------------------------------------- Alg. 3, step 3
     def encrypt_model(self, round_: int, key: str, params: Params) -> bytes:
@@ -125,11 +138,11 @@ class SecSVClient:
         both servers alike."""
         plan = self._need_plan()
         bfv = self._bfv
-        t, fm = bfv.t, plan.frac_model
+        t = bfv.t
         blobs: list[bytes] = []
         bounds = []
-        for (w, b, _act), lp, fx in zip(model_layers(self._spec, params), plan.layers,
-                                        plan.frac_inputs, strict=True):
+        for (w, b, _act), lp, fm, fx in zip(model_layers(self._spec, params), plan.layers,
+                                            plan.frac_models, plan.frac_inputs, strict=True):
             wq = np.rint(np.ldexp(w, fm)).astype(np.int64)
             bq = np.rint(np.ldexp(b, fm + fx)).astype(np.int64)
             beta = int(np.abs(wq).sum(axis=1).max())
@@ -278,7 +291,7 @@ class SecSVClient:
             vals = features[:, active]
             if vals.size and int(np.abs(vals).max()) > bound:
                 raise ProtocolError("decrypted values exceed the announced bound")
-            if divisor_log2 != plan.frac_model + plan.frac_inputs[layer]:  # the plan fixes it
+            if divisor_log2 != plan.scale(layer):  # the plan fixes it
                 raise ProtocolError("malformed decryption request: scale_bits")
             real = vals.astype(np.float64) / (float(weight_sum) * 2.0 ** divisor_log2)
             act = self._spec.layers[layer].activation
@@ -394,7 +407,7 @@ class SecSVClient:
                 isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= (t - 1) // 2
                 for b in bounds)):
             raise ProtocolError("malformed derived decryption request: bounds")
-        if fields.integer(meta, "scale_bits", 0, 62) != plan.frac_model + plan.frac_inputs[0]:
+        if fields.integer(meta, "scale_bits", 0, 62) != plan.scale(0):
             raise ProtocolError("malformed derived decryption request: scale_bits")
         if len(msg.blobs) != n_terms:
             raise ProtocolError("malformed derived decryption request: blobs")
@@ -411,7 +424,7 @@ class SecSVClient:
                 values[j] = vals.ravel()
         with self.clock("other"):
             labels = self._derive_labels(values, parts, weights, partner, lp.d_out, m,
-                                         plan.frac_model + plan.frac_inputs[0])
+                                         plan.scale(0))
         with self.clock("share_generation"):  # the zero test's correlated randomness
             to_p, to_a = sh.zero_test_deal(labels, t, self._rng)
         meta2 = {"m": m, "coalitions": int(labels.shape[0]), "from": self._index, EV: ev}

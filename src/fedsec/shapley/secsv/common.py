@@ -55,8 +55,10 @@ class SecSVConfig:
     frac_bits_data : int, optional
         Fractional bits of the test data (the first layer's input ``f_x``); default as
         above.
-    frac_bits_hidden : int, default=16
+    frac_bits_hidden : int, optional
         Fractional bits of hidden layers' inputs (activations re-shared by clients).
+        Default: P picks, per layer, the most the layer's bound allows (see
+        :mod:`fedsec.shapley.fixed_point`; weights then carry per-layer bits too).
     weight_bits : int, default=12
         Bits of the integer aggregation weights when FedAvg's weights are not integers.
     bfv : BFVParams
@@ -65,14 +67,14 @@ class SecSVConfig:
 
     frac_bits_model: int | None = None
     frac_bits_data: int | None = None
-    frac_bits_hidden: int = 16
+    frac_bits_hidden: int | None = None
     weight_bits: int = 12
     bfv: BFVParams = BFV_DEFAULT
 
     def check(self) -> SecSVConfig:
         for name in ("frac_bits_model", "frac_bits_data", "frac_bits_hidden", "weight_bits"):
             v = getattr(self, name)
-            if v is None and name in ("frac_bits_model", "frac_bits_data"):
+            if v is None and name != "weight_bits":
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 30:
                 raise ValueError(f"The '{name}' parameter of SecSVConfig must be an int in "
@@ -161,11 +163,15 @@ class Plan:
 
     width: int
     layers: tuple[LayerPlan, ...]
-    frac_model: int
+    frac_models: tuple[int, ...]  # f_θ of each layer's weights
     frac_inputs: tuple[int, ...]  # f_x of each layer's input
 
+    def scale(self, layer: int) -> int:
+        """Fractional bits of layer ``layer``'s output (and bias): ``f_θ,l + f_x,l``."""
+        return self.frac_models[layer] + self.frac_inputs[layer]
+
     def to_meta(self) -> dict[str, Any]:
-        return {"width": self.width, "frac_model": self.frac_model,
+        return {"width": self.width, "frac_models": list(self.frac_models),
                 "frac_inputs": list(self.frac_inputs),
                 "layers": [[lp.d_out, lp.d_in, lp.fold] for lp in self.layers]}
 
@@ -248,9 +254,11 @@ def parse_plan(meta: Mapping[str, Any], spec: ModelSpec, slots: int) -> Plan:
                 or fold * d_out * width > slots:
             raise ProtocolError("plan does not fit the model or the ring")
         lps.append(layer_plan(ls, fold))
-    fm = fields.integer(meta, "frac_model", 1, 30)
-    fxs = meta.get("frac_inputs")
-    if not isinstance(fxs, list) or len(fxs) != len(lps) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 30 for v in fxs):
-        raise ProtocolError("malformed plan: fractional bits")
-    return Plan(width, tuple(lps), fm, tuple(fxs))
+    fracs = []
+    for key in ("frac_models", "frac_inputs"):
+        vs = meta.get(key)
+        if not isinstance(vs, list) or len(vs) != len(lps) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 30 for v in vs):
+            raise ProtocolError("malformed plan: fractional bits")
+        fracs.append(tuple(vs))
+    return Plan(width, tuple(lps), fracs[0], fracs[1])

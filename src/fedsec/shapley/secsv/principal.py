@@ -48,6 +48,7 @@ from fedsec.protocol.binding import (
     request_id,
 )
 from fedsec.protocol.roles import receives
+from fedsec.shapley import fixed_point as fp
 from fedsec.shapley.secsv.common import (
     ALL,
     EV,
@@ -118,6 +119,8 @@ class PrincipalServer(ServerBase):
                  derived: bool = False, space: ModelSpace | None = None) -> None:
         super().__init__(bfv, spec, n, config, rounds, session=session)
         self._requests = Requests()
+        #: the per-layer fractional bits P chose (:meth:`make_plan`)
+        self.fixed_point: fp.FixedPointPlan | None = None
         self._groups, self._strong = groups, strong
         self._sizes = list(sizes)
         self._shortcut, self._derived = linear_shortcut, derived
@@ -150,10 +153,10 @@ class PrincipalServer(ServerBase):
         cap = min(slots // layer.out_features for layer in self._spec.layers)
         width = pick_width(self._rounds, self._spec, per_group, cap, slots, self._derived)
         lps = [layer_plan(ly, fold_of(ly, width, slots)) for ly in self._spec.layers]
-        fm, fx = pick_fixed_point(bounds, self._rounds, self._cfg, self._bfv.t,
-                                  binding=self._b)
-        self._plan = Plan(width, tuple(lps), fm,
-                          (fx,) + (self._cfg.frac_bits_hidden,) * (len(lps) - 1))
+        self.fixed_point = pick_fixed_point(bounds, self._rounds, self._cfg, self._bfv.t,
+                                            self._spec, binding=self._b)
+        self._plan = Plan(width, tuple(lps), self.fixed_point.model,
+                          self.fixed_point.inputs)
         return wire.encode("secsv/plan", self._b.bind(self._plan.to_meta(), step="plan",
                                                       to=BROADCAST))
 
@@ -296,9 +299,10 @@ class PrincipalServer(ServerBase):
             total += qi * (beta * xbound + gamma)
         if total >= self._bfv.t // 2:
             raise sh.FixedPointOverflow(
-                f"layer {layer + 1}: the linear output may reach {total:.3g} in fixed point, "
-                f"beyond t/2 = {self._bfv.t // 2:.3g}; lower frac_bits_model/"
-                f"frac_bits_hidden (SecSV refuses rather than wrap)")
+                f"SecSV: layer {layer + 1} in round {t + 1}: the linear output may reach "
+                f"{total:.3g} in fixed point, beyond t/2 = {self._bfv.t // 2:.3g} (a "
+                f"coalition model's activations beyond what the clients observed); SecSV "
+                f"refuses rather than wrap. Levers: {fp.LEVERS}")
         return total
 
     def _mask(self, lp: LayerPlan, m: int, active: BoolArray) -> U64 | None:
@@ -413,7 +417,7 @@ class PrincipalServer(ServerBase):
         meta: dict[str, Any] = {
             "layer": layer, "m": m, "batch_owners": job.owners,
             "model_owners": job.model_owners, "previous": job.previous,
-            "scale_bits": self.plan.frac_model + self.plan.frac_inputs[layer],
+            "scale_bits": self.plan.scale(layer),
             "weight_sum": int(sum(job.q)), "bound": bound}
         if self._sched is not None:  # the client checks its view per sample
             meta["samples"] = [int(v) for v in job.rows]
@@ -609,7 +613,7 @@ class PrincipalServer(ServerBase):
                 blobs.append(self._bfv.serialize(ct))
         meta = {"m": m, "batch_owners": job.owners, "participants": parts, "weights": q,
                 "terms": [members for members, _k, _q in terms], "bounds": bounds,
-                "scale_bits": self.plan.frac_model + self.plan.frac_inputs[0], EV: ev.ev}
+                "scale_bits": self.plan.scale(0), EV: ev.ev}
         to = f"client:{d}"
         rid = self._requests.issue(Context(self._b.session, PROTOCOL, t, "decrypt-all", "P",
                                            to, ev.index(0)))
@@ -645,50 +649,60 @@ def pick_width(rounds: Sequence[RoundInfo], spec: ModelSpec, per_group: Sequence
 
 
 def pick_fixed_point(messages: Sequence[bytes], rounds: Sequence[RoundInfo],
-                     cfg: SecSVConfig, t: int, *, binding: Binding) -> tuple[int, int]:
-    """P's choice of ``(f_θ, f_x)`` from the clients' ``secsv/bounds``: the largest total
-    with ``max_t Σ_i q_i (2^{e_β,i} 2^{e_x} + 2^{e_γ,i}) · 2^{f_θ + f_x} < t/8`` (first
-    layer; 3 bits of margin for rounding), split evenly; configured values are kept."""
+                     cfg: SecSVConfig, t: int, spec: ModelSpec, *,
+                     binding: Binding) -> fp.FixedPointPlan:
+    """P's choice of the fractional bits per layer from the clients' ``secsv/bounds``
+    (:func:`fedsec.shapley.fixed_point.choose`, with 3 bits of margin under ``t/2`` for
+    rounding); configured values are kept."""
+    n_layers = len(spec.layers)
     ex = -64
-    bounds: dict[tuple[int, str], tuple[int, int]] = {}
+    bounds: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    acts: dict[tuple[int, int], int] = {}
+
+    def exponent(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not -64 <= v <= 128:
+            raise ProtocolError("malformed bounds message")
+        return v
+
     for data in messages:
         msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
         sender = context_of(msg.meta).sender
         if not sender.startswith("client:"):
             raise ReplayRefused("bounds from another sender", check="sender")
         binding.check(msg.meta, step="bounds", sender=sender, what="bounds")
-        x = msg.meta.get("x")
-        models = msg.meta.get("models")
-        if not isinstance(x, int) or not isinstance(models, list) or not -64 <= x <= 128:
+        models, seen = msg.meta.get("models"), msg.meta.get("acts", [])
+        if not isinstance(models, list) or not isinstance(seen, list):
             raise ProtocolError("malformed bounds message")
-        ex = max(ex, x)
+        ex = max(ex, exponent(msg.meta.get("x")))
         for entry in models:
-            try:
-                rnd, key, layers = entry
-                eb, eg = layers[0]
-                ok = all(isinstance(v, int) and -64 <= v <= 128 for v in (rnd, eb, eg))
-            except (TypeError, ValueError, IndexError, KeyError):  # KeyError: a dict
-                ok = False
-            if not ok or not isinstance(key, str):
+            if not isinstance(entry, list) or len(entry) != 3 or not isinstance(
+                    entry[1], str) or not isinstance(entry[2], list) or len(
+                    entry[2]) != n_layers:
                 raise ProtocolError("malformed bounds message")
-            bounds[(rnd, key)] = (eb, eg)
-    worst = 0.0
-    for ti, rnd in enumerate(rounds):
+            rnd, key, layers = exponent(entry[0]), entry[1], entry[2]
+            pairs = []
+            for pair in layers:
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ProtocolError("malformed bounds message")
+                pairs.append((exponent(pair[0]), exponent(pair[1])))
+            bounds[(rnd, key)] = pairs
+        for entry in seen:
+            if not isinstance(entry, list) or len(entry) != 2 or not isinstance(
+                    entry[1], list) or len(entry[1]) != n_layers - 1:
+                raise ProtocolError("malformed bounds message")
+            rnd = exponent(entry[0])
+            for layer, e in enumerate(entry[1], start=1):
+                acts[(rnd, layer)] = max(acts.get((rnd, layer), -64), exponent(e))
+    per_round = []
+    for ti, info in enumerate(rounds):
         keys = [("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(
-            rnd.participants, rnd.weights, strict=True)]
-        terms = []
+            info.participants, info.weights, strict=True)]
+        models_t = []
         for key, qi in keys:
             if (ti, key) not in bounds:
                 raise ProtocolError(f"no bounds for model {key} of round {ti}")
-            eb, eg = bounds[(ti, key)]
-            terms.append(qi * (2.0 ** (eb + ex) + 2.0 ** eg))
-        worst = max(worst, terms[0], sum(terms[1:]))  # θ^t alone; any θ_S <= the sum
-    room = math.floor(math.log2(t / 8) - math.log2(max(worst, 2.0 ** -60)))
-    fm = cfg.frac_bits_model if cfg.frac_bits_model is not None else \
-        min(30, room - room // 2 if cfg.frac_bits_data is None else room - cfg.frac_bits_data)
-    fx = cfg.frac_bits_data if cfg.frac_bits_data is not None else min(30, room - fm)
-    if fm < 1 or fx < 1:
-        raise sh.FixedPointOverflow(
-            f"the models' and data's magnitudes leave {room} fractional bits in a "
-            f"{t.bit_length()}-bit plaintext modulus; SecSV refuses rather than wrap")
-    return fm, fx
+            models_t.append((qi, bounds[(ti, key)]))
+        per_round.append(models_t)
+    return fp.choose(spec, per_round, ex, acts, math.log2(t / 8), protocol="SecSV",
+                     frac_model=cfg.frac_bits_model, frac_data=cfg.frac_bits_data,
+                     frac_hidden=cfg.frac_bits_hidden)

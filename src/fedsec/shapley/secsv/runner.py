@@ -225,7 +225,8 @@ def _setup(record: TrainingRecord, sets: list[tuple[NDArray[np.float64], NDArray
         owned[leader].append((t, "global", rnd.global_params))
         for cid, params in zip(rnd.participants, rnd.local_params, strict=True):
             owned[cid].append((t, f"c{cid}", params))
-    plan = P.make_plan(net.gather(names, "P", [c.coarse_bounds(owned[c.index])
+    public = [(t, rnd.global_params) for t, rnd in enumerate(record.rounds)]
+    plan = P.make_plan(net.gather(names, "P", [c.coarse_bounds(owned[c.index], public)
                                                for c in clients]))
     for c, data in zip(clients, net.broadcast("P", names, plan), strict=True):
         c.receive_plan(data)
