@@ -109,7 +109,7 @@ def test_validation(agnews_small) -> None:
     with pytest.raises(TypeError, match="sample_skip"):
         secretsv_shapley(rec, sets, sample_skip="yes", schedule="paper")  # type: ignore[arg-type]
     with pytest.raises(sh.FixedPointOverflow):
-        secretsv_shapley(rec, [(x * 1e12, y) for x, y in sets], schedule="paper")
+        secretsv_shapley(rec, [(x * 1e16, y) for x, y in sets], schedule="paper")
 
 
 # ---------------------------------------------------------------- session nonces
@@ -125,6 +125,22 @@ def _roles(n: int = 3) -> tuple[list, SecretSVPrincipal, SecretSVAuxiliary, Deal
             SecretSVAuxiliary(spec, rounds, n_clients=n), Dealer())
 
 
+def _record(clients: list) -> TrainingRecord:
+    """One round in which every client of :func:`_roles` takes part (for the bounds in
+    the clients' hellos, from which P picks the fixed point)."""
+    from fedsec.learning.record import RoundRecord
+
+    spec, n = clients[0]._spec, len(clients)  # noqa: SLF001
+    g = spec.init_params(np.random.default_rng(1))
+    return TrainingRecord(spec, n, (RoundRecord(g, tuple(range(n)), tuple([g] * n),
+                                                np.ones(n)),), g)
+
+
+def _hello(c: SecretSVClient) -> bytes:
+    rnd = _record([c] * c._n).rounds[0]  # noqa: SLF001
+    return c.hello([(0, "global", rnd.global_params), (0, f"c{c.index}", rnd.global_params)])
+
+
 def _session(role: object) -> str:
     b = role._binding  # type: ignore[attr-defined]  # noqa: SLF001
     return "" if b is None else b.session
@@ -132,7 +148,7 @@ def _session(role: object) -> str:
 
 def _offer(clients: list, p: SecretSVPrincipal, a: SecretSVAuxiliary, dealer: Dealer
            ) -> bytes:
-    return p.gather([c.hello() for c in clients] + [a.hello(), dealer.hello()])
+    return p.gather([_hello(c) for c in clients] + [a.hello(), dealer.hello()])
 
 
 def test_every_role_draws_its_own_nonce_and_derives_the_session() -> None:
@@ -148,7 +164,7 @@ def test_every_role_draws_its_own_nonce_and_derives_the_session() -> None:
         clients[0].share_data()
     with pytest.raises(ProtocolError, match="no session"):
         dealer.triple(b"")
-    open_session(Network(), clients, p, a, dealer)
+    open_session(Network(), clients, p, a, dealer, _record(clients))
     assert {_session(r) for r in roles} == {session_from_nonces("secretsv", nonces)}
     with pytest.raises(ProtocolError, match="already"):  # a session is joined once
         a.join(_offer(*_roles()))
@@ -171,7 +187,7 @@ def test_a_role_refuses_a_session_without_its_nonce() -> None:
         with pytest.raises(ProtocolError, match="malformed session"):
             clients[0].join(wire.encode("secretsv/session", {}, bad))
     with pytest.raises(ProtocolError, match="every role"):  # P: one hello missing
-        p.gather([c.hello() for c in clients] + [a.hello()])
+        p.gather([_hello(c) for c in clients] + [a.hello()])
 
 
 def test_a_previous_sessions_messages_are_refused_in_a_new_one() -> None:

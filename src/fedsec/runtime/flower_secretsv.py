@@ -213,7 +213,9 @@ def _hello(blobs: list[bytes], meta: dict[str, Any], state: RunState
     client = SecretSVClient(i, pub.n, pub.spec, x, y,
                             view=ClientView(pub.space, i) if strict else None)
     d.update(part=part, client=client)
-    return [client.hello(), ann], {"role": ROLE_CLIENT, "index": i, "samples": len(y)}
+    mine = [(t, "global", g) for t, g in enumerate(part.globals)]
+    mine += [(t, f"c{i}", p) for t, p in sorted(part.locals.items())]
+    return [client.hello(mine), ann], {"role": ROLE_CLIENT, "index": i, "samples": len(y)}
 
 
 def _only(state: RunState, role: str) -> dict[str, Any]:

@@ -44,10 +44,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedsec.crypto.sharing import FixedPointOverflow
+from fedsec.errors import ProtocolError
 from fedsec.learning.model import LayerSpec, ModelSpec, activate, activation_bound
 
 __all__ = ["MARGIN_BITS", "FixedPointPlan", "exp2", "input_exponents", "choose",
-           "logit_error_bound"]
+           "logit_error_bound", "publish", "read"]
 
 #: Headroom (bits) over the largest hidden-layer input the clients observed.
 MARGIN_BITS = 3
@@ -155,7 +156,7 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
         else:  # balance the weights' rounding (fan-in · |h| · 2^-f_θ) with the input's
             # (‖W‖ · 2^-f_x): f_θ - f_x ≈ log2(fan-in · |h| / ‖W‖), with the typical |h|
             # taken 2^(MARGIN_BITS - 1) under the bound (calibrated on trained and random CNNs)
-            skew = math.log2(fan_in(spec.layers[layer]) * bounds[layer]
+            skew = math.log2(fan_in(spec.layers[layer]) * max(bounds[layer], 2.0 ** -60)
                              / max(w_norm[layer], 2.0 ** -60)) - MARGIN_BITS + 1
             m = max(MIN_FRAC, min(MAX_FRAC, room - MIN_FRAC, math.ceil((room + skew) / 2)))
             xb = min(MAX_FRAC, room - m)
@@ -195,3 +196,88 @@ def logit_error_bound(spec: ModelSpec, plan: FixedPointPlan,
             ls.activation, 2.0 * out + lin)  # square: |a² - b²| <= (2|a| + |a-b|)|a-b|
         err = lip * lin
     return err
+
+
+# ------------------------------------------------------------------ what clients publish
+def publish(spec: ModelSpec, models: Sequence[tuple[int, str, Sequence[NDArray[Any]]]],
+            known: Sequence[tuple[int, Sequence[NDArray[Any]]]], x: NDArray[Any]
+            ) -> dict[str, Any]:
+    """A client's published magnitudes (exponents only): ``x`` for ``‖X_i‖_∞``;
+    ``models``: per model it uploads ``[round, key, [[e(‖W‖_∞), e(‖b‖_∞)] per layer]]``
+    (the linear map of each layer: a conv layer's kernel matrix has the unrolled
+    matrix's row ℓ1 norms); ``acts``: per round, the largest input of each hidden layer
+    over the models it ran on its own data (``models`` and ``known``, e.g. the public
+    global models)."""
+    entries = []
+    acts: dict[int, list[int]] = {}
+
+    def seen(rnd: int, params: Sequence[NDArray[Any]]) -> None:
+        if len(spec.layers) > 1:
+            e = input_exponents(spec, params, x)
+            acts[rnd] = [max(a, b) for a, b in zip(acts.get(rnd, e), e, strict=True)]
+
+    for rnd, key, params in models:
+        norms = []
+        for layer in spec.layers_of(params):
+            w = (layer.params[0].reshape(layer.spec.out_channels, -1)
+                 if layer.spec.kind == "conv2d" else layer.matrix()[0])
+            b = layer.params[1] if layer.spec.kind == "conv2d" else layer.matrix()[1]
+            norms.append([exp2(float(np.abs(w).sum(axis=1).max())),
+                          exp2(float(np.abs(b).max()) if b.size else 0.0)])
+        entries.append([rnd, key, norms])
+        seen(rnd, params)
+    for rnd, params in known:
+        seen(rnd, params)
+    return {"x": exp2(float(np.abs(x).max())) if x.size else -64, "models": entries,
+            "acts": [[rnd, e] for rnd, e in sorted(acts.items())]}
+
+
+def read(published: Sequence[Any], rounds: Sequence[Sequence[tuple[str, int]]],
+         n_layers: int) -> tuple[list[list[tuple[int, list[tuple[int, int]]]]], int,
+                                 dict[tuple[int, int], int]]:
+    """The clients' :func:`publish` dicts (another role's bytes: ``ProtocolError`` on
+    anything malformed) as :func:`choose`'s ``rounds``, ``x_exp`` and ``acts``;
+    ``rounds[t]`` lists the round's ``(key, q)``, the global model first."""
+    ex = -64
+    bounds: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    acts: dict[tuple[int, int], int] = {}
+
+    def exponent(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not -64 <= v <= 128:
+            raise ProtocolError("malformed bounds")
+        return v
+
+    for pub in published:
+        if not isinstance(pub, dict):
+            raise ProtocolError("malformed bounds")
+        models, seen = pub.get("models"), pub.get("acts", [])
+        if not isinstance(models, list) or not isinstance(seen, list):
+            raise ProtocolError("malformed bounds")
+        ex = max(ex, exponent(pub.get("x")))
+        for entry in models:
+            if not isinstance(entry, list) or len(entry) != 3 or not isinstance(
+                    entry[1], str) or not isinstance(entry[2], list) or len(
+                    entry[2]) != n_layers:
+                raise ProtocolError("malformed bounds")
+            pairs = []
+            for pair in entry[2]:
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ProtocolError("malformed bounds")
+                pairs.append((exponent(pair[0]), exponent(pair[1])))
+            bounds[(exponent(entry[0]), entry[1])] = pairs
+        for entry in seen:
+            if not isinstance(entry, list) or len(entry) != 2 or not isinstance(
+                    entry[1], list) or len(entry[1]) != n_layers - 1:
+                raise ProtocolError("malformed bounds")
+            rnd = exponent(entry[0])
+            for layer, e in enumerate(entry[1], start=1):
+                acts[(rnd, layer)] = max(acts.get((rnd, layer), -64), exponent(e))
+    per_round = []
+    for t, keys in enumerate(rounds):
+        models_t = []
+        for key, q in keys:
+            if (t, key) not in bounds:
+                raise ProtocolError(f"no bounds for model {key} of round {t}")
+            models_t.append((q, bounds[(t, key)]))
+        per_round.append(models_t)
+    return per_round, ex, acts

@@ -115,6 +115,7 @@ from fedsec.protocol.binding import (
 )
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
+from fedsec.shapley import fixed_point as fp
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -141,10 +142,9 @@ BoolArray = NDArray[np.bool_]
 Rounds = Sequence[tuple[Sequence[int], Any]]
 Q = sh.RING64
 L = sh.LABEL_PRIME  # labels are shared modulo a prime: the zero test needs a field
-_FRAC_MODEL = 20
-_FRAC_DATA = 20
-_FRAC_HIDDEN = 16
 _MAX = 1 << 63
+#: log2 of the largest fixed-point layer output P plans for (3 bits under 2^63)
+_BUDGET_BITS = 60.0
 _MAX_ROWS = 1 << 24  # test samples per client a server accepts
 _MAX_DIM = 1 << 24  # a triple's dimensions the dealer accepts ...
 _MAX_TRIPLE = 1 << 28  # ... and its entries in all
@@ -156,14 +156,32 @@ _MAX_MASK = (1 << 62) - 1
 _KEY = r"global|c[0-9]{1,5}"  # a model: the global one, or client i's local one
 
 
-def _hello(nonce: bytes) -> bytes:
-    """A role's fresh session nonce, for P to gather."""
-    return wire.encode("secretsv/hello", {}, [nonce])
+def _hello(nonce: bytes, meta: dict[str, Any] | None = None) -> bytes:
+    """A role's fresh session nonce (a client's: with its published bounds), for P."""
+    return wire.encode("secretsv/hello", meta or {}, [nonce])
 
 
-def _join(data: bytes, nonce: bytes, n_roles: int | None, me: str) -> Binding:
+def _plan_of(meta: dict[str, Any], spec: ModelSpec | None) -> fp.FixedPointPlan | None:
+    """The fixed point P chose (in its ``secretsv/session`` message), checked against the
+    model; None for a role without a model (the dealer)."""
+    if spec is None:
+        return None
+    fracs = []
+    for key in ("frac_models", "frac_inputs"):
+        vs = meta.get(key)
+        if not isinstance(vs, list) or len(vs) != len(spec.layers) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= fp.MAX_FRAC
+                for v in vs):
+            raise ProtocolError("malformed session: fractional bits")
+        fracs.append(tuple(vs))
+    return fp.FixedPointPlan(fracs[0], fracs[1])
+
+
+def _join(data: bytes, nonce: bytes, n_roles: int | None, me: str,
+          spec: ModelSpec | None = None) -> tuple[Binding, fp.FixedPointPlan | None]:
     """This role's binding in the session of P's ``secretsv/session`` message (every
-    role's nonce), derived here; ``ReplayRefused`` unless its own ``nonce`` is among them."""
+    role's nonce), derived here, and the fixed point P chose; ``ReplayRefused`` unless
+    its own ``nonce`` is among them."""
     msg = wire.decode(data, expect="secretsv/session", max_bytes=64 * _MAX_ROLES)
     nonces = list(msg.blobs)
     if (n_roles is not None and len(nonces) != n_roles) or not 3 <= len(nonces) <= \
@@ -171,7 +189,8 @@ def _join(data: bytes, nonce: bytes, n_roles: int | None, me: str) -> Binding:
             or len(set(nonces)) != len(nonces):
         raise ProtocolError("malformed session: nonces")
     check_nonce(nonce, nonces)
-    return Binding(session_from_nonces(PROTOCOL, nonces), PROTOCOL, me)
+    return (Binding(session_from_nonces(PROTOCOL, nonces), PROTOCOL, me),
+            _plan_of(msg.meta, spec))
 
 
 def _need(binding: Binding | None) -> Binding:
@@ -219,6 +238,14 @@ class _SessionMember:
 
     _nonce: bytes
     _binding: Binding | None
+    _fixed_point: fp.FixedPointPlan | None = None
+    _model_spec: ModelSpec | None = None
+
+    @property
+    def fixed_point(self) -> fp.FixedPointPlan | None:
+        """The per-layer fractional bits of the session (P's choice; None for the
+        dealer and before the session)."""
+        return self._fixed_point
 
     @property
     def name(self) -> str:
@@ -236,7 +263,15 @@ class _SessionMember:
         """Take the session P announces, if it holds this role's nonce."""
         if self._binding is not None:
             raise ProtocolError("already in a session")
-        self._binding = _join(data, self._nonce, self._session_roles(), self.name)
+        self._binding, plan = _join(data, self._nonce, self._session_roles(), self.name,
+                                    self._model_spec)
+        if plan is not None:
+            self._fixed_point = plan
+
+    def _plan(self) -> fp.FixedPointPlan:
+        if self._fixed_point is None:
+            raise ProtocolError("no session joined yet")
+        return self._fixed_point
 
 
 class Dealer(_SessionMember):
@@ -349,7 +384,7 @@ class SecretSVServer(_SessionMember):
             raise ValueError(f"The 'name' parameter of SecretSVServer must be 'P' or 'A'. "
                              f"Got {name!r} instead.")
         self._name = name
-        self._spec = spec
+        self._spec = self._model_spec = spec
         self._rounds = [(tuple(int(c) for c in p), np.asarray(w)) for p, w in rounds]
         self._n = n_clients
         self._nonce = new_nonce()
@@ -528,8 +563,11 @@ class SecretSVServer(_SessionMember):
                           + self._bounds[(ev.round, k)][ev.layer][1])
                     for k, qi in zip(ev.keys, ev.q, strict=True))
         if bound >= _MAX:
-            raise sh.FixedPointOverflow("a linear output may exceed 2^63 in fixed "
-                                        "point; SecretSV refuses rather than wrap")
+            raise sh.FixedPointOverflow(
+                f"SecretSV: layer {ev.layer + 1} in round {ev.round + 1}: a linear output "
+                f"may exceed 2^63 in fixed point (a coalition model's activations beyond "
+                f"what the clients observed); SecretSV refuses rather than wrap. Levers: "
+                f"clipping or regularising the model weights")
         return int(bound)
 
     @receives("secretsv/triple")
@@ -592,9 +630,8 @@ class SecretSVServer(_SessionMember):
     def _output(self, ev: _Eval, z: U64) -> tuple[str, bytes]:
         layer = ev.layer
         ly = self._spec.layers[layer]
-        fx = _FRAC_DATA if layer == 0 else _FRAC_HIDDEN
         bound = self._bound(ev)
-        wsum, scale = int(sum(ev.q)), _FRAC_MODEL + fx
+        wsum, scale = int(sum(ev.q)), self._plan().scale(layer)
         meta: dict[str, Any] = {
             "layer": layer, "d": ly.out_features, "m": len(ev.rows), "bound": bound,
             "scale_bits": scale, "weight_sum": wsum, "batch_owners": ev.owners,
@@ -638,7 +675,7 @@ class SecretSVServer(_SessionMember):
                               (self._spec.layers[layer].out_features, len(ev.rows)))
         nb = fields.integer(msg.meta, "bound", 1, _MAX - 1, what="re-share")
         cap = reshare_cap(ev.announced.get(layer), self._spec.layers[layer].activation,
-                          _FRAC_HIDDEN)
+                          self._plan().inputs[layer + 1])
         if cap is not None and nb > cap:  # a bound no honest activation reaches
             raise ProtocolError("re-share bound beyond what the layer's output allows")
         ev.x, ev.xb = x, nb
@@ -662,16 +699,30 @@ class SecretSVPrincipal(SecretSVServer):
         """(P) Every other role's ``secretsv/hello``: the ``secretsv/session`` message
         for every role (their nonces and this server's)."""
         nonces = [self._nonce]
+        published = []
         for data in hellos:
-            msg = wire.decode(data, expect="secretsv/hello", max_bytes=1 << 10)
+            msg = wire.decode(data, expect="secretsv/hello", max_bytes=1 << 24)
             if len(msg.blobs) != 1 or len(msg.blobs[0]) != _NONCE_BYTES:
                 raise ProtocolError("malformed hello: nonce")
             nonces.append(msg.blobs[0])
+            if "bounds" in msg.meta:
+                published.append(msg.meta["bounds"])
         n_roles = self._n_roles()
         if (n_roles is not None and len(nonces) != n_roles) or len(
                 set(nonces)) != len(nonces) or len(nonces) > _MAX_ROLES:
             raise ProtocolError("hellos must come from every role, once each")
-        return wire.encode("secretsv/session", {}, sorted(nonces))
+        if self._n is not None and len(published) != self._n:
+            raise ProtocolError("every client's hello must carry its bounds")
+        keys = []
+        for parts, weights in self._rounds:
+            q = integer_weights(weights)
+            keys.append([("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(
+                parts, q, strict=True)])
+        per_round, ex, acts = fp.read(published, keys, len(self._spec.layers))
+        plan = fp.choose(self._spec, per_round, ex, acts, _BUDGET_BITS, protocol="SecretSV")
+        return wire.encode("secretsv/session", {"frac_models": list(plan.model),
+                                                "frac_inputs": list(plan.inputs)},
+                           sorted(nonces))
 
     # ------------------------------------------------------------- batches (P, A)
     def order_batches(self, groups: Sequence[Sequence[int]], *, strong: bool = True
@@ -890,7 +941,7 @@ class SecretSVClient(_SessionMember):
                  y: NDArray[np.int64], *, view: ClientView | None = None) -> None:
         self._index = index
         self._n = n_clients
-        self._spec = spec
+        self._spec = self._model_spec = spec
         self._x, self._y = x, y
         self._view = view
         self._rng = SystemRandomSource()
@@ -914,6 +965,17 @@ class SecretSVClient(_SessionMember):
     def _session_roles(self) -> int | None:
         return self._n + 3
 
+    def hello(self, models: Sequence[tuple[int, str, Params]] = (),
+              known: Sequence[tuple[int, Params]] = ()) -> bytes:
+        """This client's fresh session nonce with its published bounds: powers of two of
+        ``‖X_i‖_∞``, of each model's weights and biases (``models``: ``(round, key,
+        params)`` it will share, with ``"global"`` for the global model) and of the hidden
+        layers' inputs when it runs them and ``known`` models (``(round, params)``) on its
+        own data (:func:`fedsec.shapley.fixed_point.publish`), from which P picks the fixed
+        point."""
+        return _hello(self._nonce, {"bounds": fp.publish(self._spec, models, known,
+                                                         self._x)})
+
     def share_model(self, rnd: int, key: str, params: Params) -> tuple[bytes, bytes]:
         """Shares of a model of round ``rnd`` (``key``: ``"global"`` or ``"c<index>"``,
         its own local model) for P and A, with its fixed-point bounds."""
@@ -922,9 +984,9 @@ class SecretSVClient(_SessionMember):
         a_blobs: list[bytes] = []
         bounds = []
         for k, (w, bias) in enumerate(_layers(self._spec, params)):
-            fx = _FRAC_DATA if k == 0 else _FRAC_HIDDEN
-            wq = np.rint(np.ldexp(w, _FRAC_MODEL)).astype(np.int64)
-            bq = np.rint(np.ldexp(bias, _FRAC_MODEL + fx)).astype(np.int64)
+            fm, fx = self._plan().model[k], self._plan().inputs[k]
+            wq = np.rint(np.ldexp(w, fm)).astype(np.int64)
+            bq = np.rint(np.ldexp(bias, fm + fx)).astype(np.int64)
             bounds.append([_pow2_ceil(int(np.abs(wq).sum(axis=1).max())),
                            _pow2_ceil(int(np.abs(bq).max()) if bq.size else 0)])
             with self.clock("share_generation"):
@@ -942,7 +1004,7 @@ class SecretSVClient(_SessionMember):
         """Shares of its test data (fixed point, modulo ``2^64``) and labels (modulo the
         label prime) for P and A."""
         b = _need(self._binding)
-        xq = sh.encode_fixed(self._x, _FRAC_DATA, Q)
+        xq = sh.encode_fixed(self._x, self._plan().inputs[0], Q)
         bound = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
         with self.clock("share_generation"):
             x1, x2 = sh.share(xq, Q, self._rng)
@@ -989,7 +1051,7 @@ class SecretSVClient(_SessionMember):
         wsum = fields.integer(meta, "weight_sum", 1, 1 << 40, what=what)
         scale = fields.integer(meta, "scale_bits", 0, 64, what=what)
         if d != self._spec.layers[layer].out_features \
-                or scale != _FRAC_MODEL + (_FRAC_DATA if layer == 0 else _FRAC_HIDDEN):
+                or scale != self._plan().scale(layer):
             raise ProtocolError("malformed output request")
         owners = list(fields.integers(meta, "batch_owners", 0, self._n - 1, what=what))
         mowners = list(fields.integers(meta, "model_owners", 0, self._n - 1, what=what))
@@ -1029,7 +1091,7 @@ class SecretSVClient(_SessionMember):
         out = activate(self._spec.layers[layer].activation, real)
         b = _need(self._binding)
         if layer < n_layers - 1:
-            xq = sh.encode_fixed(out, _FRAC_HIDDEN, Q)
+            xq = sh.encode_fixed(out, self._plan().inputs[layer + 1], Q)
             xb = _pow2_ceil(int(np.abs(sh.centre(xq, Q)).max())) if xq.size else 1
             with self.clock("share_generation"):
                 s1, s2 = sh.share(xq, Q, self._rng)
@@ -1048,12 +1110,25 @@ class SecretSVClient(_SessionMember):
 
 # ====================================================================== runner
 def open_session(net: Network, clients: Sequence[SecretSVClient], P: SecretSVPrincipal,
-                 A: SecretSVAuxiliary, dealer: Dealer) -> None:
-    """Every role's nonce to P, P's session message to every role (each role derives the
-    session id and checks that its own nonce is hashed into it)."""
+                 A: SecretSVAuxiliary, dealer: Dealer, record: TrainingRecord | None = None
+                 ) -> None:
+    """Every role's nonce to P (a client's with the bounds of the models it holds in
+    ``record``: its own local models and the global models), P's session message with
+    the fixed point to every role (each role derives the session id and checks that its
+    own nonce is hashed into it)."""
     others: list[SecretSVClient | SecretSVAuxiliary | Dealer] = [*clients, A, dealer]
     names = [r.name for r in others]
-    offer = P.gather(net.gather(names, "P", [r.hello() for r in others]))
+    hellos = []
+    for r in others:
+        if isinstance(r, SecretSVClient) and record is not None:
+            mine = [(t, "global", rnd.global_params) for t, rnd in enumerate(record.rounds)]
+            mine += [(t, f"c{r.index}", p) for t, rnd in enumerate(record.rounds)
+                     for c, p in zip(rnd.participants, rnd.local_params, strict=True)
+                     if c == r.index]
+            hellos.append(r.hello(mine))
+        else:
+            hellos.append(r.hello())
+    offer = P.gather(net.gather(names, "P", hellos))
     P.join(offer)
     for role, data in zip(others, net.broadcast("P", names, offer), strict=True):
         role.join(data)
@@ -1209,7 +1284,7 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         A = SecretSVAuxiliary(record.spec, rounds, n_clients=n,
                               space=space if strict else None)
         dealer = Dealer()
-        open_session(net, clients, P, A, dealer)
+        open_session(net, clients, P, A, dealer, record)
         names = [c.name for c in clients]
         shares = [c.share_data() for c in clients]
         P.receive_data(net.gather(names, "P", [s[0] for s in shares]))

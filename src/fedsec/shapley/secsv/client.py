@@ -111,25 +111,9 @@ class SecSVClient:
         holds (``models``, plus ``known``: ``(round, params)`` of models it may run but does
         not upload, e.g. the public global models) run on its own test data (exponents
         only), from which P picks the fixed point (:mod:`fedsec.shapley.fixed_point`)."""
-        entries = []
-        acts: dict[int, list[int]] = {}
-
-        def seen(rnd: int, params: Params) -> None:
-            if len(self._spec.layers) > 1:
-                e = fp.input_exponents(self._spec, params, self._x)
-                acts[rnd] = [max(a, b) for a, b in zip(acts.get(rnd, e), e, strict=True)]
-
-        for rnd, key, params in models:
-            entries.append([rnd, key, [[fp.exp2(float(np.abs(w).sum(axis=1).max())),
-                                        fp.exp2(float(np.abs(b).max()) if b.size else 0.0)]
-                                       for w, b, _a in model_layers(self._spec, params)]])
-            seen(rnd, params)
-        for rnd, params in known:
-            seen(rnd, params)
-        xe = fp.exp2(float(np.abs(self._x).max())) if self._x.size else -64
+        pub = fp.publish(self._spec, models, known, self._x)
         return wire.encode("secsv/bounds", self._b.bind(
-            {"client": self._index, "x": xe, "models": entries,
-             "acts": [[rnd, e] for rnd, e in sorted(acts.items())]},
+            {"client": self._index, **pub},
             step="bounds", to="P"))
 
     # ------------------------------------------------------------- Alg. 3, step 3

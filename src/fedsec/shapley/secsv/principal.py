@@ -119,8 +119,7 @@ class PrincipalServer(ServerBase):
                  derived: bool = False, space: ModelSpace | None = None) -> None:
         super().__init__(bfv, spec, n, config, rounds, session=session)
         self._requests = Requests()
-        #: the per-layer fractional bits P chose (:meth:`make_plan`)
-        self.fixed_point: fp.FixedPointPlan | None = None
+        self._fixed_point: fp.FixedPointPlan | None = None
         self._groups, self._strong = groups, strong
         self._sizes = list(sizes)
         self._shortcut, self._derived = linear_shortcut, derived
@@ -143,6 +142,11 @@ class PrincipalServer(ServerBase):
     def n_samples(self) -> int:
         return len(self._y)
 
+    @property
+    def fixed_point(self) -> fp.FixedPointPlan | None:
+        """The per-layer fractional bits P chose (:meth:`make_plan`)."""
+        return self._fixed_point
+
     # ------------------------------------------------------------- Alg. 3: set-up
     @receives("secsv/bounds")
     def make_plan(self, bounds: Sequence[bytes]) -> bytes:
@@ -153,10 +157,9 @@ class PrincipalServer(ServerBase):
         cap = min(slots // layer.out_features for layer in self._spec.layers)
         width = pick_width(self._rounds, self._spec, per_group, cap, slots, self._derived)
         lps = [layer_plan(ly, fold_of(ly, width, slots)) for ly in self._spec.layers]
-        self.fixed_point = pick_fixed_point(bounds, self._rounds, self._cfg, self._bfv.t,
-                                            self._spec, binding=self._b)
-        self._plan = Plan(width, tuple(lps), self.fixed_point.model,
-                          self.fixed_point.inputs)
+        fixed = self._fixed_point = pick_fixed_point(bounds, self._rounds, self._cfg,
+                                                     self._bfv.t, self._spec, binding=self._b)
+        self._plan = Plan(width, tuple(lps), fixed.model, fixed.inputs)
         return wire.encode("secsv/plan", self._b.bind(self._plan.to_meta(), step="plan",
                                                       to=BROADCAST))
 
@@ -654,55 +657,17 @@ def pick_fixed_point(messages: Sequence[bytes], rounds: Sequence[RoundInfo],
     """P's choice of the fractional bits per layer from the clients' ``secsv/bounds``
     (:func:`fedsec.shapley.fixed_point.choose`, with 3 bits of margin under ``t/2`` for
     rounding); configured values are kept."""
-    n_layers = len(spec.layers)
-    ex = -64
-    bounds: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    acts: dict[tuple[int, int], int] = {}
-
-    def exponent(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or not -64 <= v <= 128:
-            raise ProtocolError("malformed bounds message")
-        return v
-
+    published = []
     for data in messages:
         msg = wire.decode(data, expect="secsv/bounds", max_bytes=1 << 24)
         sender = context_of(msg.meta).sender
         if not sender.startswith("client:"):
             raise ReplayRefused("bounds from another sender", check="sender")
         binding.check(msg.meta, step="bounds", sender=sender, what="bounds")
-        models, seen = msg.meta.get("models"), msg.meta.get("acts", [])
-        if not isinstance(models, list) or not isinstance(seen, list):
-            raise ProtocolError("malformed bounds message")
-        ex = max(ex, exponent(msg.meta.get("x")))
-        for entry in models:
-            if not isinstance(entry, list) or len(entry) != 3 or not isinstance(
-                    entry[1], str) or not isinstance(entry[2], list) or len(
-                    entry[2]) != n_layers:
-                raise ProtocolError("malformed bounds message")
-            rnd, key, layers = exponent(entry[0]), entry[1], entry[2]
-            pairs = []
-            for pair in layers:
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise ProtocolError("malformed bounds message")
-                pairs.append((exponent(pair[0]), exponent(pair[1])))
-            bounds[(rnd, key)] = pairs
-        for entry in seen:
-            if not isinstance(entry, list) or len(entry) != 2 or not isinstance(
-                    entry[1], list) or len(entry[1]) != n_layers - 1:
-                raise ProtocolError("malformed bounds message")
-            rnd = exponent(entry[0])
-            for layer, e in enumerate(entry[1], start=1):
-                acts[(rnd, layer)] = max(acts.get((rnd, layer), -64), exponent(e))
-    per_round = []
-    for ti, info in enumerate(rounds):
-        keys = [("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(
-            info.participants, info.weights, strict=True)]
-        models_t = []
-        for key, qi in keys:
-            if (ti, key) not in bounds:
-                raise ProtocolError(f"no bounds for model {key} of round {ti}")
-            models_t.append((qi, bounds[(ti, key)]))
-        per_round.append(models_t)
+        published.append(msg.meta)
+    keys = [[("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(
+        info.participants, info.weights, strict=True)] for info in rounds]
+    per_round, ex, acts = fp.read(published, keys, len(spec.layers))
     return fp.choose(spec, per_round, ex, acts, math.log2(t / 8), protocol="SecSV",
                      frac_model=cfg.frac_bits_model, frac_data=cfg.frac_bits_data,
                      frac_hidden=cfg.frac_bits_hidden)
