@@ -225,6 +225,24 @@ _MAX_BATCHES = 1 << 16
 _LABEL_LEVEL = 1
 
 
+#: Scores within this share of a row's magnitude (``2^-20 · (1 + max|h|)``, far above the
+#: CKKS noise of the parameters in use, far below any score gap that decides a prediction)
+#: count as tied under encryption.
+TIE_TOLERANCE = 2.0 ** -20
+
+
+def tie_break(h: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Predicted labels from decrypted scores ``h`` (``m × classes``) as the plaintext
+    model decides them: ``np.argmax`` takes the first of exactly tied scores, and CKKS
+    noise would otherwise break an exact tie (e.g. a zero-initialised model's) at
+    random; so the first class whose score is within :data:`TIE_TOLERANCE` of the row's
+    best wins."""
+    top = h.max(axis=1, keepdims=True)
+    tol = TIE_TOLERANCE * (1.0 + np.abs(h).max(axis=1, keepdims=True))
+    labels: NDArray[np.int64] = np.argmax(h >= top - tol, axis=1).astype(np.int64)
+    return labels
+
+
 def _label_cts(n_classes: int, complex_packing: bool) -> int:
     """Label ciphertexts per batch: one for two classes, where the server squares
     ``Y − Ŷ`` (for ``y, ŷ ∈ {0, 1}`` the square is ``1 − [right]``, a bit too); else one
@@ -728,7 +746,7 @@ class HESVClient:
             meta = self._binding.bind({}, step="activated", to=SERVER, round=t, index=index,
                                       re_=rid)
             return wire.encode("hesv/activated", meta, blobs)
-        labels = np.argmax(h, axis=1).astype(np.int64)
+        labels = tie_break(h)
         seen.add(n_layers + 1)  # knows the predictions: may not also see which are right
         with self.clock("encryption"):
             blobs = self._one_hot(labels, conj=True)
