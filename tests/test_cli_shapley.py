@@ -92,6 +92,12 @@ def test_secure_protocols_match_nssv_and_report_costs(protocol: str, capsys) -> 
     assert doc["bytes_total"] == sum(m["bytes"] for m in doc["messages"]) > 0
     roles = {"server", "client"} if protocol == "hesv" else {"P", "A", "client"}
     assert roles <= set(doc["bytes_by_role"])
+    if protocol == "hesv":
+        assert doc["fixed_point"] is None
+    else:  # the fixed point P chose, per layer, and the error it permits
+        fixed = doc["fixed_point"]
+        assert len(fixed["frac_model"]) == len(fixed["frac_inputs"]) == 1
+        assert 0 < fixed["score_error_bound"] < 1e-3
 
 
 def test_secsv_derived_and_per_coalition_decryption(capsys) -> None:
@@ -140,3 +146,22 @@ def test_secure_protocol_option_errors(capsys) -> None:
     assert "secsv" in capsys.readouterr().err
     assert main([*SMALL, "--protocol", "secsv", "--ray-address", "127.0.0.1:1"]) == 2
     assert "--backend ray" in capsys.readouterr().err
+
+
+def test_fixed_point_levers_and_zero_based_clients(capsys) -> None:
+    """--frac-bits pins SecSV's fixed point (reported as such); clients are numbered from
+    0 as in the Python API; the FSV's unit is explained."""
+    assert main([*SMALL, "--protocol", "secsv", "--workers", "1", "--schedule", "paper",
+                 "--frac-bits", "12", "--plain-bits", "58"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed point: weights [12], inputs [12] fractional bits" in out
+    rows = [line.split() for line in out.splitlines() if line[:6].strip().isdigit()]
+    assert [r[0] for r in rows[:3]] == ["0", "1", "2"]
+    assert "round       c0       c1       c2" in out
+    assert "accuracy points" in out
+    for proto in ("nssv", "hesv", "secretsv"):
+        assert main([*SMALL, "--protocol", proto, "--frac-bits", "12"]) == 2
+        assert "apply to --protocol secsv only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, "--protocol", "secsv", "--plain-bits", "61"])
+    assert exc.value.code == 2 and "20..60" in capsys.readouterr().err

@@ -86,6 +86,15 @@ def register(sub: Any) -> None:
                         "small budget, or --participation below 1). paper: the paper's "
                         "Prop. 6.8 only, which lets a decrypting client solve for other "
                         "clients' test data")
+    p.add_argument("--frac-bits", type=_int_at_least("--frac-bits", 1, 30), default=None,
+                   metavar="F",
+                   help="secsv: pin the fixed point to F fractional bits for every layer's "
+                        "weights and inputs (default: chosen per layer from the run's "
+                        "models and data, the most that cannot overflow)")
+    p.add_argument("--plain-bits", type=_int_at_least("--plain-bits", 20, 60), default=None,
+                   metavar="B",
+                   help="secsv: bits of the BFV plaintext prime (default 55; up to 60 "
+                        "leaves room for larger models, at some noise budget)")
     p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
                    help="secure protocols: evaluate the rounds in up to this many parallel "
                         "workers (default: the cores available; 1 = in this process)")
@@ -134,6 +143,10 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         raise ValueError(f"fedsec shapley trains models with PyTorch, which is missing "
                          f"({exc.name}): pip install 'fedsec[learning]'") from None
+    if (args.frac_bits is not None or args.plain_bits is not None) \
+            and args.protocol != "secsv":  # before any training
+        raise ValueError("--frac-bits and --plain-bits apply to --protocol secsv only "
+                         "(secretsv chooses its fixed point in a 64-bit ring)")
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise ValueError(f"--plot must name a .png file; got {str(args.plot)!r}")
     say = _progress(args.quiet or args.json)
@@ -201,6 +214,14 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
         raise ValueError("--no-shortcut applies to --protocol hesv and secsv only")
     if args.protocol != "hesv":
         common["sample_skip"] = args.sample_skip
+    if args.frac_bits is not None or args.plain_bits is not None:
+        from fedsec.crypto.bfv import BFVParams
+        from fedsec.shapley.secsv import SecSVConfig
+
+        f = args.frac_bits
+        common["config"] = SecSVConfig(frac_bits_model=f, frac_bits_data=f,
+                                       frac_bits_hidden=f,
+                                       bfv=BFVParams(plain_bits=args.plain_bits or 55))
     if args.ray_address is not None and args.backend != "ray":
         raise ValueError("--ray-address applies to --backend ray only")
     from fedsec.runtime.parallel import shapley_in_parallel
@@ -255,6 +276,7 @@ def _document(args: argparse.Namespace, data_desc: str, real: bool, model_desc: 
         doc["bytes_total"] = acc["bytes_total"]
         doc["bytes_by_role"] = acc["bytes_by_role"]
         doc["messages"] = acc["messages"]
+        doc["fixed_point"] = result.fixed_point
     return doc
 
 
@@ -273,15 +295,18 @@ def _print_human(doc: dict[str, Any]) -> None:
     head = f"{'client':>6} {'train':>6} {'test':>6} {'FSV':>10}"
     print(head + (f" {'exact FSV':>10}" if has_exact else ""))
     for i, v in enumerate(doc["fsv"]):
-        line = (f"{i + 1:>6} {doc['train_samples'][i]:>6} {doc['test_samples'][i]:>6} "
+        line = (f"{i:>6} {doc['train_samples'][i]:>6} {doc['test_samples'][i]:>6} "
                 f"{v:>10.5f}")
         if has_exact:
             line += f" {doc['exact_fsv'][i]:>10.5f}"
         print(line)
     print(f"{'sum':>20} {sum(doc['fsv']):>10.5f}")
+    print("FSV: a client's contribution to the global model's test accuracy, summed over "
+          "the rounds\n(1.0 = 100 accuracy points); the sum is the accuracy the training "
+          "gained over the initial model.")
     print()
     print("per-round SSV (rows: rounds; '-' = did not take part)")
-    print("round " + " ".join(f"{'c' + str(i + 1):>8}" for i in range(doc["clients"])))
+    print("round " + " ".join(f"{'c' + str(i):>8}" for i in range(doc["clients"])))
     for t, row in enumerate(doc["ssv"]):
         cells = [f"{v:>8.4f}" if i in doc["participants"][t] else f"{'-':>8}"
                  for i, v in enumerate(row)]
@@ -302,6 +327,13 @@ def _print_human(doc: dict[str, Any]) -> None:
         print(f"bytes: {doc['bytes_total']:,} in all; " + ", ".join(
             f"{r} sent {v['sent']:,} / received {v['received']:,}"
             for r, v in sorted(doc["bytes_by_role"].items())))
+    fixed = doc.get("fixed_point")
+    if fixed:
+        line = (f"fixed point: weights {fixed['frac_model']}, inputs {fixed['frac_inputs']} "
+                "fractional bits per layer")
+        if "score_error_bound" in fixed:
+            line += f"; scores exact to within {fixed['score_error_bound']:.2g}"
+        print(line)
     st = doc["sample_skip_stats"]
     if st is not None:
         msg = (f"SampleSkip: skipped {100 * st['skipped_share']:.2f} % of the aggregated "
@@ -327,8 +359,8 @@ def plot_contributions(ssv: np.ndarray, path: Path, *, title: str = "") -> None:
     width = 0.8 / n
     rounds = np.arange(1, t_rounds + 1)
     for i in range(n):
-        ax1.bar(rounds - 0.4 + width * (i + 0.5), ssv[:, i], width, label=f"client {i + 1}")
-        ax2.plot(rounds, np.cumsum(ssv[:, i]), marker="o", label=f"client {i + 1}")
+        ax1.bar(rounds - 0.4 + width * (i + 0.5), ssv[:, i], width, label=f"client {i}")
+        ax2.plot(rounds, np.cumsum(ssv[:, i]), marker="o", label=f"client {i}")
     ax1.axhline(0, color="black", lw=0.6)
     ax1.set_ylabel(r"single-round SV $\phi_i^t$")
     ax2.set_ylabel(r"running FSV $\sum_{s \leq t} \phi_i^s$")

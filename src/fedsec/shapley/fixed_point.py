@@ -93,9 +93,19 @@ class FixedPointPlan:
     inputs: tuple[int, ...]
     headroom: tuple[float, ...] = ()
     input_bounds: tuple[float, ...] = ()
+    #: the largest ``(‖W‖_∞, ‖b‖_∞)`` per layer over the run's models (powers of two)
+    norms: tuple[tuple[float, float], ...] = ()
 
     def scale(self, layer: int) -> int:
         return self.model[layer] + self.inputs[layer]
+
+    def summary(self, spec: ModelSpec) -> dict[str, Any]:
+        """What a result reports: the bits per layer and, where the bounds are known, the
+        worst-case error of the final scores (:func:`logit_error_bound`)."""
+        out: dict[str, Any] = {"frac_model": list(self.model), "frac_inputs": list(self.inputs)}
+        if self.norms and self.input_bounds:
+            out["score_error_bound"] = logit_error_bound(spec, self, self.norms)
+        return out
 
 
 def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[int, int]]]]],
@@ -122,6 +132,7 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
     worst_round = [0] * n_layers
     bounds = [0.0] * n_layers
     w_norm = [0.0] * n_layers
+    b_norm = [0.0] * n_layers
     for t, models in enumerate(rounds):
         h = 2.0 ** x_exp
         for layer in range(n_layers):
@@ -136,6 +147,7 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
                         for q, eb in models[1:])
             w = max(glob, total)
             w_norm[layer] = max(w_norm[layer], max(2.0 ** eb[layer][0] for _q, eb in models))
+            b_norm[layer] = max(b_norm[layer], max(2.0 ** eb[layer][1] for _q, eb in models))
             if w > worst[layer]:
                 worst[layer], worst_round[layer] = w, t
             bounds[layer] = max(bounds[layer], h)
@@ -172,7 +184,8 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
                 + f". Levers: {LEVERS}.")
         fm.append(m)
         fx.append(xb)
-    return FixedPointPlan(tuple(fm), tuple(fx), tuple(room_log), tuple(bounds))
+    return FixedPointPlan(tuple(fm), tuple(fx), tuple(room_log), tuple(bounds),
+                          tuple(zip(w_norm, b_norm, strict=True)))
 
 
 def logit_error_bound(spec: ModelSpec, plan: FixedPointPlan,

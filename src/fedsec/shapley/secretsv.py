@@ -265,7 +265,9 @@ class _SessionMember:
             raise ProtocolError("already in a session")
         self._binding, plan = _join(data, self._nonce, self._session_roles(), self.name,
                                     self._model_spec)
-        if plan is not None:
+        mine = self._fixed_point  # P's own choice (with its bounds) stands if announced
+        if plan is not None and (mine is None or (mine.model, mine.inputs) != (
+                plan.model, plan.inputs)):
             self._fixed_point = plan
 
     def _plan(self) -> fp.FixedPointPlan:
@@ -719,7 +721,8 @@ class SecretSVPrincipal(SecretSVServer):
             keys.append([("global", 1)] + [(f"c{c}", int(qi)) for c, qi in zip(
                 parts, q, strict=True)])
         per_round, ex, acts = fp.read(published, keys, len(self._spec.layers))
-        plan = fp.choose(self._spec, per_round, ex, acts, _BUDGET_BITS, protocol="SecretSV")
+        plan = self._fixed_point = fp.choose(self._spec, per_round, ex, acts, _BUDGET_BITS,
+                                             protocol="SecretSV")
         return wire.encode("secretsv/session", {"frac_models": list(plan.model),
                                                 "frac_inputs": list(plan.inputs)},
                            sorted(nonces))
@@ -1301,4 +1304,6 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         net.accounting.add_clock(clock)
     net.accounting.add_clock(run.acc.seconds)
     result.accounting = net.accounting
+    if P.fixed_point is not None:
+        result.fixed_point = P.fixed_point.summary(record.spec)
     return result

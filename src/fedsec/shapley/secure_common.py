@@ -36,10 +36,16 @@ class SecureShapleyResult(ShapleyResult):
     protocol: str = "nssv"
     accounting: Accounting = field(default_factory=Accounting)
     bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS
+    #: SecSV and SecretSV: the fixed point the principal server chose (fractional bits of
+    #: each layer's weights and inputs) and the worst-case error of the final scores it
+    #: permits (a prediction can differ from the plaintext model's only where its top two
+    #: scores are closer than twice that); None for the other protocols
+    fixed_point: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out["protocol"] = self.protocol
+        out["fixed_point"] = self.fixed_point
         out.update(self.accounting.to_dict(self.bandwidth_mbps))
         return out
 

@@ -330,5 +330,7 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         result = run_rounds(run, estimator, budget or 0, sample_skip, seed, progress, "secsv")
     result.seconds = time.perf_counter() - t0
     result.accounting = run.close()
+    if run.P.fixed_point is not None:
+        result.fixed_point = run.P.fixed_point.summary(record.spec)
     return result
 
