@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -27,11 +28,38 @@ def int_arg(name: str, low: int | None = None, high: int | None = None
     return parse
 
 
+_ROUND = re.compile(r"\bround (\d+)/(\d+)\b")
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s} s" if s < 90 else f"{s // 60} min {s % 60:02d} s" if s < 5400 \
+        else f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 def progress_printer(quiet: bool) -> Callable[[str], None]:
-    """``say(msg)``: one time-stamped line on stderr per step, unless ``quiet``."""
+    """``say(msg)``: one time-stamped line on stderr per step, unless ``quiet``. A line
+    reporting ``round k/T`` of a series (the text before it names the series) also gets
+    an estimate of the time left, from the rounds of that series done so far (unless the
+    line already carries one)."""
     start = time.perf_counter()
+    series: dict[str, float] = {}  # series -> when its first round started
+    last = start  # when the previous line came
 
     def say(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
+        nonlocal last
+        if quiet:
+            return
+        now = time.perf_counter()
+        m = _ROUND.search(msg)
+        if m is not None and "ETA" not in msg:
+            k, total = int(m.group(1)), int(m.group(2))
+            key = f"{msg[:m.start()]}/{total}"
+            first = series.setdefault(key, last if k == 1 else now)  # round 1 began
+            # at the previous line
+            if 0 < k < total and now > first:
+                msg += f" (ETA {_duration((now - first) / k * (total - k))})"
+        print(f"[{now - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
+        last = now
+
     return say

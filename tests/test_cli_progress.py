@@ -1,0 +1,28 @@
+"""Progress lines on the command line: time stamps, and an ETA for rounds of a series."""
+
+from __future__ import annotations
+
+from fedsec.cli_common import _duration, progress_printer
+
+
+def test_rounds_get_an_eta_until_the_last(capsys) -> None:
+    say = progress_printer(False)
+    say("key set-up")
+    for k in range(1, 4):
+        say(f"secure/none round {k}/3: benign mean 0.8")
+    say("hesv: round 1/2 done (ETA 5 s)")  # a line that brings its own estimate
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and all(line.startswith("[") for line in lines)
+    assert "(ETA " in lines[1] and "(ETA " in lines[2] and "ETA" not in lines[3]
+    assert lines[4].endswith("(ETA 5 s)") and lines[4].count("ETA") == 1
+
+
+def test_quiet_prints_nothing(capsys) -> None:
+    progress_printer(True)("round 1/2")
+    assert capsys.readouterr().err == ""
+
+
+def test_durations_read_naturally() -> None:
+    assert _duration(42.4) == "42 s"
+    assert _duration(125) == "2 min 05 s"
+    assert _duration(7260) == "2 h 01 min"
