@@ -13,7 +13,10 @@ SecSV uses -- :mod:`fedsec.shapley.secsv`, :func:`fedsec.crypto.sharing.zero_tes
 -- so that P learns which predictions are right and nothing else), so
 no truncation protocol is needed and reconstruction is exact: the a-priori bound
 ``Σ_{i∈S} q_i (‖W_i‖_∞‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < 2^63`` is checked before computing
-(:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The paper's SecretSV
+(:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The fractional bits are
+P's choice per layer, from powers-of-two bounds each client publishes in its session hello
+(its models' norms, its data's, and its hidden layers' largest inputs on its own data;
+:mod:`fedsec.shapley.fixed_point`, as in SecSV), announced in the session message. The paper's SecretSV
 truncates inside the servers and reports its error; ours has none beyond fixed point.
 
 Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude

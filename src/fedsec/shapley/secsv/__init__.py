@@ -60,15 +60,24 @@ network; roles ``"client:<i>"``, ``"P"``, ``"A"``):
   shortcut, masked with uniform noise before decryption, and their zero test voided: P
   opens uniform values there, not ``r·(0 − y)``, which would be zero where ``y = 0``).
 
-Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime). P picks the fixed
-point (``f_θ``, ``f_x``) from powers-of-two bounds every model and data owner publishes
-(``secsv/bounds``: ``‖W‖_∞``, ``‖b‖_∞``, ``‖X‖_∞``; a leak of a few bits of magnitude),
-leaving 3 bits of margin under ``t/2``; the exact fixed-point budget is
-``Σ_{i∈S} q_i·(‖W_i‖_∞·‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < t/2`` with integer aggregation
-weights ``q_i``, checked by P *before* computing, from powers-of-two bounds the model
-owners and data owners (or re-sharing clients) publish; a violation raises
-:class:`~fedsec.crypto.sharing.FixedPointOverflow` instead of wrapping, and the decrypting
-client checks its centred values against the bound (``ProtocolError`` otherwise).
+Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime by default). P picks
+the fixed point **per layer** (``f_θ,l`` for the weights, ``f_x,l`` for the layer's input;
+:mod:`fedsec.shapley.fixed_point`) from powers-of-two bounds every model and data owner
+publishes (``secsv/bounds``: ``‖W‖_∞``, ``‖b‖_∞`` per layer of each model it uploads,
+``‖X_i‖_∞``, and the largest input of each hidden layer when it runs the models it knows
+-- its own and the global models -- on its own test data; a leak of a few bits of
+magnitude per layer and round, of the kind P's per-batch bounds already show), leaving
+3 bits of margin under ``t/2``: hidden-layer inputs of coalition models are bounded by the
+smaller of the rigorous chain of norms and 8 times what the clients observed, and the
+room left is split between weights and inputs by their share of the rounding error. The
+exact fixed-point budget ``Σ_{i∈S} q_i·(‖W_i‖_∞·‖x‖_∞ + ‖b_i‖_∞)·2^{f_θ,l+f_x,l} < t/2``
+(integer aggregation weights ``q_i``, the actual re-shared bound ``‖x‖_∞``) is still
+checked by P *before* computing each layer; a violation raises
+:class:`~fedsec.crypto.sharing.FixedPointOverflow` (naming the layer, the round and the
+levers: a larger plaintext prime, clipped weights, pinned fractional bits) instead of
+wrapping, and the decrypting client checks its centred values against the bound
+(``ProtocolError`` otherwise). The result reports the bits chosen and the worst-case error
+of the final scores they permit (``SecureShapleyResult.fixed_point``).
 
 Beyond the paper (``linear_shortcut=True``, default): the first layer is linear in the
 model and ``θ_S = Σ ω_{i|S} θ_i``, so ``lin(θ_S, X) = Σ ω_{i|S} lin(θ_i, X)``: P and A compute
