@@ -113,6 +113,10 @@ def model_spec(model: Any, *, in_shape: Sequence[int] | None = None,
     """
     shape = _check_in_shape(in_shape)
     if is_torch_module(model):
+        from fedsec.learning.torch_net import SpecNet
+
+        if isinstance(model, SpecNet) and name is None:
+            return model.spec
         specs = _torch_specs(model, shape)
         label = name or type(model).__name__
         return ModelSpec(label, tuple(specs), f"from PyTorch {type(model).__name__}")
