@@ -195,6 +195,14 @@ def test_torch_refusals_name_the_layer(net, kwargs, error, match) -> None:
         model_spec(net(), **kwargs)
 
 
+@needs_torch
+def test_model_params_refuses_what_model_spec_refuses() -> None:
+    with pytest.raises(TypeError, match=r"BatchNorm1d\) is not supported"):
+        model_params(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)))
+    with pytest.raises(TypeError, match="model_params must be"):
+        model_params(object())
+
+
 # ---------------------------------------------------------------------- records
 def _lr(coef: np.ndarray, intercept: np.ndarray) -> LogisticRegression:
     m = LogisticRegression()

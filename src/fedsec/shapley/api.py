@@ -51,8 +51,7 @@ def normalize_test_sets(test_sets: Any, n_clients: int, in_features: int, *,
             raise ValueError(f"The 'test_sets' parameter of {where} maps client ids 0.."
                              f"{n_clients - 1} (0-based) to (X, y) pairs. Got key {bad[0]!r}.")
         empty = (np.zeros((0, in_features)), np.zeros(0, dtype=np.int64))
-        test_sets = [test_sets.get(i, test_sets.get(np.int64(i), empty))
-                     for i in range(n_clients)]
+        test_sets = [test_sets.get(i, empty) for i in range(n_clients)]
     elif isinstance(test_sets, tuple) and len(test_sets) == 2 and isinstance(
             test_sets[0], np.ndarray) and np.ndim(test_sets[0]) >= 2:
         raise TypeError(f"The 'test_sets' parameter of {where} must hold one (X, y) pair per "
