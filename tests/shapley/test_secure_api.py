@@ -193,6 +193,7 @@ def test_strict_schedule_refuses_before_work_and_says_what_to_do(lr3) -> None:
         fedsec.secure_shapley(rec, test, protocol="secsv")
 
 
+@pytest.mark.slow  # two spawned worker processes: 5-8 s on a busy 2-core machine
 def test_parallel_rounds_give_the_serial_values(lr3) -> None:
     rec, test = lr3
     with warnings.catch_warnings():

@@ -167,9 +167,11 @@ def as_params(model: Any, spec: ModelSpec, *, what: str = "model") -> Params:
     elif isinstance(model, Sequence) and not isinstance(model, str | bytes):
         params = [_to_numpy(v, what) for v in model]
     else:
+        hint = (" (one array is not a model: a model is the list [W_1, b_1, ...])"
+                if isinstance(model, np.ndarray) else "")
         raise TypeError(f"{what} must be a list of parameter arrays, a state dict, a PyTorch "
                         f"module or a fitted scikit-learn classifier. Got "
-                        f"{type(model).__name__} instead.")
+                        f"{type(model).__name__} instead{hint}.")
     try:
         spec.check_params(params)
     except ValueError as exc:
