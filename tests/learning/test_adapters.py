@@ -145,6 +145,9 @@ def test_sequential_cnn() -> None:
     spec = _torch_agrees(net, x, in_shape=(2, 9, 9))
     assert [ly.kind for ly in spec.layers] == ["conv2d", "conv2d", "dense", "dense"]
     assert spec.layers[0].activation == "relu" and spec.layers[1].activation == "identity"
+    assert ModelSpec.from_torch(net, in_shape=(2, 9, 9)).layers == spec.layers
+    with pytest.raises(TypeError, match="from_sklearn must be a fitted scikit-learn"):
+        ModelSpec.from_sklearn(net)
 
 
 @needs_torch
