@@ -9,6 +9,9 @@ The one-call entry points run every party in this process, for trying things out
     result = fedsec.secure_auc([(y1, s1), (y2, s2)], security="malicious")
     result.auc, result.verified, result.cheat_bound_bits
     fedsec.dpauc([(y1, s1), (y2, s2)], epsilon=1.0).auc
+    spec = fedsec.model_spec(my_torch_sequential_or_sklearn_classifier)
+    record = fedsec.TrainingRecord.from_client_models(spec, local_models, initial=theta_1)
+    fedsec.secure_shapley(record, [(x1, y1), (x2, y2)], protocol="secsv").fsv
 
 A deployment runs one party per machine (``fedsec.runtime``, on Flower). The names below are
 imported on first use, so ``import fedsec`` does not load SEAL or PyTorch.
@@ -36,13 +39,17 @@ if TYPE_CHECKING:  # the real signatures for type checkers; imported lazily at r
     from fedsec.auc.policy import PartyPolicy
     from fedsec.crypto.identity import Identity, Roster
     from fedsec.data.io import PartyData, load_party_csv, load_party_csvs
+    from fedsec.learning.adapters import model_params, model_spec
+    from fedsec.learning.record import TrainingRecord
     from fedsec.metrics.roc import (
         confusion_counts,
         trapezoid_auc,
         trapezoid_auc_from_counts,
         uniform_decision_points,
     )
+    from fedsec.shapley.api import secure_shapley
     from fedsec.shapley.fsv import ShapleyResult, federated_shapley
+    from fedsec.shapley.secure_common import SecureShapleyResult
 
 __version__ = "0.1.0"
 
@@ -56,6 +63,11 @@ _LAZY: dict[str, str] = {
     "DPAUCResult": "fedsec.auc.dpauc",
     "federated_shapley": "fedsec.shapley.fsv",
     "ShapleyResult": "fedsec.shapley.fsv",
+    "secure_shapley": "fedsec.shapley.api",
+    "SecureShapleyResult": "fedsec.shapley.secure_common",
+    "TrainingRecord": "fedsec.learning.record",
+    "model_spec": "fedsec.learning.adapters",
+    "model_params": "fedsec.learning.adapters",
     "Identity": "fedsec.crypto.identity",
     "Roster": "fedsec.crypto.identity",
     "PartyData": "fedsec.data.io",
@@ -93,8 +105,10 @@ __all__ = [
     "ProtocolError",
     "Roster",
     "SecureAUCResult",
+    "SecureShapleyResult",
     "ShapleyResult",
     "TamperingDetected",
+    "TrainingRecord",
     "UndefinedMetricError",
     "__version__",
     "confusion_counts",
@@ -102,8 +116,11 @@ __all__ = [
     "federated_shapley",
     "load_party_csv",
     "load_party_csvs",
+    "model_params",
+    "model_spec",
     "secure_auc",
     "secure_auc_malicious",
+    "secure_shapley",
     "trapezoid_auc",
     "trapezoid_auc_from_counts",
     "uniform_decision_points",

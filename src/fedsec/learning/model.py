@@ -357,6 +357,30 @@ class ModelSpec:
             out.append(LinearLayer(layer, ps))
         return out
 
+    @classmethod
+    def from_torch(cls, module: Any, *, in_shape: Sequence[int] | None = None) -> ModelSpec:
+        """The spec of a PyTorch ``nn.Sequential``
+        (:func:`fedsec.learning.adapters.model_spec`; ``in_shape=(C, H, W)`` for a network
+        that starts with a convolution)."""
+        from fedsec.learning.adapters import is_torch_module, model_spec
+
+        if not is_torch_module(module):
+            raise TypeError(f"The 'module' parameter of ModelSpec.from_torch must be a "
+                            f"PyTorch nn.Sequential. Got {type(module).__name__} instead.")
+        return model_spec(module, in_shape=in_shape)
+
+    @classmethod
+    def from_sklearn(cls, estimator: Any) -> ModelSpec:
+        """The spec of a fitted scikit-learn ``LogisticRegression``, ``MLPClassifier`` or
+        other linear classifier (:func:`fedsec.learning.adapters.model_spec`)."""
+        from fedsec.learning.adapters import is_sklearn_estimator, model_spec
+
+        if not is_sklearn_estimator(estimator):
+            raise TypeError(f"The 'estimator' parameter of ModelSpec.from_sklearn must be a "
+                            f"fitted scikit-learn classifier. Got {type(estimator).__name__} "
+                            "instead.")
+        return model_spec(estimator)
+
     def to_json(self) -> str:
         return json.dumps({"name": self.name, "description": self.description,
                            "layers": [layer.to_dict() for layer in self.layers]},

@@ -9,6 +9,12 @@ weights ``ω_i^t`` (FedAvg: local data sizes). From these, :meth:`RoundRecord.mo
 :class:`TrainingRecord` serialises to bytes (a numpy ``.npz`` archive without pickles,
 plus a JSON header) so that later (secure) protocols and other processes can consume it.
 Decoding is defensive: anything malformed raises :class:`~fedsec.errors.ProtocolError`.
+
+A model trained outside fedsec gets its record from what its training kept:
+:meth:`TrainingRecord.from_client_models` (per-round lists of client weights, participants
+and aggregation weights; the global models given or computed by FedAvg) and
+:meth:`TrainingRecord.from_flower` (the record Flower's
+:class:`~fedsec.runtime.flower_shapley.RecordingFedAvg` keeps at the server).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import json
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +155,156 @@ class TrainingRecord:
         except (KeyError, ValueError, TypeError, UnicodeDecodeError, AttributeError) as exc:
             raise ProtocolError(f"Malformed training record: {exc!r}") from None
 
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_client_models(cls, spec: Any, local_models: Sequence[Any], *,
+                           participants: Sequence[Sequence[int]] | None = None,
+                           weights: Sequence[Any] | None = None,
+                           global_models: Sequence[Any] | None = None,
+                           initial: Any = None, n_clients: int | None = None,
+                           meta: dict[str, Any] | None = None) -> TrainingRecord:
+        """A record from the client models of a training run done outside fedsec.
+
+        Parameters
+        ----------
+        spec : ModelSpec or model
+            The architecture; a PyTorch ``nn.Sequential`` or fitted scikit-learn
+            classifier is read by :func:`fedsec.learning.adapters.model_spec`.
+        local_models : sequence, one entry per round ``t``
+            The local models ``θ_i^t`` of round ``t``: a sequence aligned with
+            ``participants[t]`` (clients ``0..k-1`` when ``participants`` is not given),
+            or a mapping ``{client_id: model}``. A model is a parameter list in the
+            spec's order (numpy arrays or tensors), a PyTorch ``state_dict``, a PyTorch
+            module or a fitted scikit-learn classifier
+            (:func:`~fedsec.learning.adapters.as_params`).
+        participants : sequence of sequences of int, optional
+            ``I^t``, 0-based client ids per round (default: the mapping's keys, or
+            ``0..k-1``).
+        weights : sequence, optional
+            FedAvg's aggregation weights ``ω_i^t`` per round (usually each client's number
+            of training samples): a sequence aligned with the participants (with the
+            mapping's order when ``local_models[t]`` is a mapping and ``participants`` is
+            not given) or a mapping ``{client_id: weight}``; default: equal weights.
+        global_models : sequence, optional
+            ``θ^t``, the model the clients started round ``t`` from, for every round
+            (``T`` entries), optionally followed by the final model ``θ^{T+1}``
+            (``T + 1`` entries). Default: computed by FedAvg from ``initial``:
+            ``θ^1 = initial`` and ``θ^{t+1} = Σ_i ω_i^t θ_i^t / Σ_i ω_i^t`` (a round
+            without participants keeps ``θ^t``). Give them when the server aggregated
+            otherwise (server learning rate, momentum, secure aggregation rounding).
+        initial : model, optional
+            ``θ^1`` (required when ``global_models`` is not given). It is the empty
+            coalition's model of round 1: the round-1 Shapley values measure the gain
+            over it.
+        n_clients : int, optional
+            Number of clients (default: the largest participant id + 1); clients with
+            test data who never trained count too.
+        meta : dict, optional
+            Free-form JSON-serialisable notes kept with the record.
+
+        Returns
+        -------
+        TrainingRecord
+        """
+        from fedsec.learning.adapters import as_params, model_spec
+
+        where = "TrainingRecord.from_client_models"
+        if not isinstance(spec, ModelSpec):
+            spec = model_spec(spec)
+        if isinstance(local_models, str | bytes | Mapping) or not isinstance(
+                local_models, Sequence) or len(local_models) == 0:
+            raise TypeError(f"The 'local_models' parameter of {where} must be a non-empty "
+                            f"sequence with one entry per round. Got "
+                            f"{type(local_models).__name__} instead.")
+        t_rounds = len(local_models)
+        for name, value in (("participants", participants), ("weights", weights)):
+            if value is not None and (not isinstance(value, Sequence) or len(value) != t_rounds):
+                raise ValueError(f"The '{name}' parameter of {where} must have one entry per "
+                                 f"round ({t_rounds}). Got {value!r:.80} instead.")
+        rounds_in: list[tuple[list[int], list[Params], list[float]]] = []
+        for t, models in enumerate(local_models):
+            ids, ps = _round_models(models, None if participants is None else participants[t],
+                                    t, where)
+            ps = [as_params(m, spec, what=f"local_models[{t}][{j}] of {where}")
+                  for j, m in enumerate(ps)]
+            ws = _round_weights(None if weights is None else weights[t], ids, t, where)
+            order = sorted(range(len(ids)), key=ids.__getitem__)
+            rounds_in.append(([ids[j] for j in order], [ps[j] for j in order],
+                              [ws[j] for j in order]))
+        n = max((max(ids) + 1 for ids, _, _ in rounds_in if ids), default=1)
+        if n_clients is not None:
+            if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < n:
+                raise ValueError(f"The 'n_clients' parameter of {where} must be an int >= {n} "
+                                 f"(the largest client id + 1). Got {n_clients!r} instead.")
+            n = n_clients
+        if global_models is not None:
+            if initial is not None:
+                raise ValueError(f"{where}: give 'global_models' or 'initial', not both.")
+            if not isinstance(global_models, Sequence) or len(global_models) not in (
+                    t_rounds, t_rounds + 1):
+                raise ValueError(f"The 'global_models' parameter of {where} must hold T = "
+                                 f"{t_rounds} or T + 1 models.")
+            globals_ = [as_params(g, spec, what=f"global_models[{t}] of {where}")
+                        for t, g in enumerate(global_models)]
+        elif initial is None:
+            raise ValueError(f"{where} needs 'global_models' (θ^t per round) or 'initial' "
+                             "(θ^1, from which FedAvg computes the others).")
+        else:
+            globals_ = [as_params(initial, spec, what=f"'initial' of {where}")]
+        rounds = []
+        for t, (ids, ps, ws) in enumerate(rounds_in):
+            rnd = RoundRecord(globals_[t], tuple(ids), tuple(ps),
+                              np.asarray(ws, dtype=np.float64))
+            rounds.append(rnd)
+            if len(globals_) == t + 1:  # θ^{t+1}: given, else FedAvg of this round
+                globals_.append(rnd.model(ids) if ids else globals_[t])
+        info = dict(meta or {})
+        info.setdefault("global_models", "given" if global_models is not None else "fedavg")
+        rec = cls(spec, n, tuple(rounds), globals_[t_rounds], info)
+        try:
+            rec.validate()
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        return rec
+
+    @classmethod
+    def from_flower(cls, strategy: Any, final_arrays: Any = None,
+                    meta: dict[str, Any] | None = None) -> TrainingRecord:
+        """The record of Flower's :class:`~fedsec.runtime.flower_shapley.RecordingFedAvg`.
+
+        **Trusted-server setting**: that strategy receives every client's local model at
+        the server (as Flower's FedAvg does), so whoever runs the server has already
+        seen what the secure protocols hide from the servers; valuing the clients with
+        HESV, SecSV or SecretSV afterwards still keeps each client's *test data*
+        private. Where the server must not see local models, train with secure
+        aggregation instead (:mod:`fedsec.runtime.flower_fedavg`: each client keeps its
+        own part of the record) and run the protocol on Flower over those parts.
+
+        Parameters
+        ----------
+        strategy : RecordingFedAvg
+            The strategy after ``strategy.start(...)``.
+        final_arrays : flwr ArrayRecord, optional
+            ``θ^{T+1}`` (``result.arrays`` from ``start``); default: the last aggregate.
+        meta : dict, optional
+            Notes kept with the record.
+
+        Returns
+        -------
+        TrainingRecord
+        """
+        build = getattr(strategy, "training_record", None)
+        if not callable(build):
+            raise TypeError("The 'strategy' parameter of TrainingRecord.from_flower must be "
+                            "fedsec's RecordingFedAvg (fedsec.runtime.flower_shapley). Got "
+                            f"{type(strategy).__name__} instead.")
+        info = dict(meta or {})
+        info.setdefault("setting", "trusted-server")
+        rec = build(final_arrays, info)
+        if not isinstance(rec, TrainingRecord):
+            raise TypeError("strategy.training_record() did not return a TrainingRecord.")
+        return rec
+
     @property
     def first_round(self) -> int:
         """Index of ``rounds[0]`` in the run this record was cut from (0 for a whole run)."""
@@ -192,3 +348,53 @@ def participants_mask(participants: Sequence[int], subset: Iterable[int]) -> int
     for c in subset:
         mask |= 1 << pos[c]
     return mask
+
+
+def _round_models(models: Any, ids: Sequence[int] | None, t: int, where: str
+                  ) -> tuple[list[int], list[Any]]:
+    """Client ids and models of round ``t`` (a mapping, or a sequence with ``ids``)."""
+    if isinstance(models, Mapping):
+        keys = list(models)
+        if ids is not None and sorted(int(c) for c in ids) != sorted(int(c) for c in keys):
+            raise ValueError(f"local_models[{t}] of {where} has clients {sorted(keys)} but "
+                             f"participants[{t}] lists {sorted(ids)}.")
+        out_ids = keys if ids is None else list(ids)
+        out = [models[c] for c in out_ids]
+    elif isinstance(models, Sequence) and not isinstance(models, str | bytes):
+        out = list(models)
+        out_ids = list(range(len(out))) if ids is None else list(ids)
+        if len(out_ids) != len(out):
+            raise ValueError(f"participants[{t}] of {where} lists {len(out_ids)} clients but "
+                             f"local_models[{t}] holds {len(out)} models.")
+    else:
+        raise TypeError(f"local_models[{t}] of {where} must be a sequence of client models "
+                        f"or a mapping {{client_id: model}}. Got {type(models).__name__}.")
+    clean = []
+    for c in out_ids:
+        if isinstance(c, bool) or not isinstance(c, int | np.integer) or c < 0:
+            raise ValueError(f"Client ids of {where} must be ints >= 0 (0-based). Got {c!r} "
+                             f"in round {t}.")
+        clean.append(int(c))
+    if len(set(clean)) != len(clean):
+        raise ValueError(f"Round {t} of {where} lists a client twice: {clean}.")
+    return clean, out
+
+
+def _round_weights(ws: Any, ids: list[int], t: int, where: str) -> list[float]:
+    if ws is None:
+        return [1.0] * len(ids)
+    if isinstance(ws, Mapping):
+        try:
+            vals = [ws[c] for c in ids]
+        except KeyError as exc:
+            raise ValueError(f"weights[{t}] of {where} has no weight for client {exc}.") from None
+    else:
+        vals = list(np.asarray(ws, dtype=np.float64).reshape(-1))
+        if len(vals) != len(ids):
+            raise ValueError(f"weights[{t}] of {where} must hold one weight per participant "
+                             f"({len(ids)}). Got {len(vals)} instead.")
+    out = [float(v) for v in vals]
+    if not all(np.isfinite(v) and v >= 0 for v in out) or (out and sum(out) <= 0):
+        raise ValueError(f"weights[{t}] of {where} must be finite, >= 0 and not all 0. "
+                         f"Got {out} instead.")
+    return out
