@@ -135,3 +135,24 @@ def test_closed_pipe_on_help_ends_quietly() -> None:
         code = proc.wait(timeout=120)
     assert "Traceback" not in err and "Exception ignored" not in err
     assert code in (0, EXIT_BROKEN_PIPE)  # 0 if the help fit the pipe before it closed
+
+
+def test_warnings_print_as_one_fedsec_line_each(capsys) -> None:
+    """A warning raised under a sub-command is one ``fedsec: warning:`` line (no file
+    path or source line), printed once however often it is raised."""
+    import argparse
+    import warnings
+
+    from fedsec.cli import _run
+    from fedsec.errors import PrecisionWarning, PrivacyWarning
+
+    def noisy(_args: argparse.Namespace) -> int:
+        for _ in range(3):  # e.g. once per worker
+            warnings.warn("scores tied", PrecisionWarning, stacklevel=1)
+        warnings.warn("labels leak", PrivacyWarning, stacklevel=1)
+        return 0
+
+    assert _run(argparse.Namespace(func=noisy)) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["fedsec: warning: scores tied",
+                                "fedsec: privacy warning: labels leak"]

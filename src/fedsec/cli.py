@@ -22,12 +22,15 @@ import importlib
 import os
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from fedsec import __version__
 from fedsec.errors import (
     FedsecError,
     PolicyViolation,
+    PrivacyWarning,
     ProtocolError,
     TamperingDetected,
     UndefinedMetricError,
@@ -119,9 +122,28 @@ def _silence_stdout() -> None:
         pass
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """A warning as the command line's own line on stderr (no source location), each
+    distinct text once per command."""
+    text = printable(str(message))
+    if text in _shown:
+        return
+    _shown.add(text)
+    kind = "privacy warning" if issubclass(category, PrivacyWarning) else "warning"
+    print(f"fedsec: {kind}: {text}", file=sys.stderr, flush=True)
+
+
+_shown: set[str] = set()
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
-        code: int = args.func(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")  # _show_warning prints each text once
+            warnings.showwarning = _show_warning
+            _shown.clear()
+            code: int = args.func(args)
         sys.stdout.flush()
         return code
     except BrokenPipeError:

@@ -49,3 +49,8 @@ class UndefinedMetricError(FedsecError, ValueError):
 
 class PrivacyWarning(UserWarning):
     """A choice that weakens privacy, e.g. revealing a ROC curve or a tiny epsilon budget."""
+
+
+class PrecisionWarning(UserWarning):
+    """A result that may differ from the plaintext reference beyond its usual error, e.g.
+    predictions decided on scores closer than the encryption's noise."""

@@ -11,6 +11,7 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 from fedsec.crypto.sharing import FixedPointOverflow
+from fedsec.errors import PrecisionWarning
 from fedsec.learning.model import LayerSpec, ModelSpec, aggregate
 from fedsec.learning.record import RoundRecord, TrainingRecord
 from fedsec.shapley import federated_shapley
@@ -50,13 +51,16 @@ def test_unregularised_logistic_with_large_weights_under_every_protocol() -> Non
     ref = federated_shapley(rec, np.concatenate([a for a, _ in tests]),
                             np.concatenate([b for _, b in tests]))
     assert np.abs(ref.fsv).max() > 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the paper schedule's PrivacyWarning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the paper schedule's PrivacyWarning, and:
         got = {"hesv": hesv_shapley(rec, tests, schedule="paper"),
                "secsv": secsv_shapley(rec, tests, schedule="paper"),
                "secretsv": secretsv_shapley(rec, tests, schedule="paper")}
     for name, res in got.items():
         assert res.error_to(ref) <= 1e-3, name
+    # the zero-initialised global model ties every sample: HESV decides and says so
+    ties = [str(w.message) for w in caught if issubclass(w.category, PrecisionWarning)]
+    assert len(ties) == 1 and "decided as exact ties" in ties[0]
 
 
 def _spec2() -> ModelSpec:
@@ -120,7 +124,10 @@ def test_hesv_breaks_exact_ties_as_the_plaintext_model() -> None:
 
     rng = np.random.default_rng(0)
     noise = rng.normal(scale=1e-9, size=(50, 4))
-    assert (tie_break(noise) == 0).all()
+    labels, ties = tie_break(noise)
+    assert (labels == 0).all() and ties == 50
     assert (np.argmax(noise, axis=1) != 0).any()  # what a plain argmax would have done
     scores = np.array([[0.1, 0.7, 0.7 + 1e-12, 0.2], [3.0, 1.0, 2.0, 5.0]])
-    np.testing.assert_array_equal(tie_break(scores), [1, 3])
+    labels, ties = tie_break(scores)
+    np.testing.assert_array_equal(labels, [1, 3])
+    assert ties == 1

@@ -154,7 +154,7 @@ from fedsec.crypto.matmul import (
     plan_squaring,
 )
 from fedsec.crypto.params import get_preset
-from fedsec.errors import PolicyViolation, PrivacyWarning, ProtocolError
+from fedsec.errors import PolicyViolation, PrecisionWarning, PrivacyWarning, ProtocolError
 from fedsec.learning.model import LinearLayer, ModelSpec, activate
 from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import popcounts, shapley_values
@@ -225,22 +225,24 @@ _MAX_BATCHES = 1 << 16
 _LABEL_LEVEL = 1
 
 
-#: Scores within this share of a row's magnitude (``2^-20 · (1 + max|h|)``, far above the
-#: CKKS noise of the parameters in use, far below any score gap that decides a prediction)
-#: count as tied under encryption.
-TIE_TOLERANCE = 2.0 ** -20
+#: Scores within ``TIE_TOLERANCE`` of each other count as tied under encryption: above
+#: the CKKS noise of HESV's scores (absolute, from its 2^24 scale over a product with the
+#: data and the sums: up to 4e-4 measured on a zero model with features up to 9), so that
+#: an exact tie stays a tie.
+TIE_TOLERANCE = 2.0 ** -10
 
 
-def tie_break(h: NDArray[np.float64]) -> NDArray[np.int64]:
+def tie_break(h: NDArray[np.float64]) -> tuple[NDArray[np.int64], int]:
     """Predicted labels from decrypted scores ``h`` (``m × classes``) as the plaintext
-    model decides them: ``np.argmax`` takes the first of exactly tied scores, and CKKS
-    noise would otherwise break an exact tie (e.g. a zero-initialised model's) at
-    random; so the first class whose score is within :data:`TIE_TOLERANCE` of the row's
-    best wins."""
-    top = h.max(axis=1, keepdims=True)
-    tol = TIE_TOLERANCE * (1.0 + np.abs(h).max(axis=1, keepdims=True))
-    labels: NDArray[np.int64] = np.argmax(h >= top - tol, axis=1).astype(np.int64)
-    return labels
+    model decides them, and how many rows had a tie under encryption. ``np.argmax`` takes
+    the first of exactly tied scores, and CKKS noise would otherwise break an exact tie
+    (e.g. a zero-initialised model's) at random; so the first class whose score is within
+    :data:`TIE_TOLERANCE` of the row's best wins. Where the plaintext scores differ by
+    less than that, the prediction may differ from the plaintext model's: the count says
+    how often the question arose."""
+    near = h >= h.max(axis=1, keepdims=True) - TIE_TOLERANCE
+    labels: NDArray[np.int64] = np.argmax(near, axis=1).astype(np.int64)
+    return labels, int((near.sum(axis=1) > 1).sum())
 
 
 def _label_cts(n_classes: int, complex_packing: bool) -> int:
@@ -582,6 +584,7 @@ class HESVClient:
         self._seen: dict[tuple[int, int, int, int], set[int]] = {}
         self._answered = Answered()  # request ids answered (each once)
         self._round = 0  # the newest round asked about: rounds are evaluated in order
+        self._ties = 0
         #: this client's seconds by kind of work
         self.clock = Clock()
 
@@ -589,6 +592,12 @@ class HESVClient:
     def index(self) -> int:
         """This client's id."""
         return self._index
+
+    @property
+    def ties(self) -> int:
+        """Predictions this client made on scores tied within the CKKS noise
+        (:func:`tie_break`): decided as exact ties."""
+        return self._ties
 
     @property
     def name(self) -> str:
@@ -746,7 +755,8 @@ class HESVClient:
             meta = self._binding.bind({}, step="activated", to=SERVER, round=t, index=index,
                                       re_=rid)
             return wire.encode("hesv/activated", meta, blobs)
-        labels = tie_break(h)
+        labels, ties = tie_break(h)
+        self._ties += ties
         seen.add(n_layers + 1)  # knows the predictions: may not also see which are right
         with self.clock("encryption"):
             blobs = self._one_hot(labels, conj=True)
@@ -1430,6 +1440,14 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     acc = net.accounting
     for clock in (setup, server.clock, *(c.clock for c in clients)):
         acc.add_clock(clock)
+    ties = sum(c.ties for c in clients)
+    if ties:
+        warnings.warn(f"HESV: {ties} of {samples} predictions had their top two scores "
+                      f"within the CKKS noise ({TIE_TOLERANCE:.1e}) of each other "
+                      "and were decided as exact ties (the first class, as the "
+                      "plaintext model decides them); where the plaintext scores differ by "
+                      "less than that, the FSV may differ from NSSV's.", PrecisionWarning,
+                      stacklevel=2)
     seconds = time.perf_counter() - t0
     return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget, False,
                                tables if estimator == "exact" else None,

@@ -16,8 +16,9 @@ no truncation protocol is needed and reconstruction is exact: the a-priori bound
 (:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The fractional bits are
 P's choice per layer, from powers-of-two bounds each client publishes in its session hello
 (its models' norms, its data's, and its hidden layers' largest inputs on its own data;
-:mod:`fedsec.shapley.fixed_point`, as in SecSV), announced in the session message. The paper's SecretSV
-truncates inside the servers and reports its error; ours has none beyond fixed point.
+:mod:`fedsec.shapley.fixed_point`, as in SecSV), announced in the session message.
+The paper's SecretSV truncates inside the servers and reports its error; ours has none
+beyond fixed point.
 
 Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude
 (the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
