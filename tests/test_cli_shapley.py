@@ -163,5 +163,5 @@ def test_fixed_point_levers_and_zero_based_clients(capsys) -> None:
         assert main([*SMALL, "--protocol", proto, "--frac-bits", "12"]) == 2
         assert "apply to --protocol secsv only" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        main([*SMALL, "--protocol", "secsv", "--plain-bits", "61"])
-    assert exc.value.code == 2 and "20..60" in capsys.readouterr().err
+        main([*SMALL, "--protocol", "secsv", "--plain-bits", "60"])
+    assert exc.value.code == 2 and "20..59" in capsys.readouterr().err

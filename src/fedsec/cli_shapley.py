@@ -91,10 +91,10 @@ def register(sub: Any) -> None:
                    help="secsv: pin the fixed point to F fractional bits for every layer's "
                         "weights and inputs (default: chosen per layer from the run's "
                         "models and data, the most that cannot overflow)")
-    p.add_argument("--plain-bits", type=_int_at_least("--plain-bits", 20, 60), default=None,
+    p.add_argument("--plain-bits", type=_int_at_least("--plain-bits", 20, 59), default=None,
                    metavar="B",
-                   help="secsv: bits of the BFV plaintext prime (default 55; up to 60 "
-                        "leaves room for larger models, at some noise budget)")
+                   help="secsv: bits of the BFV plaintext prime, the room for fixed point "
+                        "(default 59, the most SEAL allows at this ring)")
     p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
                    help="secure protocols: evaluate the rounds in up to this many parallel "
                         "workers (default: the cores available; 1 = in this process)")
@@ -221,7 +221,7 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
         f = args.frac_bits
         common["config"] = SecSVConfig(frac_bits_model=f, frac_bits_data=f,
                                        frac_bits_hidden=f,
-                                       bfv=BFVParams(plain_bits=args.plain_bits or 55))
+                                       bfv=BFVParams(plain_bits=args.plain_bits or 59))
     if args.ray_address is not None and args.backend != "ray":
         raise ValueError("--ray-address applies to --backend ray only")
     from fedsec.runtime.parallel import shapley_in_parallel

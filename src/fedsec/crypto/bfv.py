@@ -78,15 +78,15 @@ class BFVParams:
     """
 
     poly_modulus_degree: int = 8192
-    plain_bits: int = 55
+    plain_bits: int = 59
 
     def check(self) -> BFVParams:
         if self.poly_modulus_degree not in (8192, 16384, 32768):
             raise ValueError("The BFV ring degree must be 8192, 16384 or 32768 (products "
                              "of full-range plaintexts need the noise room). Got "
                              f"{self.poly_modulus_degree} instead.")
-        if not 20 <= self.plain_bits <= 60:
-            raise ValueError(f"The BFV plaintext prime must have 20..60 bits. "
+        if not 20 <= self.plain_bits <= 59:  # SEAL finds no 60-bit batching prime here
+            raise ValueError(f"The BFV plaintext prime must have 20..59 bits. "
                              f"Got {self.plain_bits} instead.")
         return self
 

@@ -60,7 +60,7 @@ network; roles ``"client:<i>"``, ``"P"``, ``"A"``):
   shortcut, masked with uniform noise before decryption, and their zero test voided: P
   opens uniform values there, not ``r·(0 − y)``, which would be zero where ``y = 0``).
 
-Exactness (why BFV): products are exact modulo ``t`` (a 55-bit prime by default). P picks
+Exactness (why BFV): products are exact modulo ``t`` (a 59-bit prime by default). P picks
 the fixed point **per layer** (``f_θ,l`` for the weights, ``f_x,l`` for the layer's input;
 :mod:`fedsec.shapley.fixed_point`) from powers-of-two bounds every model and data owner
 publishes (``secsv/bounds``: ``‖W‖_∞``, ``‖b‖_∞`` per layer of each model it uploads,
