@@ -587,7 +587,7 @@ def _secretsv(record: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
     run = ssv.SecretSVRun(record, Network(), clients, P, A, dealer, len(groups),
                           sum(len(y) for _, y in sets), leader=0)
     rec = tap(run)
-    ssv.open_session(run.net, clients, P, A, dealer)
+    ssv.open_session(run.net, clients, P, A, dealer, record)
     empty, a_empty = clone_tserver(P), clone_tserver(A)
     names = [c.name for c in clients]
     shares = [c.share_data() for c in clients]

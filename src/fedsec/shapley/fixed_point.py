@@ -165,9 +165,9 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
             m, xb = frac_model, min(MAX_FRAC, room - frac_model)
         elif pin_x is not None:
             m, xb = min(MAX_FRAC, room - pin_x), pin_x
-        else:  # split evenly: measured on a trained MNIST CNN (T = 16), an even split
-            # flipped 30 of 198,400 predictions where giving the weights 4 more bits
-            # flipped 81 and the inputs 4 more, 29 (benchmarks/fixed_point_split.py)
+        else:  # split evenly: on the MNIST CNN trained for T = 16 rounds, the even
+            # split changed 4 of 198,400 coalition predictions, 4 more bits to the weights
+            # 28, 4 more to the inputs 7 (benchmarks/fixed_point_split.py)
             m = min(MAX_FRAC, room - room // 2)
             xb = min(MAX_FRAC, room - m)
         pinned = frac_model is not None and pin_x is not None  # kept; checked at run time
