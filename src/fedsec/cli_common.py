@@ -40,14 +40,12 @@ def _duration(seconds: float) -> str:
 def progress_printer(quiet: bool) -> Callable[[str], None]:
     """``say(msg)``: one time-stamped line on stderr per step, unless ``quiet``. A line
     reporting ``round k/T`` of a series (the text before it names the series) also gets
-    an estimate of the time left, from the rounds of that series done so far (unless the
-    line already carries one)."""
+    an estimate of the time left, from the pace of the rounds since the series' first line
+    (unless the line already carries one)."""
     start = time.perf_counter()
-    series: dict[str, float] = {}  # series -> when its first round started
-    last = start  # when the previous line came
+    series: dict[str, tuple[float, int]] = {}  # series -> (when, round) of its first line
 
     def say(msg: str) -> None:
-        nonlocal last
         if quiet:
             return
         now = time.perf_counter()
@@ -55,11 +53,11 @@ def progress_printer(quiet: bool) -> Callable[[str], None]:
         if m is not None and "ETA" not in msg:
             k, total = int(m.group(1)), int(m.group(2))
             key = f"{msg[:m.start()]}/{total}"
-            first = series.setdefault(key, last if k == 1 else now)  # round 1 began
-            # at the previous line
-            if 0 < k < total and now > first:
-                msg += f" (ETA {_duration((now - first) / k * (total - k))})"
+            if k == 1 or key not in series:
+                series[key] = (now, k)  # rounds after this one are timed
+            first, k0 = series[key]
+            if k > k0 and k < total:
+                msg += f" (ETA {_duration((now - first) / (k - k0) * (total - k))})"
         print(f"[{now - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
-        last = now
 
     return say

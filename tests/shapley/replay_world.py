@@ -106,7 +106,7 @@ def secretsv_run(rec: TrainingRecord, sets: list[tuple[np.ndarray, np.ndarray]]
                           sum(len(y) for _, y in sets), leader=0)
     acc = fz.tap(run)
     net = run.net
-    ssv.open_session(net, clients, P, A, dealer)
+    ssv.open_session(net, clients, P, A, dealer, rec)
     names = [c.name for c in clients]
     to_p, to_a = zip(*(c.share_data() for c in clients), strict=True)
     P.receive_data(net.gather(names, "P", list(to_p)))

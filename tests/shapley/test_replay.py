@@ -541,7 +541,8 @@ def test_secsv_setup_inputs_bound(secsv: list[rw.Run]) -> None:
     bounds = [p for _, _, p in mine.of("bounds")]
     _refused(lambda: sv.pick_fixed_point([other.of("bounds")[0][2], *bounds[1:]],
                                          sv.round_infos(run.record, cfg), cfg, bfv.t,
-                                         binding=run.P._b), "session")  # noqa: SLF001
+                                         run.record.spec, binding=run.P._b),  # noqa: SLF001
+             "session")
 
 
 def test_secretsv_setup_inputs_bound(secretsv: list[rw.Run]) -> None:

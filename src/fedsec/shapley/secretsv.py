@@ -1117,8 +1117,7 @@ class SecretSVClient(_SessionMember):
 
 # ====================================================================== runner
 def open_session(net: Network, clients: Sequence[SecretSVClient], P: SecretSVPrincipal,
-                 A: SecretSVAuxiliary, dealer: Dealer, record: TrainingRecord | None = None
-                 ) -> None:
+                 A: SecretSVAuxiliary, dealer: Dealer, record: TrainingRecord) -> None:
     """Every role's nonce to P (a client's with the bounds of the models it holds in
     ``record``: its own local models and the global models), P's session message with
     the fixed point to every role (each role derives the session id and checks that its
@@ -1127,7 +1126,7 @@ def open_session(net: Network, clients: Sequence[SecretSVClient], P: SecretSVPri
     names = [r.name for r in others]
     hellos = []
     for r in others:
-        if isinstance(r, SecretSVClient) and record is not None:
+        if isinstance(r, SecretSVClient):
             mine = [(t, "global", rnd.global_params) for t, rnd in enumerate(record.rounds)]
             mine += [(t, f"c{r.index}", p) for t, rnd in enumerate(record.rounds)
                      for c, p in zip(rnd.participants, rnd.local_params, strict=True)
