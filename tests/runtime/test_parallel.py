@@ -29,3 +29,15 @@ def test_ray_backend_matches_serial():
     pytest.importorskip("ray")
     items = [-3, 1, -2, 5]
     assert map_ordered(abs, items, workers=2, backend="ray") == [abs(x) for x in items]
+
+
+def test_round_costs_follow_the_coalitions_tested():
+    from types import SimpleNamespace
+
+    from fedsec.runtime.parallel import round_costs
+
+    record = SimpleNamespace(rounds=[SimpleNamespace(participants=p)
+                                     for p in [(0, 1), (0, 1, 2, 3), (2,)]])
+    assert round_costs(record) == [4.0, 16.0, 2.0]
+    assert round_costs(record, "ps", 1) == [4.0, 6.0, 2.0]  # budget * k + 2, at most 2^k
+    assert round_costs(record, "gt", 3) == [4.0, 5.0, 2.0]

@@ -259,15 +259,18 @@ def _stop(procs: Sequence[Any]) -> None:
 def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                          progress: Callable[[str], None] | None, kwargs: dict[str, Any]
                          ) -> tuple[list[tuple[Any, list[int]]], list[Caught]]:
-    """Run ``n`` spawn workers over the rounds, the costliest first; return every
-    worker's (result, rounds played) and the warnings they raised."""
+    """Run ``n`` spawn workers over the rounds; return every worker's (result, rounds
+    played) and the warnings they raised.
+
+    The rounds are handed out in order (a queue), so each worker plays increasing rounds:
+    the clients refuse a request for a round earlier than one they have served (replay
+    protection), which rules out handing out the costliest rounds first."""
     from fedsec.shapley.rounds import RoundTimer, format_seconds
 
     costs = round_costs(record, kwargs.get("estimator", "exact"), kwargs.get("budget"))
-    order = sorted(range(record.n_rounds), key=lambda t: (-costs[t], t))
     ctx = multiprocessing.get_context("spawn")
     tasks, results = ctx.Queue(), ctx.Queue()
-    for t in order:
+    for t in range(record.n_rounds):
         tasks.put(t)
     for _ in range(n):
         tasks.put(None)
@@ -275,7 +278,7 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                        protocol=pickle.HIGHEST_PROTOCOL)
     procs = [ctx.Process(target=_round_worker, args=(w + 1, job, tasks, results),
                          name=f"fedsec-rounds-{w + 1}", daemon=True) for w in range(n)]
-    timer = RoundTimer(record.n_rounds, n)
+    timer = RoundTimer(record.n_rounds, n, costs=costs)
     parts: dict[int, tuple[Any, list[int]]] = {}
     caught: list[Caught] = []
     try:
@@ -297,7 +300,7 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                     progress(f"worker {worker} ready (start-up and set-up "
                              f"{format_seconds(msg[2])})")
             elif kind == "round":
-                took = timer.done(msg[3])
+                took = timer.done(msg[3], msg[2])
                 if progress is not None:
                     progress(timer.line(msg[2], took, worker=worker))
             elif kind == "done":
@@ -363,8 +366,8 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     (``"nssv"``, ``"hesv"``, ``"secsv"`` or ``"secretsv"``, with ``kwargs``) on the whole
     record: its own key set-up and test-data upload once (a run of its own: no keys are
     shared between processes, so the set-up is sent once per worker), then it evaluates
-    the rounds handed out to it one at a time, the costliest first (:func:`round_costs`),
-    as workers free up; a worker whose set-up is slow simply takes fewer rounds. The
+    the rounds handed out to it one at a time, in order, as workers free up; a worker
+    whose set-up is slow, or whose rounds cost more, simply takes fewer rounds. The
     results are joined: per-round SSVs in round order, FSV their sum, costs and accounting
     added. Every worker plans its fixed point from the whole record, as the sequential run
     does, and estimators draw each round's coalitions from a stream derived from the
@@ -376,7 +379,7 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     (:meth:`~fedsec.learning.record.TrainingRecord.slice`), one task each.
 
     ``progress`` gets a line when each worker is ready and after every round (its worker,
-    its time, the rounds done and an ETA). Warnings raised in the workers (e.g. a
+    its time, the rounds done and an ETA weighted by :func:`round_costs`). Warnings raised in the workers (e.g. a
     :class:`~fedsec.errors.PrivacyWarning`) are raised again here, each distinct one once.
     ``workers=1`` or ``backend="serial"`` runs in this process.
     """

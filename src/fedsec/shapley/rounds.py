@@ -13,7 +13,7 @@ and an estimate of the time left (ETA).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -61,7 +61,9 @@ class RoundTimer:
     """Elapsed time and ETA of an evaluation of ``n_rounds`` rounds by ``workers`` workers.
 
     The ETA is the mean time of the rounds done so far times the rounds left, divided by
-    the workers that can still be busy (``min(workers, rounds left)``).
+    the workers that can still be busy (``min(workers, rounds left)``); with ``costs``
+    (an estimate per round, e.g. the models it tests), the time per unit of cost of the
+    rounds done times the cost of the rounds left.
 
     Parameters
     ----------
@@ -69,26 +71,36 @@ class RoundTimer:
         Rounds to evaluate.
     workers : int, default=1
         Workers evaluating them at once.
+    costs : sequence of float, optional
+        Relative cost of every round (default: all equal).
     clock : callable, optional
         Seconds (default :func:`time.perf_counter`).
     """
 
-    def __init__(self, n_rounds: int, workers: int = 1,
+    def __init__(self, n_rounds: int, workers: int = 1, *,
+                 costs: Sequence[float] | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.n_rounds, self.workers, self._clock = n_rounds, max(1, workers), clock
+        self.costs = [1.0] * n_rounds if costs is None else [float(c) for c in costs]
+        if len(self.costs) != n_rounds or min(self.costs, default=1.0) <= 0:
+            raise ValueError(f"The 'costs' parameter of RoundTimer must hold {n_rounds} "
+                             f"positive numbers. Got {costs!r} instead.")
         self.start = clock()
         self.durations: list[float] = []
+        self._done_cost = 0.0
         self._last = self.start
 
     def round_started(self) -> None:
         """Mark the start of the next round (serial loops: after the set-up)."""
         self._last = self._clock()
 
-    def done(self, seconds: float | None = None) -> float:
-        """Count one more round done (timed since the last mark unless ``seconds``)."""
+    def done(self, seconds: float | None = None, t: int | None = None) -> float:
+        """Count round ``t`` (or one more round) done, timed since the last mark unless
+        ``seconds``."""
         now = self._clock()
         took = now - self._last if seconds is None else seconds
         self.durations.append(took)
+        self._done_cost += self.costs[t] if t is not None else sum(self.costs) / self.n_rounds
         self._last = now
         return took
 
@@ -103,8 +115,9 @@ class RoundTimer:
         left = self.n_rounds - len(self.durations)
         if left <= 0:
             return 0.0
-        mean = sum(self.durations) / len(self.durations)
-        return mean * left / min(self.workers, left)
+        per_cost = sum(self.durations) / self._done_cost
+        left_cost = max(0.0, sum(self.costs) - self._done_cost)
+        return per_cost * left_cost / min(self.workers, left)
 
     def line(self, t: int, took: float, what: str = "", worker: int | None = None) -> str:
         """``round 3/16 done (worker 2, 41.2 s): 31 models tested; 5/16 done in 2 min 3 s,
