@@ -80,12 +80,11 @@ def test_secsv_on_ray_equals_sequential(agnews_small) -> None:  # type: ignore[n
 # ----------------------------------------------------- rounds handed out one at a time
 @pytest.fixture(scope="module")
 def partial():  # type: ignore[no-untyped-def]
-    """Rounds of different cost (participants vary), so the costliest go first."""
+    """Rounds of different cost (3 or 5 participants): workers take unequal shares."""
     pytest.importorskip("torch", reason="training needs fedsec[learning] (torch)")
     from fedsec.learning.fedavg import run_fedavg
-    from fedsec.learning.tasks import make_task
-
     from fedsec.learning.record import TrainingRecord
+    from fedsec.learning.tasks import make_task
 
     task = make_task("agnews", n_samples=500, seed=1)
     fed = task.federate(5, seed=1)
@@ -182,3 +181,19 @@ def test_a_failing_worker_fails_the_run(agnews_small) -> None:  # type: ignore[n
         shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, schedule="loose")
     with pytest.raises(ValueError, match="workers"):
         shapley_in_parallel("secsv", tr.record, _sets(tr), workers=0)
+
+
+def test_hesv_workers_equal_nssv_and_warn_once(agnews_small) -> None:  # type: ignore[no-untyped-def]
+    """HESV in two workers: NSSV's FSVs (up to CKKS noise) and its warning raised once."""
+    import warnings
+
+    tr = agnews_small
+    record, sets = tr.record, _sets(tr)
+    ref = federated_shapley(record, tr.x, tr.y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        par = shapley_in_parallel("hesv", record, sets, workers=2, schedule="paper")
+    assert par.protocol == "hesv" and par.models_tested == ref.models_tested
+    assert par.error_to(ref) < 1e-3
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == len(set(texts))  # each distinct warning once, not once per worker

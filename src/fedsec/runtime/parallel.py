@@ -184,8 +184,12 @@ def _picklable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _round_worker(worker: int, job: bytes, tasks: Any, results: Any) -> None:
+def _round_worker(worker: int, jobs: Any, tasks: Any, results: Any) -> None:
     """A worker process: the protocol's set-up once, then the rounds ``tasks`` hands out.
+
+    The job (protocol, record, test sets, options) comes on ``jobs``, not as the process's
+    arguments: a spawned child that dies before reading its arguments would leave the
+    parent blocked writing them (the parent holds the pipe's other end until it is done).
 
     Messages to the parent on ``results``: ``("ready", worker, set-up seconds)`` once the
     set-up is done, ``("round", worker, t, seconds)`` after every round, then
@@ -213,7 +217,7 @@ def _round_worker(worker: int, job: bytes, tasks: Any, results: Any) -> None:
 
     records: list[warnings.WarningMessage] = []
     try:
-        protocol, record, test_sets, kwargs = pickle.loads(job)
+        protocol, record, test_sets, kwargs = pickle.loads(jobs.get())
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
             with round_source(source):
@@ -269,14 +273,16 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
 
     costs = round_costs(record, kwargs.get("estimator", "exact"), kwargs.get("budget"))
     ctx = multiprocessing.get_context("spawn")
-    tasks, results = ctx.Queue(), ctx.Queue()
+    jobs, tasks, results = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    job = pickle.dumps((protocol, record, list(test_sets), kwargs),
+                       protocol=pickle.HIGHEST_PROTOCOL)
+    for _ in range(n):  # written by the queue's thread while the workers start
+        jobs.put(job)
     for t in range(record.n_rounds):
         tasks.put(t)
     for _ in range(n):
         tasks.put(None)
-    job = pickle.dumps((protocol, record, list(test_sets), kwargs),
-                       protocol=pickle.HIGHEST_PROTOCOL)
-    procs = [ctx.Process(target=_round_worker, args=(w + 1, job, tasks, results),
+    procs = [ctx.Process(target=_round_worker, args=(w + 1, jobs, tasks, results),
                          name=f"fedsec-rounds-{w + 1}", daemon=True) for w in range(n)]
     timer = RoundTimer(record.n_rounds, n, costs=costs)
     parts: dict[int, tuple[Any, list[int]]] = {}
@@ -311,8 +317,9 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                 raise msg[2]
     finally:
         _stop(procs)
-        tasks.close()
-        results.close()
+        for q in (jobs, tasks, results):
+            q.close()
+            q.cancel_join_thread()  # what a dead worker left unread is dropped
     return [parts[w] for w in sorted(parts)], caught
 
 
@@ -379,8 +386,9 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     (:meth:`~fedsec.learning.record.TrainingRecord.slice`), one task each.
 
     ``progress`` gets a line when each worker is ready and after every round (its worker,
-    its time, the rounds done and an ETA weighted by :func:`round_costs`). Warnings raised in the workers (e.g. a
-    :class:`~fedsec.errors.PrivacyWarning`) are raised again here, each distinct one once.
+    its time, the rounds done and an ETA weighted by :func:`round_costs`). Warnings raised
+    in the workers (e.g. a :class:`~fedsec.errors.PrivacyWarning`) are raised again here,
+    each distinct one once.
     ``workers=1`` or ``backend="serial"`` runs in this process.
     """
     from fedsec.shapley.rounds import format_seconds
