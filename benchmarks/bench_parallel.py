@@ -10,7 +10,10 @@ Parts:
 * ``speedup`` -- :func:`fedsec.runtime.parallel.shapley_in_parallel` with W = 1 (serial,
   in this process) and W = 2 (two spawn workers), interleaved, medians of ``--repeats``:
   rounds per second, speed-up over serial, efficiency (speed-up / W), wall and CPU
-  seconds (children included).
+  seconds (children included). On a shared machine the wall-clock speed-up says how many
+  free cores there were; the *critical path* (the parent's CPU seconds plus its busiest
+  worker's, from the workers' own reports) is what the run takes on W free cores, and
+  the *free-core* speed-up is the serial run's CPU seconds over it.
 
 Tasks (n = 5 clients, fixed seeds):
 
@@ -172,29 +175,52 @@ def speedup(names: list[str], rounds: int, workers: list[int], repeats: int
         spec = TASKS[name]
         fed, record = _federation(spec, rounds)
         sets = [(c.x_test, c.y_test) for c in fed.clients]
-        times: dict[int, list[tuple[float, float]]] = {w: [] for w in workers}
+        times: dict[int, list[tuple[float, float, float]]] = {w: [] for w in workers}
         ssv: dict[int, Any] = {}
         for _ in range(repeats):
             for w in workers:  # interleaved: W = 1, 2, 1, 2, ...
-                c0, t0 = _cpu(), time.perf_counter()
+                lines: list[str] = []
+                c0, p0, t0 = _cpu(), time.process_time(), time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     res = shapley_in_parallel(spec["protocol"], record, sets, workers=w,
+                                              progress=lines.append,
                                               **_kwargs(spec["protocol"]))
-                times[w].append((time.perf_counter() - t0, _cpu() - c0))
+                wall, cpu = time.perf_counter() - t0, _cpu() - c0
+                # on free cores a run takes about the parent's own CPU plus its busiest
+                # worker's ("worker 2 done: 4 rounds, 11.2 s of CPU"; None if the
+                # implementation does not report it)
+                busiest = [_seconds(ln.split(" rounds, ")[1].removesuffix(" of CPU"))
+                           for ln in lines if " done: " in ln and ln.startswith("worker ")]
+                free = (time.process_time() - p0 + max(busiest)) if busiest else cpu
+                times[w].append((wall, cpu, free if w > 1 else cpu))
                 ssv[w] = res.ssv
-                say(f"{name} W={w}: {times[w][-1][0]:.1f} s wall, {times[w][-1][1]:.1f} s CPU")
-        base = statistics.median(t for t, _ in times[workers[0]])
+                say(f"{name} W={w}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                    f"{times[w][-1][2]:.1f} s critical path")
+        base = statistics.median(t for t, _, _ in times[workers[0]])
+        base_cpu = statistics.median(c for _, c, _ in times[workers[0]])
         for w in workers:
-            wall = statistics.median(t for t, _ in times[w])
-            cpu = statistics.median(c for _, c in times[w])
+            wall = statistics.median(t for t, _, _ in times[w])
+            cpu = statistics.median(c for _, c, _ in times[w])
+            path = statistics.median(f for _, _, f in times[w])
             row = {"task": name, "protocol": spec["protocol"], "M": spec["M"], "T": rounds,
-                   "W": w, "wall_s": wall, "cpu_s": cpu, "walls": [t for t, _ in times[w]],
+                   "W": w, "wall_s": wall, "cpu_s": cpu, "walls": [t for t, _, _ in times[w]],
+                   "critical_path_cpu_s": path,
                    "rounds_per_s": rounds / wall, "speedup": base / wall,
                    "efficiency": base / wall / w,
+                   "free_core_speedup": base_cpu / path,
+                   "free_core_efficiency": base_cpu / path / w,
                    "max_ssv_diff_vs_serial": float(np.max(np.abs(ssv[w] - ssv[workers[0]])))}
             rows.append(row)
     return rows
+
+
+def _seconds(text: str) -> float:
+    """Inverse of :func:`fedsec.shapley.rounds.format_seconds` ("3 min 10 s" -> 190)."""
+    total, parts = 0.0, text.split()
+    for value, unit in zip(parts[::2], parts[1::2], strict=True):
+        total += float(value) * {"h": 3600, "min": 60, "s": 1}[unit]
+    return total
 
 
 def table(out: dict[str, Any]) -> str:
@@ -210,12 +236,14 @@ def table(out: dict[str, Any]) -> str:
                          f"{r['serial_total_s']:.1f} |")
         lines.append("")
     if out.get("speedup"):
-        lines += ["| task | W | wall (s) | CPU (s) | rounds/s | speed-up | efficiency |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| task | W | wall (s) | CPU (s) | rounds/s | speed-up | efficiency | "
+                  "critical path (CPU s) | free-core speed-up | free-core efficiency |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in out["speedup"]:
             lines.append(f"| {r['task']} T={r['T']} | {r['W']} | {r['wall_s']:.1f} | "
                          f"{r['cpu_s']:.1f} | {r['rounds_per_s']:.3f} | {r['speedup']:.2f} | "
-                         f"{r['efficiency']:.2f} |")
+                         f"{r['efficiency']:.2f} | {r['critical_path_cpu_s']:.1f} | "
+                         f"{r['free_core_speedup']:.2f} | {r['free_core_efficiency']:.2f} |")
     return "\n".join(lines)
 
 

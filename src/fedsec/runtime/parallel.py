@@ -193,8 +193,8 @@ def _round_worker(worker: int, jobs: Any, tasks: Any, results: Any) -> None:
 
     Messages to the parent on ``results``: ``("ready", worker, set-up seconds)`` once the
     set-up is done, ``("round", worker, t, seconds)`` after every round, then
-    ``("done", worker, result, played, warnings)`` or ``("error", worker, exception,
-    traceback, warnings)``.
+    ``("done", worker, result, played, warnings, CPU seconds)`` or ``("error", worker,
+    exception, traceback, warnings)``.
     """
     from fedsec.shapley.rounds import round_source
 
@@ -223,7 +223,7 @@ def _round_worker(worker: int, jobs: Any, tasks: Any, results: Any) -> None:
             with round_source(source):
                 result = _protocol_fn(protocol)(record, test_sets, progress=progress,
                                                  **kwargs)
-        results.put(("done", worker, result, played, _caught(records)))
+        results.put(("done", worker, result, played, _caught(records), time.process_time()))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the parent
         results.put(("error", worker, _picklable(exc), traceback.format_exc(),
                      _caught(records)))
@@ -312,6 +312,9 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
             elif kind == "done":
                 parts[worker] = (msg[2], msg[3])
                 caught += msg[4]
+                if progress is not None:
+                    progress(f"worker {worker} done: {len(msg[3])} rounds, "
+                             f"{format_seconds(msg[5])} of CPU")
             else:  # "error": the first failure stops the run, as it would serially
                 _reissue(caught + msg[4])
                 raise msg[2]
