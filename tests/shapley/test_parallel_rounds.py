@@ -154,6 +154,9 @@ def test_secsv_workers_give_sequential_ssvs_progress_and_one_warning(partial) ->
     assert sorted(int(ln.split()[1].split("/")[0]) for ln in done) == [1, 2, 3, 4]
     assert "ETA" in done[0] and "ETA" not in done[-1]
     assert sum(ln.startswith("worker ") and "ready" in ln for ln in lines) == 2
+    finished = [ln for ln in lines if ln.startswith("worker ") and " done: " in ln]
+    assert len(finished) == 2 and all(ln.endswith(" of CPU") for ln in finished)
+    assert sum(int(ln.split(" done: ")[1].split()[0]) for ln in finished) == record.n_rounds
     played: dict[str, list[int]] = {}  # every worker plays increasing rounds
     for ln in done:
         played.setdefault(ln.split("(worker ")[1].split(",")[0], []).append(
