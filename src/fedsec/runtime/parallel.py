@@ -191,10 +191,10 @@ def _round_worker(worker: int, jobs: Any, tasks: Any, results: Any) -> None:
     arguments: a spawned child that dies before reading its arguments would leave the
     parent blocked writing them (the parent holds the pipe's other end until it is done).
 
-    Messages to the parent on ``results``: ``("ready", worker, set-up seconds)`` once the
-    set-up is done, ``("round", worker, t, seconds)`` after every round, then
-    ``("done", worker, result, played, warnings, CPU seconds)`` or ``("error", worker,
-    exception, traceback, warnings)``.
+    Messages to the parent on ``results``: ``("ready", worker, seconds)`` once the set-up
+    is done (seconds since the worker's imports), ``("round", worker, t, seconds)`` after
+    every round, then ``("done", worker, result, played, warnings, CPU seconds)`` or
+    ``("error", worker, exception, traceback, warnings)``.
     """
     from fedsec.shapley.rounds import round_source
 
@@ -287,6 +287,7 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
     timer = RoundTimer(record.n_rounds, n, costs=costs)
     parts: dict[int, tuple[Any, list[int]]] = {}
     caught: list[Caught] = []
+    launched = time.perf_counter()
     try:
         for p in procs:
             p.start()
@@ -303,8 +304,9 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
             kind, worker = msg[0], msg[1]
             if kind == "ready":
                 if progress is not None:
-                    progress(f"worker {worker} ready (start-up and set-up "
-                             f"{format_seconds(msg[2])})")
+                    progress(f"worker {worker} ready "
+                             f"{format_seconds(time.perf_counter() - launched)} after its "
+                             f"start (set-up {format_seconds(msg[2])})")
             elif kind == "round":
                 took = timer.done(msg[3], msg[2])
                 if progress is not None:
