@@ -31,6 +31,7 @@ from fedsec.shapley.estimators import (
     kernel_shap,
     permutation_sampling,
 )
+from fedsec.shapley.rounds import RoundTimer, rounds_to_play
 from fedsec.shapley.utility import RoundGame, SkipStats
 
 __all__ = ["ESTIMATORS", "DEFAULT_BUDGETS", "ShapleyResult", "federated_shapley"]
@@ -113,7 +114,10 @@ def _rounds(record: TrainingRecord, x: FloatArray, y: NDArray[np.int64], estimat
             budget: int, sample_skip: bool, audit: bool, seed: int,
             ssv: FloatArray, tables: list[FloatArray], stats: SkipStats, counts: list[int],
             progress: Progress | None) -> None:
-    for t, rnd in enumerate(record.rounds):
+    timer = RoundTimer(record.n_rounds)
+    for t in rounds_to_play(record):
+        rnd = record.rounds[t]
+        timer.round_started()
         if estimator == "exact" and len(rnd.participants) > MAX_EXACT_PLAYERS:
             raise ValueError(f"Exact SSV enumerates 2^k subsets; round {t + 1} has "
                              f"{len(rnd.participants)} > {MAX_EXACT_PLAYERS} participants.")
@@ -126,8 +130,9 @@ def _rounds(record: TrainingRecord, x: FloatArray, y: NDArray[np.int64], estimat
         counts[0] += game.models_tested
         counts[1] += game.samples_tested
         stats.add(game.stats)
+        took = timer.done()
         if progress is not None:
-            progress(f"round {t + 1}/{record.n_rounds}: {game.models_tested} models tested")
+            progress(timer.line(t, took, f"{game.models_tested} models tested"))
 
 
 def federated_shapley(record: TrainingRecord, x_test: NDArray[Any], y_test: NDArray[Any], *,

@@ -179,6 +179,7 @@ from fedsec.shapley.estimators import (
     permutation_sampling,
 )
 from fedsec.shapley.fsv import round_rng
+from fedsec.shapley.rounds import RoundTimer, rounds_to_play
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -1407,7 +1408,10 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     tables: list[FloatArray] = []
     models_tested = samples = 0
     total = sum(len(y) for _, y in sets)
-    for t, rnd in enumerate(record.rounds):  # step 3: every round's models
+    timer = RoundTimer(record.n_rounds)
+    for t in rounds_to_play(record):  # step 3: every round's models
+        rnd = record.rounds[t]
+        timer.round_started()
         ups = [(0, clients[0].upload_model(t, rnd.global_params, kind="global"))]
         ups += [(cid, clients[cid].upload_model(t, p, kind="local"))
                 for cid, p in zip(rnd.participants, rnd.local_params, strict=True)]
@@ -1435,8 +1439,9 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
         models_tested += len(game.cache)
         samples += len(game.cache) * total
         server.end_round(t)
+        took = timer.done()
         if progress is not None:
-            progress(f"round {t + 1}/{record.n_rounds}: {len(game.cache)} models tested")
+            progress(timer.line(t, took, f"{len(game.cache)} models tested"))
     acc = net.accounting
     for clock in (setup, server.clock, *(c.clock for c in clients)):
         acc.add_clock(clock)

@@ -21,6 +21,7 @@ from fedsec.learning.record import TrainingRecord
 from fedsec.metrics.shapley import shapley_values
 from fedsec.protocol.accounting import Accounting
 from fedsec.shapley.fsv import round_rng
+from fedsec.shapley.rounds import RoundTimer, rounds_to_play
 from fedsec.shapley.secure_common import SecureShapleyResult
 from fedsec.shapley.utility import SkipStats, ascending_table, find_skippable
 
@@ -208,7 +209,11 @@ def shuffle(rows: NDArray[np.int64]) -> NDArray[np.int64]:
 
 def run_rounds(run: SecureRun, estimator: str, budget: int, sample_skip: bool, seed: int,
                progress: Progress | None, protocol: str) -> SecureShapleyResult:
-    """Every round: upload, exact table or estimator over :class:`SecureRoundGame`."""
+    """Every round: upload, exact table or estimator over :class:`SecureRoundGame`.
+
+    The rounds are those of :func:`~fedsec.shapley.rounds.rounds_to_play` (all, in order,
+    unless a parallel worker is handed them one at a time); ``progress`` gets one line per
+    round with its time, the time elapsed and an ETA."""
     from fedsec.shapley.estimators import (
         group_testing,
         gtg_shapley,
@@ -222,7 +227,10 @@ def run_rounds(run: SecureRun, estimator: str, budget: int, sample_skip: bool, s
     tables: list[NDArray[np.float64]] = []
     stats = SkipStats()
     models = samples = 0
-    for t, rnd in enumerate(record.rounds):
+    timer = RoundTimer(t_rounds)
+    for t in rounds_to_play(record):
+        rnd = record.rounds[t]
+        timer.round_started()
         run.upload_round(t)
         game = SecureRoundGame(run, t, sample_skip)
         if estimator == "exact":
@@ -239,8 +247,9 @@ def run_rounds(run: SecureRun, estimator: str, budget: int, sample_skip: bool, s
         samples += game.samples_tested
         stats.add(game.stats)
         run.end_round(t)
+        took = timer.done()
         if progress is not None:
-            progress(f"round {t + 1}/{t_rounds}: {game.models_tested} models tested")
+            progress(timer.line(t, took, f"{game.models_tested} models tested"))
     return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget or None, sample_skip,
                                tables if estimator == "exact" else None,
                                [r.participants for r in record.rounds], models, samples, 0.0,
