@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsec.cli_common import _duration, progress_printer
+from fedsec.cli_common import progress_printer
 
 
 def test_rounds_get_an_eta_until_the_last(capsys) -> None:
@@ -21,9 +21,3 @@ def test_rounds_get_an_eta_until_the_last(capsys) -> None:
 def test_quiet_prints_nothing(capsys) -> None:
     progress_printer(True)("round 1/2")
     assert capsys.readouterr().err == ""
-
-
-def test_durations_read_naturally() -> None:
-    assert _duration(42.4) == "42 s"
-    assert _duration(125) == "2 min 05 s"
-    assert _duration(7260) == "2 h 01 min"

@@ -8,6 +8,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from fedsec.shapley.rounds import format_seconds
+
 __all__ = ["int_arg", "progress_printer"]
 
 
@@ -31,12 +33,6 @@ def int_arg(name: str, low: int | None = None, high: int | None = None
 _ROUND = re.compile(r"\bround (\d+)/(\d+)\b")
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s} s" if s < 90 else f"{s // 60} min {s % 60:02d} s" if s < 5400 \
-        else f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
 def progress_printer(quiet: bool) -> Callable[[str], None]:
     """``say(msg)``: one time-stamped line on stderr per step, unless ``quiet``. A line
     reporting ``round k/T`` of a series (the text before it names the series) also gets
@@ -57,7 +53,7 @@ def progress_printer(quiet: bool) -> Callable[[str], None]:
                 series[key] = (now, k)  # rounds after this one are timed
             first, k0 = series[key]
             if k > k0 and k < total:
-                msg += f" (ETA {_duration((now - first) / (k - k0) * (total - k))})"
+                msg += f" (ETA {format_seconds((now - first) / (k - k0) * (total - k))})"
         print(f"[{now - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
 
     return say

@@ -363,7 +363,14 @@ def _join(protocol: str, record: Any, parts: Sequence[tuple[Any, Sequence[int]]]
               sum(res.models_tested for res, _ in parts),
               sum(res.samples_tested for res, _ in parts), seconds, stats)
     if isinstance(first, SecureShapleyResult):
-        return SecureShapleyResult(*common, protocol=protocol, accounting=acc)
+        out = SecureShapleyResult(*common, protocol=protocol, accounting=acc,
+                                  fixed_point=first.fixed_point,  # one plan over the record
+                                  near_ties=sum(res.near_ties for res, _ in parts))
+        if protocol == "hesv" and out.near_ties:  # the workers kept theirs for the total
+            from fedsec.shapley.hesv import warn_ties
+
+            warn_ties(out.near_ties, out.samples_tested)
+        return out
     return type(first)(*common)
 
 

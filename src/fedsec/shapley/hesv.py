@@ -179,7 +179,7 @@ from fedsec.shapley.estimators import (
     permutation_sampling,
 )
 from fedsec.shapley.fsv import round_rng
-from fedsec.shapley.rounds import RoundTimer, rounds_to_play
+from fedsec.shapley.rounds import RoundTimer, in_worker, rounds_to_play
 from fedsec.shapley.secure_common import (
     SecureShapleyResult,
     TestSets,
@@ -244,6 +244,16 @@ def tie_break(h: NDArray[np.float64]) -> tuple[NDArray[np.int64], int]:
     near = h >= h.max(axis=1, keepdims=True) - TIE_TOLERANCE
     labels: NDArray[np.int64] = np.argmax(near, axis=1).astype(np.int64)
     return labels, int((near.sum(axis=1) > 1).sum())
+
+
+def warn_ties(ties: int, predictions: int, *, stacklevel: int = 2) -> None:
+    """The :class:`~fedsec.errors.PrecisionWarning` of a run with ``ties`` predictions
+    decided by :func:`tie_break`."""
+    warnings.warn(f"HESV: {ties} of {predictions} predictions had their top two scores "
+                  f"within the CKKS noise ({TIE_TOLERANCE:.1e}) of each other and were "
+                  "decided as exact ties (the first class, as the plaintext model decides "
+                  "them); where the plaintext scores differ by less than that, the FSV may "
+                  "differ from NSSV's.", PrecisionWarning, stacklevel=stacklevel + 1)
 
 
 def _label_cts(n_classes: int, complex_packing: bool) -> int:
@@ -1446,15 +1456,11 @@ def hesv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str 
     for clock in (setup, server.clock, *(c.clock for c in clients)):
         acc.add_clock(clock)
     ties = sum(c.ties for c in clients)
-    if ties:
-        warnings.warn(f"HESV: {ties} of {samples} predictions had their top two scores "
-                      f"within the CKKS noise ({TIE_TOLERANCE:.1e}) of each other "
-                      "and were decided as exact ties (the first class, as the "
-                      "plaintext model decides them); where the plaintext scores differ by "
-                      "less than that, the FSV may differ from NSSV's.", PrecisionWarning,
-                      stacklevel=2)
+    if ties and not in_worker():  # a parallel runner warns once with every worker's
+        warn_ties(ties, samples, stacklevel=3)
     seconds = time.perf_counter() - t0
     return SecureShapleyResult(ssv.sum(axis=0), ssv, estimator, budget, False,
                                tables if estimator == "exact" else None,
                                [r.participants for r in record.rounds], models_tested,
-                               samples, seconds, protocol="hesv", accounting=acc)
+                               samples, seconds, protocol="hesv", accounting=acc,
+                               near_ties=ties)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["RoundTimer", "format_seconds", "round_source", "rounds_to_play"]
+__all__ = ["RoundTimer", "format_seconds", "in_worker", "round_source", "rounds_to_play"]
 
 #: A callable ``source(n_rounds) -> iterator of round indices`` installed by a runner.
 RoundSource = Callable[[int], Iterator[int]]
@@ -35,6 +35,12 @@ def rounds_to_play(record: Any) -> Iterator[int]:
     if source is None:
         return iter(range(record.n_rounds))
     return source(record.n_rounds)
+
+
+def in_worker() -> bool:
+    """Whether a parallel runner's :func:`round_source` is installed (this call plays
+    only some of the rounds: run-wide reports are the runner's to make)."""
+    return _SOURCE.get() is not None
 
 
 @contextmanager

@@ -41,11 +41,15 @@ class SecureShapleyResult(ShapleyResult):
     #: permits (a prediction can differ from the plaintext model's only where its top two
     #: scores are closer than twice that); None for the other protocols
     fixed_point: dict[str, Any] | None = None
+    #: HESV: predictions decided on scores tied within the CKKS noise (a
+    #: :class:`~fedsec.errors.PrecisionWarning` says so); 0 for the other protocols
+    near_ties: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out["protocol"] = self.protocol
         out["fixed_point"] = self.fixed_point
+        out["near_ties"] = self.near_ties
         out.update(self.accounting.to_dict(self.bandwidth_mbps))
         return out
 
