@@ -126,17 +126,13 @@ def _map_ray(fn: Callable[[T], R], items: list[T], n: int, address: str | None) 
 
 # ------------------------------------------------------------------ Shapley rounds in parallel
 def _protocol_fn(protocol: str) -> Callable[..., Any]:
-    if protocol == "hesv":
-        from fedsec.shapley.hesv import hesv_shapley
-        return hesv_shapley
-    if protocol == "secsv":
-        from fedsec.shapley.secsv import secsv_shapley
-        return secsv_shapley
-    if protocol == "secretsv":
-        from fedsec.shapley.secretsv import secretsv_shapley
-        return secretsv_shapley
-    from fedsec.shapley.fsv import federated_shapley
+    """``protocol``'s function, taking per-client test sets (NSSV on the pooled ones)."""
+    from fedsec.shapley.api import protocol_function
     from fedsec.shapley.secure_common import pooled
+
+    if protocol != "nssv":
+        return protocol_function(protocol)
+    federated_shapley = protocol_function(protocol)
 
     def nssv(record: Any, test_sets: Any, **kwargs: Any) -> Any:
         x, y, _ = pooled(test_sets)

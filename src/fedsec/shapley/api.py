@@ -60,7 +60,8 @@ def normalize_test_sets(test_sets: Any, n_clients: int, in_features: int, *,
     return check_test_sets(test_sets, n_clients, in_features, where=where)
 
 
-def _protocol_function(protocol: str) -> Callable[..., Any]:
+def protocol_function(protocol: str) -> Callable[..., Any]:
+    """``protocol``'s own function (``federated_shapley`` for ``"nssv"``)."""
     if protocol == "hesv":
         from fedsec.shapley.hesv import hesv_shapley
         return hesv_shapley
@@ -165,7 +166,7 @@ def secure_shapley(record: Any, test_sets: Any, *, protocol: str = "secsv",
         raise ValueError(f"The 'workers' parameter of {WHERE} must be an int >= 1. "
                          f"Got {workers!r} instead.")
     sets = normalize_test_sets(test_sets, record.n_clients, record.spec.in_features)
-    fn = _protocol_function(protocol)
+    fn = protocol_function(protocol)
     accepted = set(inspect.signature(fn).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
