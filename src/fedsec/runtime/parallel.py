@@ -62,6 +62,16 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
+def _check_pool(backend: str, workers: int | None, where: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"The 'backend' parameter of {where} must be one of {BACKENDS}. "
+                         f"Got {backend!r} instead.")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ValueError(f"The 'workers' parameter of {where} must be an int >= 1. "
+                         f"Got {workers!r} instead.")
+
+
 def _call(fn: Callable[[T], R], item: T) -> R:
     return fn(item)
 
@@ -83,13 +93,7 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], *, workers: int | None
     ray_address : str, optional
         Address of a running Ray cluster (``backend="ray"`` only).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"The 'backend' parameter of map_ordered must be one of {BACKENDS}. "
-                         f"Got {backend!r} instead.")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise ValueError(f"The 'workers' parameter of map_ordered must be an int >= 1. "
-                         f"Got {workers!r} instead.")
+    _check_pool(backend, workers, "map_ordered")
     items = list(items)
     n = min(workers or default_workers(), max(1, len(items)))
     if backend == "serial" or n == 1:
@@ -405,13 +409,7 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     if protocol not in PROTOCOLS:
         raise ValueError(f"The 'protocol' parameter of shapley_in_parallel must be one of "
                          f"{PROTOCOLS}. Got {protocol!r} instead.")
-    if backend not in BACKENDS:
-        raise ValueError(f"The 'backend' parameter of shapley_in_parallel must be one of "
-                         f"{BACKENDS}. Got {backend!r} instead.")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise ValueError(f"The 'workers' parameter of shapley_in_parallel must be an int "
-                         f">= 1. Got {workers!r} instead.")
+    _check_pool(backend, workers, "shapley_in_parallel")
     n = min(workers or default_workers(), record.n_rounds)
     if n == 1 or backend == "serial":  # in this process, with per-round progress
         return _protocol_fn(protocol)(record, test_sets, progress=progress, **kwargs)
