@@ -1273,8 +1273,8 @@ def secretsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: 
         groups, strong = plan_groups(n, n_layers)
     if not strong:
         warnings.warn(f"SecretSV with {n} clients and a {n_layers}-layer model cannot keep "
-                      f"all {n_layers + 2} parties of a reconstruction chain distinct (seed "
-                      "004, Prop. 6.8): two clients alternate.", PrivacyWarning, stacklevel=2)
+                      f"all {n_layers + 2} parties of a reconstruction chain distinct (Zheng "
+                      "et al., Prop. 6.8): two clients alternate.", PrivacyWarning, stacklevel=2)
     t0 = time.perf_counter()
     net = Network() if network is None else network
     rounds = [(r.participants, np.asarray(r.weights)) for r in record.rounds]
