@@ -1,0 +1,121 @@
+"""SampleSkip under SecSV that pays off: merged batches (multi-layer models: the first
+layer on the round's fixed batches, the later layers on the tested samples packed into
+fewer batches) and SampleSkip with derived decryption (one-layer models). Each must give
+the plaintext SampleSkip's utilities, skip exactly its samples, and (merged) decrypt less."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedsec.learning.model import LayerSpec, ModelSpec, predict
+from fedsec.learning.record import RoundRecord, TrainingRecord
+from fedsec.protocol import wire
+from fedsec.protocol.network import Network
+from fedsec.shapley import RoundGame, federated_shapley
+from fedsec.shapley import utility as plain_utility
+from fedsec.shapley.secsv import SecSVConfig, secsv_shapley
+from fedsec.shapley.secsv.principal import PrincipalServer
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*schedule='paper'.*:fedsec.errors.PrivacyWarning")
+
+
+def _wide_record(n: int, seed: int) -> tuple[TrainingRecord, list[tuple[Any, Any]]]:
+    """A 6 -> 1024 (x^2) -> 3 model: 1,024 hidden outputs cap the batch width at 8, so
+    each client's 30 samples fill several fixed batches. Local models near the global
+    one, labels mostly the final model's: SampleSkip skips much."""
+    spec = ModelSpec("wide", (LayerSpec.dense(6, 1024, activation="square"),
+                              LayerSpec.dense(1024, 3)))
+    rng = np.random.default_rng(seed)  # test data and models only
+    g = [0.3 * p for p in spec.init_params(rng)]
+    locs = tuple([p + 0.01 * rng.standard_normal(p.shape) for p in g] for _ in range(n))
+    wts = rng.uniform(1.0, 3.0, size=n)
+    rec = TrainingRecord(spec, n, (RoundRecord(g, tuple(range(n)), locs, wts),), g)
+    x = rng.standard_normal((30 * n, 6))
+    y = predict(spec, locs[0], x)
+    y[::10] = (y[::10] + 1) % 3
+    return rec, [(x[i::n], y[i::n]) for i in range(n)]
+
+
+def _tapped() -> tuple[Network, list[tuple[str, dict[str, Any]]]]:
+    net = Network()
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def tap(batch: list[Any]) -> None:
+        for env in batch:
+            if env.kind in ("secsv/eval", "secsv/decrypt", "secsv/decrypt-all"):
+                seen.append((env.kind, wire.decode(env.payload).meta))
+
+    net.intercept(tap)
+    return net, seen
+
+
+def test_merged_batches_equal_plaintext_sampleskip(monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 4
+    rec, sets = _wide_record(n, seed=2)
+    x = np.concatenate([a for a, _ in sets])
+    y = np.concatenate([b for _, b in sets])
+    exact = federated_shapley(rec, x, y)
+    # what the plaintext SampleSkip tests: (mask, rows) of every model it tests
+    plain_asked: dict[int, list[int] | None] = {}
+    orig_test = RoundGame._test
+
+    def plain_test(self: RoundGame, mask: int, rows: Any) -> Any:
+        plain_asked[mask] = None if rows is None else [int(r) for r in rows]
+        return orig_test(self, mask, rows)
+
+    monkeypatch.setattr(plain_utility.RoundGame, "_test", plain_test)
+    ref = federated_shapley(rec, x, y, sample_skip=True)
+    # what SecSV's P is asked to test
+    secure_asked: dict[int, list[int] | None] = {}
+    orig_start = PrincipalServer.start_evaluation
+
+    def start(self: PrincipalServer, t: int, mask: int, rows: Any) -> None:
+        secure_asked[mask] = None if rows is None else [int(r) for r in rows]
+        orig_start(self, t, mask, rows)
+
+    monkeypatch.setattr(PrincipalServer, "start_evaluation", start)
+    cfg = SecSVConfig(frac_bits_hidden=12)
+    net, seen = _tapped()
+    got = secsv_shapley(rec, sets, sample_skip=True, config=cfg, schedule="paper",
+                        network=net)
+    assert ref.skip.skipped_share > 0.5  # a game where SampleSkip matters
+    assert secure_asked == plain_asked  # exactly the plaintext SampleSkip's samples
+    assert got.error_to(ref) <= 1e-12
+    assert got.skip.skipped == ref.skip.skipped and got.samples_tested == ref.samples_tested
+    for a, b in zip(got.utilities or [], ref.utilities or [], strict=True):
+        np.testing.assert_array_equal(a, b)
+    merged = [m for k, m in seen if k == "secsv/eval" and m.get("sources")]
+    assert merged, "SampleSkip merged no batches"
+    # a merged batch's later layers name their fixed batches, and hold more samples
+    packed = [m for k, m in seen if k == "secsv/decrypt" and m.get("sources")]
+    assert packed and all(m["layer"] > 0 for m in packed)
+    # fewer decryptions than without SampleSkip, on the same game
+    monkeypatch.setattr(PrincipalServer, "start_evaluation", orig_start)
+    net0, seen0 = _tapped()
+    off = secsv_shapley(rec, sets, config=cfg, schedule="paper", network=net0)
+    assert off.error_to(exact) <= 1e-12
+    later = sum(1 for k, m in seen if k == "secsv/decrypt" and m["layer"] > 0)
+    later0 = sum(1 for k, m in seen0 if k == "secsv/decrypt" and m["layer"] > 0)
+    assert later < 0.7 * later0, (later, later0)
+
+
+def test_sample_skip_with_derived_decryption_one_layer(agnews_small) -> None:
+    """One-layer models: SampleSkip keeps derived decryption (one request per batch and
+    round); P reads the samples left to test from the round's table."""
+    rec = replace(agnews_small.record, rounds=agnews_small.record.rounds[:1])
+    sets = [(c.x_test, c.y_test) for c in agnews_small.fed.clients]
+    x = np.concatenate([a for a, _ in sets])
+    y = np.concatenate([b for _, b in sets])
+    ref = federated_shapley(rec, x, y, sample_skip=True)
+    net, seen = _tapped()
+    got = secsv_shapley(rec, sets, sample_skip=True, schedule="paper", network=net)
+    kinds = {k for k, _m in seen}
+    assert "secsv/decrypt-all" in kinds and "secsv/decrypt" not in kinds
+    assert got.error_to(ref) <= 1e-3  # near-tie predictions may flip in fixed point
+    assert got.skip.skipped > 0
+    assert abs(got.samples_tested - ref.samples_tested) <= 0.01 * ref.samples_tested
