@@ -212,6 +212,7 @@ class PrincipalServer(ServerBase):
         self._todo, self._found = todo, np.zeros(m_total, dtype=bool)
         self._work = []
         width = self.plan.width
+        to_merge: list[tuple[int, NDArray[np.int64], BoolArray]] = []
         for g in range(len(self._groups)):
             fixed = [(bi, b.rows, todo[b.rows]) for bi, b in enumerate(self._batches)
                      if b.group == g and todo[b.rows].any()]
@@ -224,35 +225,47 @@ class PrincipalServer(ServerBase):
             if self._shortcut and self._sched is not None:
                 self._work.extend(fixed)  # placements are planned per fixed batch
             elif self._shortcut and len(self.plan.layers) > 1:
-                merged = self._merge(fixed)
-                self._work.extend(merged if len(merged) < len(fixed) else fixed)
+                to_merge.extend(fixed)  # merged below, across groups where Prop. 6.8 allows
             elif self._shortcut and not self._repack_pays(len(fixed), packed):
                 self._work.extend(fixed)  # the fixed batches, skipped columns masked
             else:
                 for k in range(0, len(sel), width):  # re-pack the samples left to test
                     chunk = sel[k:k + width]
                     self._work.append((-1, chunk, np.ones(len(chunk), dtype=bool)))
+        if to_merge:
+            merged = self._merge(to_merge, mask)
+            self._work.extend(merged if len(merged) < len(to_merge) else to_merge)
         self._repacked = len(self._batches)  # ids of re-packed batches follow the fixed ones
 
-    def _merge(self, fixed: list[tuple[int, NDArray[np.int64], BoolArray]]) -> list[Any]:
-        """The fixed batches of one group (first layer from the cached products) merged
-        into as few packed batches as their tested samples fill (first fit, fullest
-        first; a fixed batch is never split): ``(-2, sources)`` per packed batch of two
-        or more fixed batches, the fixed batch itself otherwise."""
+    def _merge(self, fixed: list[tuple[int, NDArray[np.int64], BoolArray]], mask: int
+               ) -> list[Any]:
+        """Fixed batches (first layer from the cached products) merged into as few
+        packed batches as their tested samples fill (first fit, fullest first; a fixed
+        batch is never split): ``(-2, sources)`` per packed batch of two or more fixed
+        batches, the fixed batch itself otherwise. A packed batch may mix groups while
+        Prop. 6.8's decryptor chain still finds enough clients outside its owners and the
+        coalition's model owner (an aggregated model has none): with ``n = 5`` and a
+        three-layer model, two single-client groups."""
         width = self.plan.width
-        bins: list[list[Any]] = []  # [room, [(bi, cols)], [(bi, rows, active)]]
+        n_layers = len(self.plan.layers)
+        need = n_layers if self._strong else min(n_layers, 2)
+        room_owners = self._n - need - len(self._rounds[self._asked[0]].keys_weights(mask)[2])
+        bins: list[list[Any]] = []  # [room, owners, [(bi, cols)], [(bi, rows, active)]]
         for item in sorted(fixed, key=lambda f: -int(f[2].sum())):
             n_active = int(item[2].sum())
+            members = set(self._groups[self._batches[item[0]].group])
             for b in bins:
-                if b[0] >= n_active:
+                if b[0] >= n_active and len(b[1] | members) <= max(room_owners,
+                                                                   len(b[1])):
                     b[0] -= n_active
-                    b[1].append((item[0], np.flatnonzero(item[2])))
-                    b[2].append(item)
+                    b[1] |= members
+                    b[2].append((item[0], np.flatnonzero(item[2])))
+                    b[3].append(item)
                     break
             else:
-                bins.append([width - n_active, [(item[0], np.flatnonzero(item[2]))],
-                             [item]])
-        return [(-2, b[1], None) if len(b[1]) > 1 else b[2][0] for b in bins]
+                bins.append([width - n_active, members,
+                             [(item[0], np.flatnonzero(item[2]))], [item]])
+        return [(-2, b[2], None) if len(b[2]) > 1 else b[3][0] for b in bins]
 
     def _repack_pays(self, fixed: int, packed: int) -> bool:
         """One-layer models with the linearity shortcut: whether ``packed`` re-packed
@@ -290,8 +303,12 @@ class PrincipalServer(ServerBase):
             active = np.zeros(len(brows), dtype=bool)
             active[cols] = True
         keys, q, mowners = self._rounds[t].keys_weights(mask)
-        group = int(self._owner[brows[0]])
-        gowners = next(members for members in self._groups if group in members)
+        if merge is not None:  # the owners of every fixed batch it packs
+            gowners = sorted({c for bj, _c in merge.sources
+                              for c in self._groups[self._batches[bj].group]})
+        else:
+            group = int(self._owner[brows[0]])
+            gowners = next(members for members in self._groups if group in members)
         n_layers = len(self.plan.layers)
         if self._sched is None:
             chain = decryptor_chain(self._n, n_layers, gowners, mowners, self._strong,
