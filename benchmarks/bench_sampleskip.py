@@ -91,20 +91,50 @@ PARTS = {
 
 
 def breakdown(rec: Any, sets: list[Any], skip: bool, cfg: SecSVConfig) -> dict[str, float]:
-    """Cumulative seconds per part (:data:`PARTS`) of one run under cProfile (which
-    inflates small calls: read the shares, not the totals)."""
+    """CPU seconds per phase (upload, the full-set evaluations, the aggregated
+    coalitions' evaluations, the rest) and cumulative seconds per part (:data:`PARTS`)
+    of one run under cProfile (which inflates small calls: read the shares)."""
     import cProfile
     import pstats
 
+    from fedsec.shapley.secsv import runner
+
+    phases = {"upload (encrypt + load models)": 0.0, "evaluate: global + singletons "
+              "(all samples)": 0.0, "evaluate: aggregated coalitions (SampleSkip's)": 0.0}
+    run_cls = runner._Run  # noqa: SLF001
+    orig_eval, orig_up = run_cls.evaluate, run_cls.upload_round
+
+    def evaluate(self: Any, t: int, mask: int, rows: Any) -> Any:
+        c0 = time.process_time()
+        try:
+            return orig_eval(self, t, mask, rows)
+        finally:
+            key = "evaluate: global + singletons (all samples)" if mask.bit_count() < 2 \
+                else "evaluate: aggregated coalitions (SampleSkip's)"
+            phases[key] += time.process_time() - c0
+
+    def upload(self: Any, t: int) -> None:
+        c0 = time.process_time()
+        orig_up(self, t)
+        phases["upload (encrypt + load models)"] += time.process_time() - c0
+
     prof = cProfile.Profile()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prof.enable()
-        secsv_shapley(rec, sets, sample_skip=skip, schedule="paper", config=cfg)
-        prof.disable()
+    run_cls.evaluate, run_cls.upload_round = evaluate, upload  # type: ignore[method-assign]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c0 = time.process_time()
+            prof.enable()
+            secsv_shapley(rec, sets, sample_skip=skip, schedule="paper", config=cfg)
+            prof.disable()
+            cpu = time.process_time() - c0
+    finally:
+        run_cls.evaluate, run_cls.upload_round = orig_eval, orig_up  # type: ignore[method-assign]
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     total = max(v[3] for v in stats.values())
-    out = {"total (profiled)": total}
+    out = {"cpu (profiled run)": cpu, **{f"phase cpu: {k}": v for k, v in phases.items()},
+           "phase cpu: set-up and the rest": cpu - sum(phases.values()),
+           "total (profiled)": total}
     for part, (fname, func) in PARTS.items():
         out[part] = sum(v[3] for (f, _ln, fn), v in stats.items()
                         if fn == func and f.endswith(fname))
@@ -122,6 +152,9 @@ def main() -> None:
     ap.add_argument("--cnn-rounds", type=int, default=50,
                     help="FedAvg rounds trained before the CNN's last round is valued "
                          "(default 50)")
+    ap.add_argument("--cnn-frac-bits-hidden", type=int, default=10,
+                    help="fractional bits of the CNN's hidden-layer inputs (default 10: "
+                         "the trained model's layer 3 overflows at 12)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also profile one run per mode: seconds per part of the protocol")
     ap.add_argument("--out", default="", help="write the rows as JSON to this file")
@@ -131,7 +164,8 @@ def main() -> None:
         for task in args.tasks:
             rec, sets, x, y = _record(task, args.cnn_samples, args.cnn_rounds)
             # the trained CNN's hidden layers need a smaller hidden fixed point
-            cfg = SecSVConfig(frac_bits_hidden=12) if task == "cnn" else SecSVConfig()
+            cfg = SecSVConfig(frac_bits_hidden=args.cnn_frac_bits_hidden) \
+                if task == "cnn" else SecSVConfig()
             plain = federated_shapley(rec, x, y, sample_skip=True)
             runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
             for _ in range(args.repeats):

@@ -119,3 +119,28 @@ def test_sample_skip_with_derived_decryption_one_layer(agnews_small) -> None:
     assert got.error_to(ref) <= 1e-3  # near-tie predictions may flip in fixed point
     assert got.skip.skipped > 0
     assert abs(got.samples_tested - ref.samples_tested) <= 0.01 * ref.samples_tested
+
+
+def test_client_refuses_a_packed_layer_next_to_its_first_layer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A P that asks the first layer's client for the packed batch's next layer (and
+    hides it from the Prop. 6.8 check) is refused from the client's own memory: the
+    request names the fixed batches, whose first layer that client decrypted."""
+    from fedsec.errors import ProtocolError
+    from fedsec.shapley.secsv import client as client_mod
+
+    rec, sets = _wide_record(4, seed=2)
+    orig_open = PrincipalServer.open_next
+
+    def open_next(self: PrincipalServer) -> bytes | None:
+        out = orig_open(self)
+        ev = self._eval  # noqa: SLF001
+        if out is not None and ev is not None and ev.merge is not None:
+            ev.job.chain = [ev.job.chain[0]] * len(ev.job.chain)
+        return out
+
+    monkeypatch.setattr(PrincipalServer, "open_next", open_next)
+    monkeypatch.setattr(client_mod, "check_decryptor", lambda *a, **k: None)
+    with pytest.raises(ProtocolError, match="merged batch"):
+        secsv_shapley(rec, sets, sample_skip=True, config=SecSVConfig(frac_bits_hidden=12),
+                      schedule="paper")
