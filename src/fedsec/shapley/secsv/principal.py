@@ -193,12 +193,14 @@ class PrincipalServer(ServerBase):
         evaluate (:meth:`open_next` opens each).
 
         SampleSkip (``rows`` given): with derived decryption the round's table already
-        holds every coalition (nothing to evaluate). Otherwise, per batch group, P keeps
-        the round's fixed batches (cacheable first-layer products; skipped columns are
-        masked) or re-packs the samples left to test into fewer batches, whichever
-        :meth:`_repack_pays` prices lower -- always re-packing without the linearity
-        shortcut, never under the decryption rule (its placements are planned per fixed
-        batch)."""
+        holds every coalition (nothing to evaluate). Multi-layer models with the
+        linearity shortcut: merged evaluations (:meth:`_merge`: the first layer on the
+        fixed batches, the later layers on their tested samples packed). One-layer
+        models: per batch group, the round's fixed batches (cacheable first-layer
+        products; skipped columns masked) or the samples left to test re-packed into
+        fewer batches, whichever :meth:`_repack_pays` prices lower. Always re-packed
+        without the shortcut; always the fixed batches under the decryption rule (its
+        placements are planned per fixed batch)."""
         self._asked = (t, mask, rows)
         self._from_table = None
         if self._derived and t in self._derived_correct:
