@@ -144,3 +144,42 @@ def test_client_refuses_a_packed_layer_next_to_its_first_layer(
     with pytest.raises(ProtocolError, match="merged batch"):
         secsv_shapley(rec, sets, sample_skip=True, config=SecSVConfig(frac_bits_hidden=12),
                       schedule="paper")
+
+
+def test_aux_refuses_malformed_merged_evaluations() -> None:
+    """A's decoder of a merged evaluation's ``sources``: two or more distinct fixed
+    batches, distinct columns inside each, at most a batch width in all."""
+    import warnings
+
+    from fedsec.errors import ProtocolError
+    from fedsec.protocol.binding import new_request_id
+    from fedsec.shapley.secsv import runner
+
+    rec, sets = _wide_record(4, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = runner._setup(rec, sets, SecSVConfig(frac_bits_hidden=12).check())  # noqa: SLF001
+    run.upload_round(0)
+    P, A = run.P, run.A  # noqa: N806
+    nb, width = len(P._batches), P.plan.width  # noqa: SLF001
+
+    def eval_msg(sources: Any, batch: int = nb) -> bytes:
+        return wire.encode("secsv/eval", P._b.bind(  # noqa: SLF001
+            {"rows": None, "sources": sources}, step="eval", to="A", round=0,
+            index=(3, batch, -1), rid=new_request_id()))
+
+    good = [[0, [0, 1]], [1, [0]]]
+    for bad in ([[0, [0, 1]]],                      # one fixed batch: not a merge
+                [[0, [0]], [0, [1]]],               # the same fixed batch twice
+                [[0, [0, 0]], [1, [0]]],            # a column twice
+                [[0, [0]], [nb, [0]]],              # no such fixed batch
+                [[0, [width + 5]], [1, [0]]],       # no such column
+                [[0, list(range(width))], [1, [0]]],  # beyond a batch width
+                [[0, "x"], [1, [0]]], "x", None):
+        with pytest.raises(ProtocolError):
+            A.open_eval(eval_msg(bad))
+    with pytest.raises(ProtocolError):  # a merge must name a packed batch id
+        A.open_eval(eval_msg(good, batch=0))
+    A.open_eval(eval_msg(good))  # well-formed: accepted
+    assert A._eval is not None and A._eval.merge is not None  # noqa: SLF001
+    assert A._eval.batch == 0 and len(A._eval.merge.packed_rows) == 3  # noqa: SLF001
