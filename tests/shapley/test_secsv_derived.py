@@ -202,8 +202,7 @@ def test_servers_check_all_coalition_shares(agnews_small) -> None:
 
 def test_when_derived_applies(logistic, digits_small) -> None:
     rec, sets = logistic
-    for kw in ({"sample_skip": True}, {"estimator": "ps", "budget": 2},
-               {"linear_shortcut": False}):
+    for kw in ({"estimator": "ps", "budget": 2}, {"linear_shortcut": False}):
         with pytest.raises(ValueError, match="derived_decryption"):
             sv.secsv_shapley(rec, sets, derived_decryption=True, **kw,
                              schedule="paper")  # type: ignore[arg-type]
@@ -213,11 +212,14 @@ def test_when_derived_applies(logistic, digits_small) -> None:
     crec, csets = _record(digits_small, 1)
     with pytest.raises(ValueError, match="one-layer"):
         sv.secsv_shapley(crec, csets, derived_decryption=True, schedule="paper")
-    # SampleSkip on a one-layer model: per coalition by default (no derived request)
-    res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper")
-    assert res.accounting is not None
-    kinds = {k for (_s, _r, k) in res.accounting.messages}
-    assert "secsv/decrypt" in kinds and "secsv/decrypt-all" not in kinds
+    # SampleSkip on a one-layer model: derived by default, per coalition on request
+    for derived, want in ((None, "secsv/decrypt-all"), (False, "secsv/decrypt")):
+        res = sv.secsv_shapley(rec, sets, sample_skip=True, schedule="paper",
+                               derived_decryption=derived)
+        assert res.accounting is not None
+        kinds = {k for (_s, _r, k) in res.accounting.messages}
+        other = "secsv/decrypt" if want == "secsv/decrypt-all" else "secsv/decrypt-all"
+        assert want in kinds and other not in kinds
 
 
 # ---------------------------------------------------------------- the tiny derived world

@@ -56,9 +56,37 @@ network; roles ``"client:<i>"``, ``"P"``, ``"A"``):
   so; with too few, SecSV refuses. A client refuses to decrypt a request that breaks
   these rules.
 * **SampleSkip** (Alg. 6-7) runs at P exactly as :class:`~fedsec.shapley.utility.RoundGame`
-  does in the clear; skipped samples are left out of the batches (or, with the linearity
-  shortcut, masked with uniform noise before decryption, and their zero test voided: P
-  opens uniform values there, not ``r·(0 − y)``, which would be zero where ``y = 0``).
+  does in the clear: P asks for a coalition's samples left to test, and where it runs
+  them is P's choice of cost (:meth:`PrincipalServer.start_evaluation`):
+
+  - with derived decryption (one-layer models, ``schedule="paper"``) the round's label
+    table already holds every coalition: P reads the samples left to test from it, and
+    the decrypting client sees the same request as without SampleSkip;
+  - multi-layer models with the linearity shortcut and ``schedule="paper"``: *merged*
+    evaluations. The first layer runs on the round's fixed batches (their cached
+    products; skipped columns masked with uniform noise), one decryption per fixed
+    batch by the chain's first client, who re-shares the next layer's input there as
+    usual; P and A keep the tested columns of several fixed batches and run the later
+    layers on them packed into one batch (fewer hidden-layer products and decryptions:
+    the savings grow with the skipped share). P announces a merged evaluation to A as
+    its fixed batches and their tested columns (``sources`` in ``secsv/eval``); a later
+    layer's decryption request names those fixed batches, so that its client refuses a
+    layer adjacent to one it decrypted on any of them (its own memory). A packed batch
+    may mix the samples of several Prop. 6.8 groups as long as the chain still finds its
+    ``L`` (or two) clients outside their owners and the coalition's model owner (an
+    aggregated model has none) -- the chain's rules are unchanged;
+  - one-layer models without derived decryption: fixed batches (skipped columns
+    masked) or the samples re-packed into fewer batches, whichever P prices lower;
+    without the linearity shortcut always re-packed;
+  - under ``schedule="strict"`` with the shortcut: always the fixed batches (the
+    decryption rule's placements are planned per fixed batch).
+
+  Masked (skipped) columns have their zero test voided: P opens uniform values there,
+  not ``r·(0 − y)``, which would be zero where ``y = 0``. What SampleSkip shows A: the
+  samples each coalition tests (a re-packed batch's rows, a merged batch's columns),
+  i.e. the skipped sets ``Ψ_S`` that P derives from ``Φ`` -- which samples some split
+  of ``S`` predicts right, never a label or a prediction. A decrypting client sees how
+  many samples of a batch are tested (and, masked, which columns), as before.
 
 Exactness (why BFV): products are exact modulo ``t`` (a 59-bit prime by default). P picks
 the fixed point **per layer** (``f_θ,l`` for the weights, ``f_x,l`` for the layer's input;
@@ -105,9 +133,11 @@ particular ``d`` learns ``lin(θ_d, X_b)``, as it would in the paper by subtract
 from ``{d, p}``. It never receives its own singleton or its own samples, and refuses a
 request that asks for either, or a label table of more than ``2^22`` coalition × sample
 entries (P decrypts per coalition beyond it). P learns, per coalition and sample, whether
-the prediction is right, as in the per-coalition protocol. With SampleSkip or an
-estimator the mode is off (the paper would show the client fewer coalitions);
-``derived_decryption=False`` restores
+the prediction is right, as in the per-coalition protocol. With SampleSkip the mode stays
+on (P reads the samples left to test from the table: the client sees nothing new, and
+SampleSkip saves nothing -- every coalition's labels come from the same ``k + 2``
+decryptions); with an estimator it is off (the paper would show the client fewer
+coalitions); ``derived_decryption=False`` restores
 one request per coalition with rotating decryptors.
 
 Folded Matrix Reducing: when a batch uses fewer than ``⌊N/d_out⌋`` columns, ``c`` diagonals

@@ -26,7 +26,7 @@ from fedsec.protocol import fields, wire
 from fedsec.protocol.binding import RE, ReplayRefused, context_of, request_id
 from fedsec.protocol.roles import receives
 from fedsec.shapley.secsv.common import ALL, EV, MAX_DERIVED, U64, SecSVConfig, parse_plan, u64
-from fedsec.shapley.secsv.server import Evaluation, RoundInfo, ServerBase, rows_list
+from fedsec.shapley.secsv.server import Evaluation, Merge, RoundInfo, ServerBase, rows_list
 
 __all__ = ["AuxiliaryServer"]
 
@@ -101,15 +101,38 @@ class AuxiliaryServer(ServerBase):
             raise ProtocolError("malformed evaluation: context")
         nb = len(self._batches)
         rows_meta = msg.meta.get("rows")
-        if batch < nb and rows_meta is None:
+        sources = msg.meta.get("sources")
+        merge = None
+        if batch < nb and rows_meta is None and sources is None:
             rows = self._batches[batch]
-        elif batch >= nb and rows_meta is not None:
+        elif batch >= nb and rows_meta is not None and sources is None:
             rows = rows_list(rows_meta, len(self._y), self.plan.width)
+        elif batch >= nb and rows_meta is None and sources is not None and self._shortcut:
+            merge = Merge.of(self._sources(sources), self._batches, batch)
+            batch, rows = merge.sources[0][0], merge.fixed_rows[0]
         else:
             raise ProtocolError("malformed evaluation: batch")
         self._evals_seen.add(ev)
-        self._eval = Evaluation(ctx.round, mask, batch, ev, rows)
+        self._eval = Evaluation(ctx.round, mask, batch, ev, rows, merge=merge)
         self._eval.x = self._x[rows].T.copy()  # A's share of the first layer's input
+
+    def _sources(self, value: Any) -> list[tuple[int, NDArray[np.int64]]]:
+        """A merged evaluation's fixed batches and their tested columns: two or more
+        distinct fixed batches, each with distinct columns, at most a batch width of
+        samples in all (``ProtocolError`` otherwise)."""
+        nb, width = len(self._batches), self.plan.width
+        if not isinstance(value, list) or not 2 <= len(value) <= width:
+            raise ProtocolError("malformed evaluation: sources")
+        out = []
+        for item in value:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                    and not isinstance(item[0], bool) and 0 <= item[0] < nb):
+                raise ProtocolError("malformed evaluation: sources")
+            cols = rows_list(item[1], len(self._batches[item[0]]), width)
+            out.append((item[0], cols))
+        if len({bi for bi, _c in out}) != len(out) or sum(len(c) for _b, c in out) > width:
+            raise ProtocolError("malformed evaluation: sources")
+        return out
 
     def products(self) -> list[bytes]:
         """A's encrypted share products for the layer in flight, for P: the coalition's
@@ -176,7 +199,13 @@ class AuxiliaryServer(ServerBase):
         of the next layer's input."""
         ev = self._need_eval()
         d = self.plan.layers[ev.layer].d_out if ev.layer < len(self.plan.layers) else 0
-        ev.x = self._share(data, "secsv/reshare", (d, len(ev.rows)))[0]
+        x, msg = self._share(data, "secsv/reshare", (d, len(ev.rows)))
+        if ev.merge is not None and ev.layer == 1:  # a merged evaluation's first layer
+            ev.layer = 0
+            ev.take_first_layer(x, fields.integer(msg.meta, "bound", 1, self._bfv.t // 2),
+                                self._x)
+            return
+        ev.x = x
 
     # ------------------------------------------------------------- Alg. 4, step 12
     @receives("secsv/labels", "secsv/label-mask")

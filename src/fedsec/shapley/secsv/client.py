@@ -217,6 +217,18 @@ class SecSVClient:
         return meta.get("batch_owners") == [self._index] and self._view.knows(
             self._view.requested(t, mask))
 
+    @staticmethod
+    def _sources(meta: Mapping[str, Any], layer: int) -> list[int]:
+        """The fixed batches a merged evaluation's later layer packs (none otherwise)."""
+        value = meta.get("sources")
+        if value is None:
+            return []
+        if layer == 0 or not (isinstance(value, list) and 2 <= len(value) <= 1 << 20
+                              and all(isinstance(v, int) and not isinstance(v, bool)
+                                      and 0 <= v < 1 << 40 for v in value)):
+            raise ProtocolError("malformed decryption request: sources")
+        return [int(v) for v in value]
+
     @receives("secsv/decrypt")
     def decrypt_layer(self, data: bytes) -> tuple[bytes, bytes]:
         """Decrypt a layer's output, check, activate and re-share (or share labels).
@@ -245,6 +257,11 @@ class SecSVClient:
         if {layer - 1, layer + 1} & seen and not self._owner_local(meta, ctx.round, mask):
             raise ProtocolError("refusing to decrypt two consecutive layers (i_{l+1} = i_l; "
                                 "this client decrypted an adjacent layer)")
+        sources = self._sources(meta, layer)
+        for src in sources:  # a merged evaluation: its first layer's fixed batches
+            if {layer - 1, layer, layer + 1} & self._seen.get((ctx.round, mask, src), set()):
+                raise ProtocolError("refusing to decrypt a layer adjacent to one this client "
+                                    "decrypted on the same samples (a merged batch)")
         lp = plan.layers[layer]
         m = fields.integer(meta, "m", 1, plan.width)
         owners = meta.get("batch_owners")
@@ -270,6 +287,8 @@ class SecSVClient:
         self._answered.once(rid, what="decryption request")
         self._round = ctx.round
         self._seen.setdefault(key, set()).add(layer)  # from here on it knows this output
+        for src in sources:
+            self._seen.setdefault((ctx.round, mask, src), set()).add(layer)
         features = self._features(ct, lp, plan.width, m)
         with self.clock("other"):
             vals = features[:, active]

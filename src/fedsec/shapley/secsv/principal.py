@@ -64,7 +64,7 @@ from fedsec.shapley.secsv.common import (
     layer_plan,
     u64,
 )
-from fedsec.shapley.secsv.server import Evaluation, RoundInfo, ServerBase
+from fedsec.shapley.secsv.server import Evaluation, Merge, RoundInfo, ServerBase
 from fedsec.shapley.secure_game import decryptor_chain, reshare_cap, shuffle
 from fedsec.shapley.views import ModelSpace, Scheduler
 
@@ -196,31 +196,95 @@ class PrincipalServer(ServerBase):
     # ------------------------------------------------------------- Alg. 4: one coalition
     def start_evaluation(self, t: int, mask: int, rows: NDArray[np.int64] | None) -> None:
         """Test ``θ_S^t`` on the pooled samples ``rows`` (all if None): the batches to
-        evaluate (:meth:`open_next` opens each)."""
+        evaluate (:meth:`open_next` opens each).
+
+        SampleSkip (``rows`` given): with derived decryption the round's table already
+        holds every coalition (nothing to evaluate). Multi-layer models with the
+        linearity shortcut: merged evaluations (:meth:`_merge`: the first layer on the
+        fixed batches, the later layers on their tested samples packed). One-layer
+        models: per batch group, the round's fixed batches (cacheable first-layer
+        products; skipped columns masked) or the samples left to test re-packed into
+        fewer batches, whichever :meth:`_repack_pays` prices lower. Always re-packed
+        without the shortcut; always the fixed batches under the decryption rule (its
+        placements are planned per fixed batch)."""
         self._asked = (t, mask, rows)
         self._from_table = None
-        if self._derived and rows is None and t in self._derived_correct:
-            self._from_table = self._derived_correct[t][mask].copy()
+        if self._derived and t in self._derived_correct:
+            table = self._derived_correct[t][mask]
+            self._from_table = (table if rows is None else table[rows]).copy()
             self._work = []
             return
         m_total = len(self._y)
         todo = np.zeros(m_total, dtype=bool)
         todo[np.arange(m_total) if rows is None else rows] = True
         self._todo, self._found = todo, np.zeros(m_total, dtype=bool)
-        if self._shortcut or rows is None:  # the round's fixed batches (cacheable products)
-            self._work = [(bi, b.rows, todo[b.rows]) for bi, b in enumerate(self._batches)
-                          if todo[b.rows].any()]
-        else:  # SampleSkip without the shortcut: repack the samples left to test
-            self._work = []
-            width = self.plan.width
-            for g in range(len(self._groups)):
-                sel = np.concatenate([b.rows for b in self._batches if b.group == g]
-                                     or [np.zeros(0, dtype=np.int64)])
-                sel = sel[todo[sel]]
-                for k in range(0, len(sel), width):
+        self._work = []
+        width = self.plan.width
+        to_merge: list[tuple[int, NDArray[np.int64], BoolArray]] = []
+        for g in range(len(self._groups)):
+            fixed = [(bi, b.rows, todo[b.rows]) for bi, b in enumerate(self._batches)
+                     if b.group == g and todo[b.rows].any()]
+            if rows is None or not fixed:
+                self._work.extend(fixed)
+                continue
+            sel = np.concatenate([b.rows for b in self._batches if b.group == g])
+            sel = sel[todo[sel]]
+            packed = -(-len(sel) // width)
+            if self._shortcut and self._sched is not None:
+                self._work.extend(fixed)  # placements are planned per fixed batch
+            elif self._shortcut and len(self.plan.layers) > 1:
+                to_merge.extend(fixed)  # merged below, across groups where Prop. 6.8 allows
+            elif self._shortcut and not self._repack_pays(len(fixed), packed):
+                self._work.extend(fixed)  # the fixed batches, skipped columns masked
+            else:
+                for k in range(0, len(sel), width):  # re-pack the samples left to test
                     chunk = sel[k:k + width]
                     self._work.append((-1, chunk, np.ones(len(chunk), dtype=bool)))
+        if to_merge:
+            merged = self._merge(to_merge, mask)
+            self._work.extend(merged if len(merged) < len(to_merge) else to_merge)
         self._repacked = len(self._batches)  # ids of re-packed batches follow the fixed ones
+
+    def _merge(self, fixed: list[tuple[int, NDArray[np.int64], BoolArray]], mask: int
+               ) -> list[Any]:
+        """Fixed batches (first layer from the cached products) merged into as few
+        packed batches as their tested samples fill (first fit, fullest first; a fixed
+        batch is never split): ``(-2, sources)`` per packed batch of two or more fixed
+        batches, the fixed batch itself otherwise. A packed batch may mix groups while
+        Prop. 6.8's decryptor chain still finds enough clients outside its owners and the
+        coalition's model owner (an aggregated model has none): with ``n = 5`` and a
+        three-layer model, two single-client groups."""
+        width = self.plan.width
+        n_layers = len(self.plan.layers)
+        need = n_layers if self._strong else min(n_layers, 2)
+        room_owners = self._n - need - len(self._rounds[self._asked[0]].keys_weights(mask)[2])
+        bins: list[list[Any]] = []  # [room, owners, [(bi, cols)], [(bi, rows, active)]]
+        for item in sorted(fixed, key=lambda f: -int(f[2].sum())):
+            n_active = int(item[2].sum())
+            members = set(self._groups[self._batches[item[0]].group])
+            for b in bins:
+                if b[0] >= n_active and len(b[1] | members) <= max(room_owners,
+                                                                   len(b[1])):
+                    b[0] -= n_active
+                    b[1] |= members
+                    b[2].append((item[0], np.flatnonzero(item[2])))
+                    b[3].append(item)
+                    break
+            else:
+                bins.append([width - n_active, members,
+                             [(item[0], np.flatnonzero(item[2]))], [item]])
+        return [(-2, b[2], None) if len(b[2]) > 1 else b[3][0] for b in bins]
+
+    def _repack_pays(self, fixed: int, packed: int) -> bool:
+        """One-layer models with the linearity shortcut: whether ``packed`` re-packed
+        batches cost less than ``fixed`` fixed batches holding the same samples. A
+        batch costs one decryption round trip (~8 ms); a re-packed one also both
+        servers' first-layer products, as its data are not the fixed batches' (~0.9 ms
+        per model ciphertext and share: an encoding, its NTT and a product)."""
+        if packed >= fixed:
+            return False
+        first = 2 * 0.9 * self.plan.layers[0].n_cts()
+        return packed * (8.0 + first) < fixed * 8.0
 
     def open_next(self) -> bytes | None:
         """Open the next batch's evaluation: the ``secsv/eval`` message for A (None when
@@ -238,9 +302,21 @@ class PrincipalServer(ServerBase):
                       partner=partner)
             return self._open(ALL, bi, None, job)
         bi, brows, active = self._work.pop(0)
+        merge = None
+        if bi == -2:  # merged: the first layer per fixed batch, then one packed batch
+            merge = Merge.of(brows, [b.rows for b in self._batches], self._repacked)
+            self._repacked += 1
+            bi, cols = brows[0]
+            brows = self._batches[bi].rows
+            active = np.zeros(len(brows), dtype=bool)
+            active[cols] = True
         keys, q, mowners = self._rounds[t].keys_weights(mask)
-        group = int(self._owner[brows[0]])
-        gowners = next(members for members in self._groups if group in members)
+        if merge is not None:  # the owners of every fixed batch it packs
+            gowners = sorted({c for bj, _c in merge.sources
+                              for c in self._groups[self._batches[bj].group]})
+        else:
+            group = int(self._owner[brows[0]])
+            gowners = next(members for members in self._groups if group in members)
         n_layers = len(self.plan.layers)
         if self._sched is None:
             chain = decryptor_chain(self._n, n_layers, gowners, mowners, self._strong,
@@ -250,22 +326,28 @@ class PrincipalServer(ServerBase):
         self._turn += 1
         job = Job(brows, active, gowners, list(chain), keys, q, mowners,
                   max(self._xbound.get(c, 1) for c in gowners))
+        if merge is not None:
+            return self._open(mask, merge.packed_id, None, job, merge)
         if bi >= 0:
             return self._open(mask, bi, None, job)
         self._repacked += 1
         return self._open(mask, self._repacked - 1, brows, job)
 
-    def _open(self, mask: int, batch: int, rows: NDArray[np.int64] | None, job: Job
-              ) -> bytes:
+    def _open(self, mask: int, batch: int, rows: NDArray[np.int64] | None, job: Job,
+              merge: Merge | None = None) -> bytes:
         if self._eval is not None:  # an abandoned evaluation: its requests die with it
             self._requests = Requests()
         t = self._asked[0]
         ev = new_request_id()
-        self._eval = Evaluation(t, mask, batch, ev, job.rows, job=job)
+        meta: dict[str, Any] = {"rows": None if rows is None else [int(r) for r in rows]}
+        if merge is not None:  # A derives the packed rows from the fixed batches
+            meta["sources"] = [[bi, [int(c) for c in cols]] for bi, cols in merge.sources]
+        # a merged evaluation starts on its first fixed batch (its first layer)
+        first = batch if merge is None else merge.sources[0][0]
+        self._eval = Evaluation(t, mask, first, ev, job.rows, job=job, merge=merge)
         self._eval.x = self._x[job.rows].T.copy()  # P's share of the first layer's input
         return wire.encode("secsv/eval", self._b.bind(
-            {"rows": None if rows is None else [int(r) for r in rows]}, step="eval",
-            to="A", round=t, index=(mask, batch, -1), rid=ev))
+            meta, step="eval", to="A", round=t, index=(mask, batch, -1), rid=ev))
 
     def suspend_coalition(self) -> Coalition:
         """Set the coalition under test aside (its batches left to open and what was
@@ -284,6 +366,11 @@ class PrincipalServer(ServerBase):
             raise ProtocolError("P: cannot resume this coalition now")
         self._asked, self._work, self._todo, self._found, self._from_table = (
             c.asked, c.work, c.todo, c.found, c.from_table)
+
+    def layer_in_flight(self) -> int:
+        """The layer of the evaluation in flight whose products come next (a merged
+        evaluation runs layer 0 once per fixed batch before layer 1)."""
+        return self._need_eval().layer
 
     def result(self) -> BoolArray:
         """The evaluation's answer: True where the prediction is right."""
@@ -399,7 +486,7 @@ class PrincipalServer(ServerBase):
         lp = self.plan.layers[layer]
         m = len(job.rows)
         bound = self._bound(t, job.keys, job.q, layer, job.xb)
-        shortcut = layer == 0 and self._shortcut
+        shortcut = layer == 0 and self._shortcut and ev.batch < len(self._batches)
         with self.clock("arithmetic"):
             if shortcut:
                 self._lin_terms(products)
@@ -424,6 +511,8 @@ class PrincipalServer(ServerBase):
             "weight_sum": int(sum(job.q)), "bound": bound}
         if self._sched is not None:  # the client checks its view per sample
             meta["samples"] = [int(v) for v in job.rows]
+        if ev.merge is not None and layer > 0:  # the fixed batches of the first layer
+            meta["sources"] = [int(bi) for bi, _c in ev.merge.sources]
         ev.announced[layer] = (bound, int(sum(job.q)), meta["scale_bits"])
         job.previous = dec
         to = f"client:{dec}"
@@ -463,6 +552,18 @@ class PrincipalServer(ServerBase):
         x = u64(msg.blobs[0], (d, m), "re-share")
         if x.size and int(x.max()) >= self._bfv.t:
             raise ProtocolError("share out of range")
+        if ev.merge is not None and layer == 0:
+            job: Job = ev.job
+            done = ev.take_first_layer(x, b, self._x)
+            job.rows = ev.rows
+            job.active = np.ones(len(ev.rows), dtype=bool)
+            if done:
+                job.xb = ev.merge.bound
+            else:  # the next fixed batch: its tested columns, a fresh first layer
+                job.active[:] = False
+                job.active[ev.merge.sources[ev.merge.pos][1]] = True
+                job.previous = -1
+            return
         ev.x, ev.job.xb = x, b
         ev.layer += 1
 

@@ -113,18 +113,20 @@ class _Run:
         net, P, A = self.net, self.P, self.A  # noqa: N806
         A.open_eval(net.send("P", "A", opening))
         n_layers = len(self.record.spec.layers)
-        for layer in range(n_layers):
+        while True:  # a merged evaluation repeats the first layer per fixed batch
+            last = P.layer_in_flight() == n_layers - 1
             products = A.products()
             dec, request = P.decrypt_request(net.gather(["A"] * len(products), "P", products))
             client = self.clients[int(dec.split(":")[1])]
             to_p, to_a = client.decrypt_layer(net.send("P", dec, request))
             to_p, to_a = net.send(dec, "P", to_p), net.send(dec, "A", to_a)
-            if layer < n_layers - 1:
+            if not last:
                 P.receive_share(to_p)
                 A.receive_share(to_a)
             else:
                 mask_p = net.send("P", "A", P.label_mask(to_p))
                 P.compare(net.send("A", "P", A.label_diff(to_a, mask_p)))
+                return
 
     def _derived_batch(self, opening: bytes) -> None:
         """Derived decryption of one batch: every coalition of the round at once."""
@@ -263,7 +265,10 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
     budget : int, optional
         Per-round budget of the estimator.
     sample_skip : bool, default=False
-        SampleSkip (Zheng et al., Alg. 6-7) at the principal server.
+        SampleSkip (Zheng et al., Alg. 6-7) at the principal server. Without derived
+        decryption, P re-packs each coalition's samples left to test into fewer batches
+        where that is cheaper than the round's fixed batches (see
+        :meth:`~fedsec.shapley.secsv.principal.PrincipalServer.start_evaluation`).
     seed : int, default=0
         Seed of the estimators' sampling (public randomness).
     linear_shortcut : bool, default=True
@@ -273,9 +278,10 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
         decrypting client gets the global model's and the other participants' outputs
         (and one pair with its own model) and derives every coalition's output itself
         (see the module's threat model). Needs the linear shortcut, a one-layer model,
-        exact SSVs and no SampleSkip and ``schedule='paper'``; default (None): on exactly
-        then. ``True`` where it does not apply raises ``ValueError``; ``False`` decrypts
-        per coalition.
+        exact SSVs and ``schedule='paper'``; default (None): on exactly then. With
+        SampleSkip, P reads the coalitions' samples left to test from the derived table
+        (the decrypting client sees the same request as without it). ``True`` where it
+        does not apply raises ``ValueError``; ``False`` decrypts per coalition.
     schedule : {"strict", "paper"}, default="strict"
         Who may decrypt what. ``"strict"``: the decryption rule of
         :mod:`fedsec.shapley.views` -- no client ever holds outputs from which it can
@@ -303,16 +309,15 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
                                  sample_skip=sample_skip, linear_shortcut=linear_shortcut)
     cfg = (config or SecSVConfig()).check()
     sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
-    derivable = (linear_shortcut and len(record.spec.layers) == 1 and estimator == "exact"
-                 and not sample_skip)
+    derivable = linear_shortcut and len(record.spec.layers) == 1 and estimator == "exact"
     if derived_decryption is not None and not isinstance(derived_decryption, bool):
         raise TypeError(f"The 'derived_decryption' parameter of {where} must be a bool or "
                         f"None. Got {derived_decryption!r} instead.")
     if derived_decryption and not derivable:
         raise ValueError(f"The 'derived_decryption' parameter of {where} needs "
-                         "linear_shortcut=True, a one-layer model, estimator='exact' and "
-                         "sample_skip=False (otherwise the decrypting client would see "
-                         "outputs the protocol does not show it).")
+                         "linear_shortcut=True, a one-layer model and estimator='exact' "
+                         "(otherwise the decrypting client would see outputs the protocol "
+                         "does not show it).")
     check_schedule(schedule, where)
     if schedule == "strict":
         if derived_decryption:

@@ -35,7 +35,7 @@ from fedsec.shapley.secsv.common import (
     u64,
 )
 
-__all__ = ["ServerBase", "RoundInfo"]
+__all__ = ["ServerBase", "RoundInfo", "Merge"]
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,57 @@ class Evaluation:
     announced: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     #: (P) the job: which columns are tested, who decrypts, the coalition's models
     job: Any = None
+    #: a merged evaluation (SampleSkip): the first layer on several fixed batches, the
+    #: later layers on their tested samples packed into one batch (:class:`Merge`)
+    merge: Any = None
 
     def index(self, layer: int) -> tuple[int, int, int]:
         return (self.mask, self.batch, layer)
+
+    def take_first_layer(self, x: Any, bound: int, share: U64) -> bool:
+        """A merged evaluation: keep the tested columns of the first layer's re-share
+        ``x`` of the current fixed batch and move to the next one (``share``: this
+        server's data); after the last, the packed batch's input. Returns whether the
+        first layer is done (False: no merge, or more fixed batches to go)."""
+        mg: Merge | None = self.merge
+        if mg is None or self.layer != 0:
+            return False
+        bi, cols = mg.sources[mg.pos]
+        mg.parts.append(np.asarray(x)[:, cols])
+        mg.bound = max(mg.bound, bound)
+        mg.pos += 1
+        if mg.pos < len(mg.sources):
+            nbi, _ncols = mg.sources[mg.pos]
+            self.batch, self.rows = nbi, mg.fixed_rows[mg.pos]
+            self.x = share[self.rows].T.copy()
+            self.products = set()
+            return False
+        self.x = np.concatenate(mg.parts, axis=1)
+        self.batch, self.rows = mg.packed_id, mg.packed_rows
+        self.layer = 1
+        return True
+
+
+@dataclass
+class Merge:
+    """A merged evaluation's plan: ``sources`` (fixed batch, tested columns) in order,
+    their rows, and the packed batch (id, rows) the later layers run on."""
+
+    sources: list[tuple[int, NDArray[np.int64]]]
+    fixed_rows: list[NDArray[np.int64]]
+    packed_id: int
+    packed_rows: NDArray[np.int64]
+    pos: int = 0
+    parts: list[Any] = field(default_factory=list)
+    bound: int = 1
+
+    @classmethod
+    def of(cls, sources: Sequence[tuple[int, NDArray[np.int64]]],
+           batches: Sequence[NDArray[np.int64]], packed_id: int) -> Merge:
+        fixed = [batches[bi] for bi, _c in sources]
+        packed = np.concatenate([rows[cols] for rows, (_b, cols) in zip(fixed, sources,
+                                                                         strict=True)])
+        return cls(list(sources), fixed, packed_id, packed)
 
 
 class ServerBase:
