@@ -425,7 +425,7 @@ def parallel_column(table2: list[dict[str, Any]], args: argparse.Namespace
     return rows
 
 
-def cnn_paper(args: argparse.Namespace) -> dict[str, Any]:
+def cnn_paper(args: argparse.Namespace, checkpoint: Any = None) -> dict[str, Any]:
     """The MNIST CNN at the paper's T = 10 on the whole bundled data (4,000 / 1,000)."""
     task = make_task("mnist")
     fed = task.federate(5, alpha=0.5, seed=0)
@@ -460,6 +460,8 @@ def cnn_paper(args: argparse.Namespace) -> dict[str, Any]:
                             "bytes": res.accounting.total_bytes})
         say(f"cnn-paper SecSV skip={skip} ({schedule}): {tm['cpu_seconds']:.0f} s CPU, "
             f"{tm['wall_seconds']:.0f} s wall, error {out['rows'][-1]['error']:.2e}")
+        if checkpoint is not None:  # keep what is done if a later run is cut short
+            checkpoint(out)
     return out
 
 
@@ -869,7 +871,13 @@ def main() -> None:
             out["table4"] = table4(args.t4_repeats, shapes)
             out["commands"]["table4"] = command
         if "cnn-paper" in run:
-            out["cnn_paper"] = {**cnn_paper(args), "command": command}
+            def checkpoint(part: dict[str, Any]) -> None:
+                base.parent.mkdir(parents=True, exist_ok=True)
+                base.with_name(base.name + "_partial.json").write_text(json.dumps(
+                    {**out, "cnn_paper": {**part, "command": command}}, indent=1,
+                    default=float))
+
+            out["cnn_paper"] = {**cnn_paper(args, checkpoint), "command": command}
             out["commands"]["cnn-paper"] = command
     for t in out["table2"]:
         t.pop("_record", None)
