@@ -871,9 +871,10 @@ def main() -> None:
                 for t in args.fig6_tasks])
             out["commands"]["fig6 " + " ".join(args.fig6_tasks)] = command
         if "fig7" in run:
-            out["fig7"] = [fig7(args.fig7_task, fig7_n, args.fig7_m, args.fig7_t,
-                                fig6_protocols[args.fig7_task], args)]
-            out["commands"]["fig7"] = command
+            out["fig7"] = _merged(out.get("fig7"), [
+                fig7(args.fig7_task, fig7_n, args.fig7_m, args.fig7_t,
+                     fig6_protocols[args.fig7_task], args)])
+            out["commands"][f"fig7 {args.fig7_task}"] = command
         if "table4" in run:
             out["table4"] = table4(args.t4_repeats, shapes)
             out["commands"]["table4"] = command
