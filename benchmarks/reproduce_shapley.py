@@ -69,13 +69,14 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import bench_hesv  # noqa: E402
 import bench_secsv  # noqa: E402
+from fedsec.crypto.sharing import FixedPointOverflow  # noqa: E402
 from fedsec.learning.fedavg import run_fedavg  # noqa: E402
 from fedsec.learning.tasks import make_task  # noqa: E402
 from fedsec.runtime.parallel import shapley_in_parallel  # noqa: E402
 from fedsec.shapley.fsv import federated_shapley  # noqa: E402
 from fedsec.shapley.hesv import hesv_shapley  # noqa: E402
 from fedsec.shapley.secretsv import secretsv_shapley  # noqa: E402
-from fedsec.shapley.secsv import secsv_shapley  # noqa: E402
+from fedsec.shapley.secsv import SecSVConfig, secsv_shapley  # noqa: E402
 from fedsec.shapley.views import UnsafeSchedule  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -449,18 +450,31 @@ def cnn_paper(args: argparse.Namespace, checkpoint: Any = None) -> dict[str, Any
                            "fsv": [float(v) for v in nssv.fsv],
                            "rows": [{"protocol": "NSSV", "sample_skip": False, **tm_n,
                                      "error": 0.0, "schedule": None}]}
+    config = None if args.cnn_paper_frac_hidden is None else SecSVConfig(
+        frac_bits_hidden=args.cnn_paper_frac_hidden)
     for skip in args.cnn_paper_skip:
-        schedule, note = "strict", None
-        try:
-            res, tm = timed_median(lambda skip=skip, sch=schedule: secsv_shapley(
-                record, sets, sample_skip=skip, schedule=sch, progress=say), 1)
-        except UnsafeSchedule as exc:
-            schedule, note = "paper", str(exc)
-            say(f"cnn-paper: the strict schedule refuses ({exc}); schedule='paper'")
-            res, tm = timed_median(lambda skip=skip, sch=schedule: secsv_shapley(
-                record, sets, sample_skip=skip, schedule=sch, progress=say), 1)
+        schedule, note, overflow = "strict", None, None
+        while True:
+            try:
+                res, tm = timed_median(lambda skip=skip, sch=schedule, cfg=config:
+                                       secsv_shapley(record, sets, sample_skip=skip,
+                                                     schedule=sch, config=cfg,
+                                                     progress=say), 1)
+                break
+            except UnsafeSchedule as exc:
+                schedule, note = "paper", str(exc)
+                say(f"cnn-paper: the strict schedule refuses ({exc}); schedule='paper'")
+            except FixedPointOverflow as exc:  # the default fixed point does not fit
+                if config is not None:
+                    raise
+                overflow = str(exc)
+                config = SecSVConfig(frac_bits_hidden=13)
+                say(f"cnn-paper: SecSV refuses ({exc}); retrying with "
+                    "frac_bits_hidden=13")
         out["rows"].append({"protocol": "SecSV", "sample_skip": skip, **tm,
                             "schedule": schedule, "strict_refusal": note,
+                            "default_config_refusal": overflow,
+                            "frac_bits_hidden": (config or SecSVConfig()).frac_bits_hidden,
                             "error": res.error_to(nssv), "models_tested": res.models_tested,
                             "samples_tested": res.samples_tested,
                             "split": res.accounting.split(args.bandwidth),
@@ -588,6 +602,14 @@ def _md_figs(out: dict[str, Any]) -> list[str]:
             md.append(f"| {r['protocol']} | {r['sample_skip']} | {r.get('schedule') or '—'} "
                       f"| {r['cpu_seconds']:.1f} | {r['wall_seconds']:.1f} | "
                       f"{r.get('samples_tested', '—')} | {r['error']:.2e} | {paper} |")
+        over = next((r for r in cp["rows"] if r.get("default_config_refusal")), None)
+        fb = [r.get("frac_bits_hidden") for r in cp["rows"] if r["protocol"] == "SecSV"]
+        md += ["", f"SecSV's fractional bits of hidden-layer inputs: {fb}."]
+        if over:
+            md += [f"With the library's default fixed point SecSV refused: "
+                   f"{over['default_config_refusal']}"]
+        if cp.get("note"):
+            md += [cp["note"]]
         refusal = next((r["strict_refusal"] for r in cp["rows"] if r.get("strict_refusal")),
                        None)
         if refusal:
@@ -799,6 +821,10 @@ def main() -> None:
     ap.add_argument("--fig7-t", type=int, default=1, help="rounds T of Fig. 7")
     ap.add_argument("--cnn-paper-t", type=int, default=10,
                     help="rounds of the paper-size CNN (the paper: 10)")
+    ap.add_argument("--cnn-paper-frac-hidden", type=int, default=None,
+                    help="SecSV's fractional bits of hidden layers for the paper-size CNN "
+                         "(default: the library's; on a fixed-point refusal the run is "
+                         "retried with 13 and the refusal reported)")
     ap.add_argument("--cnn-paper-skip", nargs="+", type=lambda v: v == "on",
                     default=[False, True], metavar="{off,on}",
                     help="SampleSkip settings of the paper-size CNN's SecSV runs")
