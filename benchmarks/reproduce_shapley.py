@@ -42,6 +42,7 @@ Usage::
     small Figs. 6-7, three Table-4 shapes, 1 repeat, no paper-size CNN)
     ... --agnews-t 3 --cnn-m 20 --repeats 3    # sizes can be reduced per task
     ... --only fig6 fig7 --update              # some sections, merged into the last results
+    ... --update --merge-from other.json       # fold another run's sections in, run nothing
 
 Writes ``benchmarks/results/reproduce_shapley.{json,md}`` and prints the Markdown tables.
 With ``--update`` the sections run replace theirs in the existing JSON and the Markdown
@@ -830,7 +831,8 @@ def main() -> None:
                     help="SampleSkip settings of the paper-size CNN's SecSV runs")
     ap.add_argument("--merge-from", nargs="+", default=None, metavar="JSON",
                     help="copy the sections of these earlier results files into this one "
-                         "(e.g. the paper-size CNN run on its own)")
+                         "(e.g. the paper-size CNN run on its own); without --only, "
+                         "nothing else runs")
     ap.add_argument("--bandwidth", type=float, default=1000.0, help="Mbit/s (paper: 1 Gbps)")
     ap.add_argument("--out", default=str(RESULTS / "reproduce_shapley"),
                     help="results path without suffix (.json and .md are written)")
@@ -846,7 +848,8 @@ def main() -> None:
     fig7_n = _ints(args.fig7_n)
     skip = set(args.skip) | ({"table3"} if args.skip_table3 else set()) \
         | ({"table4"} if args.skip_table4 else set())
-    run = set(args.only) if args.only else set(SECTIONS)
+    # --merge-from alone runs nothing: it folds earlier results in and rewrites the tables
+    run = set(args.only) if args.only else (set() if args.merge_from else set(SECTIONS))
     if args.quick:
         sizes = {"bank": (300, 1), "agnews": (120, 1), "mnist": (10, 1), "gru": (120, 1)}
         args.tasks = [t for t in args.tasks if t != "mnist"]  # the CNN's HESV: > 1 min
