@@ -665,11 +665,14 @@ def markdown(out: dict[str, Any]) -> str:
         md += ["Why Table 2 differs from the paper: our M and T are reduced (the paper: "
                "M = all test samples, T = 10) and BANK / AGNEWS are synthetic stand-ins of "
                "the same shapes; one core of a shared 2-core machine instead of a "
-               "16-core workstation; SecSV here is exact BFV (N = 8192, 4,096-sample "
-               "batches) with a linearity shortcut, HESV a tiled CKKS layout — both far "
-               "faster than the paper's TenSEAL code, HESV more so, which shrinks the "
-               "SecSV/HESV ratio; errors here are 0 or near 0 because SecSV is exact and "
-               "CKKS noise rarely flips a prediction at these sizes.", ""]
+               "16-core workstation; SecSV here is BFV (N = 8192, exact modular "
+               "arithmetic on fixed-point values) with a linearity shortcut and, without "
+               "SampleSkip, one derived decryption per batch and round; HESV a tiled CKKS "
+               "layout — both far faster than the paper's TenSEAL code, HESV more so, "
+               "which shrinks the SecSV/HESV ratio; SampleSkip turns the derived "
+               "decryption off (per-coalition decryptions and repacking), which is why it "
+               "slows SecSV here; errors are small because SecSV's only error is "
+               "fixed-point rounding (a prediction flips only on near-ties).", ""]
     t3 = out.get("table3") or {}
     if isinstance(t3, list):  # results written before Table 3 covered every task
         t3 = {"bank": {"secure": True, "rows": t3, "M": None, "T": None}}
