@@ -679,8 +679,11 @@ def markdown(out: dict[str, Any]) -> str:
     if t3:
         md += ["Why Table 3 differs: the paper's speed-ups are over its slow HESV (see "
                "Table 2); our errors are absolute FSV distances on our stand-in data with "
-               "the library's default budgets (the paper does not state its budgets), and "
-               "our exact SecSV has no HE error, so 'exact' is 0.", ""]
+               "the library's default budgets (the paper does not state its budgets); "
+               "exact SecSV without SampleSkip on a one-layer model uses one derived "
+               "decryption per batch and round, which the estimators and SampleSkip "
+               "cannot, so skipping models or samples saves less than it costs there; "
+               "SecSV's own error is fixed-point rounding only, so 'exact' is ~0.", ""]
     for name, t in t3.items():
         paper3 = PAPER_T3[name]
         proto = "SecSV" if t["secure"] else "NSSV (in the clear)"
