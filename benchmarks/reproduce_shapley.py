@@ -627,7 +627,12 @@ def markdown(out: dict[str, Any]) -> str:
           f"(medians); communication at {bw:g} Mbit/s from the real bytes.", ""]
     if out.get("commands"):
         md += ["Sections and the commands that produced them (`--update` merges runs):", ""]
-        md += [f"* {k}: `{v}`" for k, v in out["commands"].items()]
+        for k, v in out["commands"].items():
+            if isinstance(v, dict):
+                md.append(f"* {k}: `{v['command']}` (load {v['load']:.1f} at start, "
+                          f"repeats {v['repeats']})")
+            else:
+                md.append(f"* {k}: `{v}`")
         md.append("")
     for t in out["table2"]:
         name = t["task"]
@@ -883,6 +888,7 @@ def main() -> None:
                 "load_start": [round(v, 2) for v in os.getloadavg()],
                 "repeats": args.repeats, "bandwidth_mbps": args.bandwidth})
     out.setdefault("commands", {})
+    meta = {"command": command, "load": os.getloadavg()[0], "repeats": args.repeats}
     out.setdefault("table2", [])
     started = time.perf_counter()
     if args.merge_from:
@@ -899,10 +905,10 @@ def main() -> None:
             out["table2"] = _merged(out["table2"], t2)
             out["sizes"] = {**out.get("sizes", {}), **{k: sizes[k] for k in args.tasks}}
             for name in args.tasks:
-                out["commands"][f"table2 {name}"] = command
+                out["commands"][f"table2 {name}"] = meta
         if "table3" in run:
             out["table3"] = _merged(out.get("table3"), table3_all(t2, args))
-            out["commands"]["table3 " + " ".join(args.table3_tasks)] = command
+            out["commands"]["table3 " + " ".join(args.table3_tasks)] = meta
         if "parallel" in run:
             if "table2" not in run:  # the federations and NSSV only, no Table 2 rows
                 t2 = []
@@ -912,20 +918,20 @@ def main() -> None:
                     t2.append({"task": name, "M": sizes[name][0], "T": sizes[name][1],
                                "rows": [], "_record": (record, fed, sets, nssv)})
             out["parallel"] = _merged(out.get("parallel"), parallel_column(t2, args))
-            out["commands"]["parallel"] = command
+            out["commands"]["parallel " + " ".join(args.tasks)] = meta
         if "fig6" in run:
             out["fig6"] = _merged(out.get("fig6"), [
                 fig6(t, fig6_m[t], args.fig6_t, fig6_protocols[t], args)
                 for t in args.fig6_tasks])
-            out["commands"]["fig6 " + " ".join(args.fig6_tasks)] = command
+            out["commands"]["fig6 " + " ".join(args.fig6_tasks)] = meta
         if "fig7" in run:
             out["fig7"] = _merged(out.get("fig7"), [
                 fig7(args.fig7_task, fig7_n, args.fig7_m, args.fig7_t,
                      fig6_protocols[args.fig7_task], args)])
-            out["commands"][f"fig7 {args.fig7_task}"] = command
+            out["commands"][f"fig7 {args.fig7_task}"] = meta
         if "table4" in run:
             out["table4"] = table4(args.t4_repeats, shapes)
-            out["commands"]["table4"] = command
+            out["commands"]["table4"] = meta
         if "cnn-paper" in run:
             def checkpoint(part: dict[str, Any]) -> None:
                 base.parent.mkdir(parents=True, exist_ok=True)
@@ -934,7 +940,7 @@ def main() -> None:
                     default=float))
 
             out["cnn_paper"] = {**cnn_paper(args, checkpoint), "command": command}
-            out["commands"]["cnn-paper"] = command
+            out["commands"]["cnn-paper"] = meta
     for t in out["table2"]:
         t.pop("_record", None)
     out["load_end"] = [round(v, 2) for v in os.getloadavg()]
