@@ -111,7 +111,8 @@ PAPER_T2_PAR: dict[str, dict[str, tuple[float, float]]] = {
 }
 #: The paper's Tables 2/3: SecSV speed-up vs HESV with SampleSkip on.
 PAPER_SKIP_SPEEDUP = {"agnews": 7.2, "bank": 36.6, "mnist": 25.8, "gru": 11.8}
-#: Issue 10: the authors' public code on this machine class, one core (s; CNN ms/sample/model).
+#: The authors' public code measured on this machine class, one core (s; CNN: ms per
+#: sample per model).
 AUTHORS_HERE = {"bank": {"hesv": 100.7, "secsv": 11.3}, "agnews": {"hesv": 423.0,
                                                                   "secsv": 296.0},
                 "mnist": {"hesv": 75.0, "secsv": 22.6}}
