@@ -77,10 +77,16 @@ def _time(fn: Any, repeats: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
-def bench_squaring(repeats: int, shapes: list[tuple[int, int]] | None = None
-                   ) -> list[dict[str, Any]]:
+def bench_squaring(repeats: int, shapes: list[tuple[int, int]] | None = None, *,
+                   half_with_encoding: bool = False) -> list[dict[str, Any]]:
     """Matrix Squaring per sample for each ``(d_out, d_in)`` of ``shapes`` (default:
-    :data:`SHAPES`, seed 004's Table 4)."""
+    :data:`SHAPES`, the paper's Table 4).
+
+    ``Half`` times the product with ``B`` pre-encoded as plaintexts. With
+    ``half_with_encoding``, a ``Half+enc`` row also times the encoding of ``B``'s vectors
+    (the CKKS encode of :meth:`SquaringPlan.encode_b`'s output) inside the product, as
+    Matrix Reducing's ``Half`` row of :func:`bench_secsv.bench_reducing` does.
+    """
     rows = []
     rng = np.random.default_rng(0)
     for d_out, d_in in SHAPES if shapes is None else shapes:
@@ -119,6 +125,19 @@ def bench_squaring(repeats: int, shapes: list[tuple[int, int]] | None = None
                 rows.append(row)
                 say(f"{shape} {method} {variant}: {row['ms_per_sample']:.4f} ms/sample "
                     f"(batch {m}, err {err:.1e})")
+            if half_with_encoding:
+                def encode_then_multiply(plan: Any = plan, enc_a: Any = enc_a, bv: Any = bv,
+                                         per_block: bool = per_block, like: Any = like,
+                                         ctx: Any = ctx) -> Any:
+                    pts = [ctx.encode(v, scale=like.scale, parms_id=like.parms_id())
+                           for v in bv]
+                    return squaring_product(ctx, plan, enc_a, pts, plain_b=True,
+                                            per_block=per_block)
+                cpu, wall = _time(encode_then_multiply, repeats)
+                rows.append({"shape": shape, "method": method, "variant": "Half+enc",
+                             "ms_per_sample": 1e3 * cpu / m,
+                             "wall_ms_per_sample": 1e3 * wall / m, "batch": m,
+                             "plan": plan.to_dict(), "paper_ms_per_sample": None})
     return rows
 
 

@@ -68,10 +68,16 @@ def _median_time(fn: Any, repeats: int) -> float:
     return statistics.median(out)
 
 
-def bench_reducing(repeats: int, shapes: list[tuple[int, int]] | None = None
-                   ) -> list[dict[str, Any]]:
+def bench_reducing(repeats: int, shapes: list[tuple[int, int]] | None = None, *,
+                   half_pre_encoded: bool = False) -> list[dict[str, Any]]:
     """Matrix Reducing per sample for each ``(d_out, d_in)`` of ``shapes`` (default:
-    :data:`SHAPES`, seed 004's Table 4)."""
+    :data:`SHAPES`, the paper's Table 4).
+
+    CKKS ``half`` includes the encoding of ``B``'s diagonals in the product. With
+    ``half_pre_encoded``, a ``half-pre`` row also times the product with the diagonals
+    encoded beforehand, as Matrix Squaring's ``Half`` row of
+    :func:`bench_hesv.bench_squaring` does.
+    """
     rows = []
     ckks = CKKSContext.generate(AUTHORS_CKKS.check())
     bfv = BFVContext.from_seed(os.urandom(32))
@@ -96,6 +102,16 @@ def bench_reducing(repeats: int, shapes: list[tuple[int, int]] | None = None
                      "max_abs_error": err, "authors_ms": AUTHORS_FULL_MS[(d_out, d_in)]})
         rows.append({"shape": f"{d_out}x{d_in}", "method": "reducing", "variant": "half",
                      "scheme": "ckks-n4096", "m": w, "ms_per_sample": 1e3 * half / w})
+        if half_pre_encoded:
+            pts = [ckks.encode(r, parms_id=enc_a[0].parms_id()) for r in bd]
+            pre = _median_time(lambda ea=enc_a, p_=pts: rd.reduce_half_ckks(ckks, ea, p_),
+                               repeats)
+            got = rd.read_grid(ckks.decrypt(rd.reduce_half_ckks(ckks, enc_a, pts)).real,
+                               d_out, w, w)
+            rows.append({"shape": f"{d_out}x{d_in}", "method": "reducing",
+                         "variant": "half-pre", "scheme": "ckks-n4096", "m": w,
+                         "ms_per_sample": 1e3 * pre / w,
+                         "max_abs_error": float(np.abs(got - a @ b).max())})
         # BFV (ours, exact): m = floor(8192 / d_out); includes encoding the share
         wb = rd.grid_width(d_out, bfv.slots)
         t = bfv.t
