@@ -226,34 +226,37 @@ _MAX_BATCHES = 1 << 16
 _LABEL_LEVEL = 1
 
 
-#: Scores within ``TIE_TOLERANCE`` of each other count as tied under encryption: above
-#: the CKKS noise of HESV's scores (absolute, from its 2^24 scale over a product with the
-#: data and the sums: up to 4e-4 measured on a zero model with features up to 9), so that
-#: an exact tie stays a tie.
+#: A batch whose every row of scores spans at most ``TIE_TOLERANCE`` is scored by a model
+#: that ties every class (e.g. a zero-initialised one): above the CKKS noise of HESV's
+#: scores (absolute, from its 2^24 scale over a product with the data and the sums: up to
+#: 4e-4 measured on a zero model with features up to 9).
 TIE_TOLERANCE = 2.0 ** -10
 
 
 def tie_break(h: NDArray[np.float64]) -> tuple[NDArray[np.int64], int]:
     """Predicted labels from decrypted scores ``h`` (``m × classes``) as the plaintext
-    model decides them, and how many rows had a tie under encryption. ``np.argmax`` takes
-    the first of exactly tied scores, and CKKS noise would otherwise break an exact tie
-    (e.g. a zero-initialised model's) at random; so the first class whose score is within
-    :data:`TIE_TOLERANCE` of the row's best wins. Where the plaintext scores differ by
-    less than that, the prediction may differ from the plaintext model's: the count says
-    how often the question arose."""
-    near = h >= h.max(axis=1, keepdims=True) - TIE_TOLERANCE
-    labels: NDArray[np.int64] = np.argmax(near, axis=1).astype(np.int64)
-    return labels, int((near.sum(axis=1) > 1).sum())
+    model decides them, and how many were decided as exact ties. ``np.argmax`` takes the
+    first of exactly tied scores; a model that ties every class on every sample (a
+    zero-initialised model: the empty coalition of the first round) would otherwise
+    predict by CKKS noise, at random. So when every row of the batch spans at most
+    :data:`TIE_TOLERANCE`, every prediction is the first class; otherwise the argmax of
+    the decrypted scores (two scores within the CKKS noise, ~1e-4, may then be ordered
+    differently from the plaintext model's)."""
+    if h.size and float((h.max(axis=1) - h.min(axis=1)).max()) <= TIE_TOLERANCE:
+        return np.zeros(len(h), dtype=np.int64), len(h)
+    labels: NDArray[np.int64] = np.argmax(h, axis=1).astype(np.int64)
+    return labels, 0
 
 
 def warn_ties(ties: int, predictions: int, *, stacklevel: int = 2) -> None:
     """The :class:`~fedsec.errors.PrecisionWarning` of a run with ``ties`` predictions
     decided by :func:`tie_break`."""
-    warnings.warn(f"HESV: {ties} of {predictions} predictions had their top two scores "
-                  f"within the CKKS noise ({TIE_TOLERANCE:.1e}) of each other and were "
-                  "decided as exact ties (the first class, as the plaintext model decides "
-                  "them); where the plaintext scores differ by less than that, the FSV may "
-                  "differ from NSSV's.", PrecisionWarning, stacklevel=stacklevel + 1)
+    warnings.warn(f"HESV: {ties} of {predictions} predictions came from a model that "
+                  f"scored every class within the CKKS noise ({TIE_TOLERANCE:.1e}) on a "
+                  "whole batch (e.g. a zero-initialised model) and were decided as exact "
+                  "ties (the first class, as the plaintext model decides them); if such a "
+                  "model's plaintext scores differ by less than that, the FSV may differ "
+                  "from NSSV's.", PrecisionWarning, stacklevel=stacklevel + 1)
 
 
 def _label_cts(n_classes: int, complex_packing: bool) -> int:
