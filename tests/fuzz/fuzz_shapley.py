@@ -1470,7 +1470,7 @@ def make_shapley_targets(w: ShapleyWorld) -> list[Target]:
     s_cfg = sv.SecSVConfig().check()
     targets.append(Target("secsv._pick_fixed_point", lambda msgs: sv.pick_fixed_point(
         msgs, sv.round_infos(w.record, s_cfg), s_cfg, run.P._bfv.t,  # noqa: SLF001
-        binding=run.P._b), [("any", 1, s_fixed)],  # noqa: SLF001
+        w.record.spec, binding=run.P._b), [("any", 1, s_fixed)],  # noqa: SLF001
         allowed=(ProtocolError, sh.FixedPointOverflow), weight=0.7))
 
     # -- SecSV servers ---------------------------------------------------------------------
