@@ -296,15 +296,16 @@ def test_regression_secsv_fixed_point_bounds(w: fz.ShapleyWorld) -> None:
     def pick(first: bytes) -> Any:
         cfg = sv.SecSVConfig().check()
         return sv.pick_fixed_point([first, *b[1:]], sv.round_infos(w.record, cfg), cfg,
-                                   w.s_run.P._bfv.t, binding=w.s_run.P._b)  # noqa: SLF001
+                                   w.s_run.P._bfv.t, w.record.spec,
+                                   binding=w.s_run.P._b)  # noqa: SLF001
 
     entry = meta["models"][0]
     with pytest.raises(ProtocolError):
         pick(_re(b[0], models=[[entry[0], entry[1], {"x": 1}]]))
     with pytest.raises(ProtocolError):
         pick(_re(b[0], x=1024, models=[[entry[0], entry[1], [[1024, 1024]]]]))
-    fm, fx = pick(b[0])
-    assert fm >= 1 and fx >= 1
+    plan = pick(b[0])
+    assert min(plan.model) >= 1 and min(plan.inputs) >= 1
 
 
 # ====================================================================== SecretSV

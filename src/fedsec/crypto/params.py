@@ -239,6 +239,8 @@ def default_preset(security: str) -> str:
 # is only 27 bits: HESV never rotates, and it relinearizes only products at scale 2^48,
 # where the key-switching noise (~2^(34-27+8) = 2^15) is 2^-33 of the scale.
 HESV_CHAIN = (34, 24, 24, 27)
+#: 60 + 40 + 40 + 60 = 200 bits, within SEAL's 218-bit limit at n = 8192.
+HESV_PRECISE_CHAIN = (60, 40, 40, 60)
 _HESV_PRESETS = [
     CKKSParams(
         "CKKS_128_N4096_DEPTH2_S24", 4096, HESV_CHAIN, 24, 128,
@@ -246,6 +248,13 @@ _HESV_PRESETS = [
         "weights and one ciphertext product); decrypted values must stay below 2^9 in "
         "magnitude; ~1e-5 absolute precision on unit-size scores. Zheng et al.'s ring. "
         "Rotate only at scale ~2^48 (before a rescale): the special prime is small.",
+    ),
+    CKKSParams(
+        "CKKS_128_N8192_DEPTH2_S40", 8192, HESV_PRECISE_CHAIN, 40, 128,
+        "4096 complex slots; fresh scale 2^40; two rescaled products as HESV's ring-4096 "
+        "preset; decrypted values up to 2^19 in magnitude; ~1e-9 absolute precision on "
+        "unit-size scores. For multi-layer models, whose re-encrypted activations "
+        "(squares of scores in the hundreds) need more than 2^24's precision.",
     ),
     CKKSParams(
         "INSECURE_TEST_N2048_DEPTH2_S24", 2048, HESV_CHAIN, 24, 0,
