@@ -90,6 +90,15 @@ def test_a_run_that_cannot_fit_names_layer_round_and_levers() -> None:
         fp.choose(spec, [ok, huge], 0, {}, 50.0, protocol="SecSV")
 
 
+def test_magnitudes_beyond_any_float_are_refused() -> None:
+    """A client may publish the largest exponents the format allows: through square
+    activations they overflow a float; P refuses (never an OverflowError)."""
+    spec = ModelSpec("deep", (LayerSpec.dense(4, 6, "square"), LayerSpec.dense(6, 6, "square"),
+                              LayerSpec.dense(6, 6, "square"), LayerSpec.dense(6, 2)))
+    with pytest.raises(FixedPointOverflow, match="exceed any fixed point"):
+        fp.choose(spec, [[(1, [(128, 128)] * 4)]], 128, {}, 56.0, protocol="SecSV")
+
+
 def test_published_bounds_are_checked() -> None:
     from fedsec.errors import ProtocolError
 

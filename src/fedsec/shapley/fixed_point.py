@@ -127,6 +127,21 @@ def choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[
     protocol : the name used in errors.
     frac_model, frac_data, frac_hidden : pinned values (None: chosen).
     """
+    try:
+        return _choose(spec, rounds, x_exp, acts, budget_bits, protocol, frac_model,
+                       frac_data, frac_hidden)
+    except FixedPointOverflow:
+        raise
+    except (OverflowError, ValueError) as exc:  # published magnitudes beyond any float
+        raise FixedPointOverflow(f"{protocol}: the published magnitudes of the models and "
+                                 f"data exceed any fixed point ({type(exc).__name__}); "
+                                 f"{protocol} refuses. Levers: {LEVERS}.") from None
+
+
+def _choose(spec: ModelSpec, rounds: Sequence[Sequence[tuple[int, Sequence[tuple[int, int]]]]],
+            x_exp: int, acts: dict[tuple[int, int], int], budget_bits: float, protocol: str,
+            frac_model: int | None, frac_data: int | None, frac_hidden: int | None
+            ) -> FixedPointPlan:
     n_layers = len(spec.layers)
     worst = [0.0] * n_layers
     worst_round = [0] * n_layers
