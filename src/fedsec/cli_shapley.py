@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ import numpy as np
 
 from fedsec.cli_common import int_arg as _int_at_least
 from fedsec.cli_common import progress_printer as _progress
-from fedsec.errors import PrivacyWarning
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
 from fedsec.protocol.accounting import DEFAULT_BANDWIDTH_MBPS
@@ -227,22 +224,17 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
     from fedsec.runtime.parallel import shapley_in_parallel
     from fedsec.shapley.views import UnsafeSchedule
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrivacyWarning)
-        try:
-            result: SecureShapleyResult = shapley_in_parallel(
-                args.protocol, record, test_sets, workers=args.workers, backend=args.backend,
-                ray_address=args.ray_address, progress=progress, **common)
-        except UnsafeSchedule as exc:  # speak of the command line's option
-            raise ValueError(str(exc).replace("pass schedule='paper'", "pass --schedule paper")
-                             .replace("(an estimator with a small budget)",
-                                      "(--estimator with a small --budget)")
-                             .replace("add clients that do not train in every round",
-                                      "let clients sit out rounds (--participation below 1)"
-                                      )) from None
-    for text in dict.fromkeys(str(w.message) for w in caught
-                              if issubclass(w.category, PrivacyWarning)):
-        print(f"fedsec: privacy warning: {text}", file=sys.stderr)
+    try:  # warnings print once each as "fedsec: (privacy) warning: ..." (fedsec.cli)
+        result: SecureShapleyResult = shapley_in_parallel(
+            args.protocol, record, test_sets, workers=args.workers, backend=args.backend,
+            ray_address=args.ray_address, progress=progress, **common)
+    except UnsafeSchedule as exc:  # speak of the command line's option
+        raise ValueError(str(exc).replace("pass schedule='paper'", "pass --schedule paper")
+                         .replace("(an estimator with a small budget)",
+                                  "(--estimator with a small --budget)")
+                         .replace("add clients that do not train in every round",
+                                  "let clients sit out rounds (--participation below 1)"
+                                  )) from None
     result.bandwidth_mbps = args.bandwidth
     return result
 

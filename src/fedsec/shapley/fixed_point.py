@@ -245,9 +245,10 @@ def publish(spec: ModelSpec, models: Sequence[tuple[int, str, Sequence[NDArray[A
     for rnd, key, params in models:
         norms = []
         for layer in spec.layers_of(params):
-            w = (layer.params[0].reshape(layer.spec.out_channels, -1)
-                 if layer.spec.kind == "conv2d" else layer.matrix()[0])
-            b = layer.params[1] if layer.spec.kind == "conv2d" else layer.matrix()[1]
+            if layer.spec.kind == "conv2d":  # the kernel matrix: the unrolled one's norms
+                w, b = layer.params[0].reshape(layer.spec.out_channels, -1), layer.params[1]
+            else:
+                w, b = layer.matrix()
             norms.append([exp2(float(np.abs(w).sum(axis=1).max())),
                           exp2(float(np.abs(b).max()) if b.size else 0.0)])
         entries.append([rnd, key, norms])
