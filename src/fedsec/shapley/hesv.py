@@ -128,8 +128,12 @@ samples splits the batch into chunks. Labels travel one level above the lowest.
 
 Not covered (as in the paper): a malicious server (it could, e.g., send a client a
 product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
-approximate: scores must stay below ``2^9`` in magnitude (the preset's headroom); a
-prediction can differ from the plaintext one when two scores are within ~1e-4.
+approximate. One-layer models run on the paper's ring 2^12 at scale 2^24 (scores below
+``2^9`` in magnitude, the preset's headroom; two scores within ~1e-4 may be ordered
+differently from the plaintext model's); deeper models, whose re-encrypted activations
+need the precision, on ring 2^13 at scale 2^40 (:func:`default_preset`). A batch on which a
+model scores every class the same within the noise (a zero-initialised model) is decided
+as exact ties, the first class, and counted (:func:`tie_break`).
 """
 
 from __future__ import annotations
