@@ -169,7 +169,9 @@ def test_excel_and_pandas_files_and_names(tmp_path: Path,
     assert out["included"] == ["site-a/scores", "site-b/scores"]
     y = np.array([1, 0, 1, 0, 1, 0])
     s = np.array([0.9, 0.2, 0.4, 0.3, 0.8, 1.0])
-    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 20))) < 1e-8
+    # CKKS noise: with 3 x 3 samples the normalised error can pass 1e-8 (the 1e-9 target
+    # is for 100 samples and more), so the tolerance is CKKS's, not the grid's
+    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 20))) < 1e-6
     assert main(["auc", str(excel), str(pandas), "-N", "20", "--json", "-q",
                  "--name", "hospital-a", "--name", "hospital-b"]) == 0
     assert json.loads(capsys.readouterr().out)["included"] == ["hospital-a", "hospital-b"]
@@ -186,7 +188,8 @@ def test_label_and_score_options(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*argv, "--pos-label", "malignant"]) == 0
     out = json.loads(capsys.readouterr().out)
     y, s = np.array([1, 0, 0, 1]), np.array([0.9, 0.2, 0.6, 0.7])
-    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 10))) < 1e-8
+    # 2 x 2 samples: CKKS noise alone reached 1.3e-8 in one CI run (see above)
+    assert abs(out["auc"] - trapezoid_auc_from_counts(*confusion_counts(y, s, 10))) < 1e-6
 
 
 def test_check_validates_locally(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
