@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.cli_pfl import plot_accuracy
+from fedsec.cli.pfl import plot_accuracy
 from fedsec.learning.attacks import ATTACKS
 from fedsec.learning.tasks import make_task
 from fedsec.pfl.balance import BalanceConfig

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedsec.cli import main
-from fedsec.cli_identity import read_public_entry
+from fedsec.cli.identity import read_public_entry
 from fedsec.crypto.identity import Identity, Roster, fingerprint
 
 

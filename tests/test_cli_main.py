@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import fedsec.cli_auc
+import fedsec.cli.auc
 from fedsec.cli import (
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
@@ -91,7 +91,7 @@ def test_each_failure_has_its_own_exit_code(monkeypatch: pytest.MonkeyPatch, tmp
     def fail(*_args: object, **_kw: object) -> None:
         raise error
 
-    monkeypatch.setattr(fedsec.cli_auc, "_run", fail)
+    monkeypatch.setattr(fedsec.cli.auc, "_run", fail)
     assert main(["auc", str(a), str(b)]) == code
     err = capsys.readouterr().err
     assert text in err

@@ -77,7 +77,7 @@ SECURE = ["pfl", "--task", "bank", "--samples", "400", "--clients", "6", "--roun
 def insecure_preset(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line offers 128-bit presets only; the tests swap in the small insecure
     ring behind the option parser (the refusal of --preset INSECURE_* is tested below)."""
-    import fedsec.cli_pfl as cli_pfl
+    import fedsec.cli.pfl as cli_pfl
     from fedsec.pfl.secure import SecurePFLConfig
 
     def make(args: object) -> SecurePFLConfig:

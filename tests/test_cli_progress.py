@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsec.cli_common import progress_printer
+from fedsec.cli.common import progress_printer
 
 
 def test_rounds_get_an_eta_until_the_last(capsys) -> None:

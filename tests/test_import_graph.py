@@ -12,7 +12,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedsec"
 #: Modules that may import fedsec.testing, and why.
-TESTING_ALLOWED = {"fedsec.cli_auc": "fedsec demo's cheating aggregator"}
+TESTING_ALLOWED = {"fedsec.cli.auc": "fedsec demo's cheating aggregator"}
 
 
 def _module(path: Path) -> str:

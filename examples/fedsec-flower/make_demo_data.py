@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsec.cli_identity import PUBLIC_SUFFIX, write_public_entry
+from fedsec.cli.identity import PUBLIC_SUFFIX, write_public_entry
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.data.datasets import breast_cancer_federation
 from fedsec.data.io import write_party_csv

@@ -12,7 +12,44 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["check_int", "check_real", "check_labels_scores"]
+__all__ = ["ParameterError", "check_int", "check_real", "check_choice", "check_labels_scores",
+           "int_rule", "real_rule"]
+
+
+class ParameterError(ValueError):
+    """A value that breaks its parameter's constraint.
+
+    ``rule`` is the constraint in words (``">= 2"``, ``"finite"``, ``"one of 'a', 'b'"``),
+    so that a caller speaking of the value under another name (the command line speaks of
+    ``--runs``, not ``runs``) can say the same rule without restating it.
+    """
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+def _num(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def int_rule(min_value: int | None = None, max_value: int | None = None) -> str:
+    """The constraint of :func:`check_int` in words: ``"in 2..8"``, ``">= 1"``, ..."""
+    if min_value is not None and max_value is not None:
+        return f"in {min_value}..{max_value}"
+    if min_value is not None:
+        return f">= {min_value}"
+    if max_value is not None:
+        return f"<= {max_value}"
+    return "an integer"
+
+
+def real_rule(gt: float | None = None, ge: float | None = None, lt: float | None = None,
+              le: float | None = None) -> str:
+    """The constraint of :func:`check_real` in words: ``"> 0 and < 0.5"``, ``"finite"``."""
+    parts = [f"{sym} {_num(b)}" for b, sym in ((gt, ">"), (ge, ">="), (lt, "<"), (le, "<="))
+             if b is not None]
+    return " and ".join(parts) if parts else "finite"
 
 
 def _fail_type(name: str, owner: str, expected: str, value: Any) -> TypeError:
@@ -31,13 +68,13 @@ def check_int(
         raise _fail_type(name, owner, "an int", value)
     v = int(value)
     if min_value is not None and v < min_value:
-        raise ValueError(
-            f"The '{name}' parameter of {owner} must be >= {min_value}. Got {v} instead."
-        )
+        raise ParameterError(
+            f"The '{name}' parameter of {owner} must be >= {min_value}. Got {v} instead.",
+            rule=int_rule(min_value, max_value))
     if max_value is not None and v > max_value:
-        raise ValueError(
-            f"The '{name}' parameter of {owner} must be <= {max_value}. Got {v} instead."
-        )
+        raise ParameterError(
+            f"The '{name}' parameter of {owner} must be <= {max_value}. Got {v} instead.",
+            rule=int_rule(min_value, max_value))
     return v
 
 
@@ -50,17 +87,31 @@ def check_real(
         raise _fail_type(name, owner, "a real number", value)
     v = float(value)
     if not np.isfinite(v):
-        raise ValueError(f"The '{name}' parameter of {owner} must be finite. Got {v} instead.")
+        raise ParameterError(
+            f"The '{name}' parameter of {owner} must be finite. Got {v} instead.",
+            rule="finite")
     checks: tuple[tuple[float | None, str], ...] = ((gt, ">"), (ge, ">="), (lt, "<"), (le, "<="))
     for bound, sym in checks:
         if bound is None:
             continue
         ok = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[sym]
         if not ok:
-            raise ValueError(
-                f"The '{name}' parameter of {owner} must be {sym} {bound}. Got {v} instead."
-            )
+            raise ParameterError(
+                f"The '{name}' parameter of {owner} must be {sym} {bound}. Got {v} instead.",
+                rule=real_rule(gt, ge, lt, le))
     return v
+
+
+def check_choice(value: Any, name: str, owner: str, *, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, or raise with a clear message."""
+    if not isinstance(value, str):
+        raise _fail_type(name, owner, "a string", value)
+    if value not in choices:
+        rule = "one of " + ", ".join(repr(c) for c in choices)
+        raise ParameterError(
+            f"The '{name}' parameter of {owner} must be {rule}. Got {value!r} instead.",
+            rule=rule)
+    return value
 
 
 def check_labels_scores(

@@ -111,7 +111,7 @@ SRC = pathlib.Path(fedsec.__file__).resolve().parent
 SIMULATION_DIRS = {SRC / "data", SRC / "learning"}
 SIMULATION_FILES = {SRC / "shapley" / "fsv.py", SRC / "shapley" / "estimators.py",
                     SRC / "shapley" / "secure_game.py", SRC / "pfl" / "simulate.py",
-                    SRC / "pfl" / "balance.py", SRC / "cli_pfl.py",
+                    SRC / "pfl" / "balance.py", SRC / "cli" / "pfl.py",
                     # seeded, replayable fuzzing (testing only, never imported by the product)
                     SRC / "testing" / "mutations.py", SRC / "testing" / "netfuzz.py"}
 

@@ -33,7 +33,7 @@ server.
 What the party trusts
 ---------------------
 Its identity file and the roster, both on its own disk (``fedsec identity init``,
-``fedsec roster create``; see :mod:`fedsec.cli_identity`), and its own policy (node
+``fedsec roster create``; see :mod:`fedsec.cli.identity`), and its own policy (node
 config below). The configuration of the run (security mode, decision points, preset,
 tolerance...) comes from the ServerApp and is checked against the policy at ``hello``;
 the party pins it for the rest of the run (its key spec, commits and submissions are

@@ -43,8 +43,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedsec.cli_common import int_arg as _int_in
-from fedsec.cli_common import progress_printer as _progress
+from fedsec._validation import check_int, check_real
+from fedsec.cli.common import arg_type, list_arg
+from fedsec.cli.common import progress_printer as _progress
 from fedsec.learning.attacks import ATTACKS
 from fedsec.learning.tasks import TASKS, make_task
 
@@ -64,39 +65,6 @@ def _secure_presets() -> list[str]:
     return [k for k, v in PRESETS.items() if not v.insecure and v.depth >= 16]
 
 
-def _real_in(name: str, low: float, high: float, *, low_open: bool = False,
-             high_open: bool = False) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
-        bad_low = v <= low if low_open else v < low
-        bad_high = v >= high if high_open else v > high
-        if not math.isfinite(v) or bad_low or bad_high:
-            lo = "(" if low_open else "["
-            hi = ")" if high_open else "]"
-            raise argparse.ArgumentTypeError(f"{name} must be in {lo}{low}, {high}{hi}; "
-                                             f"got {text!r}")
-        return v
-    return parse
-
-
-def _choices(name: str, allowed: tuple[str, ...], everything: tuple[str, ...] | None = None
-             ) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if everything is not None and items == ["all"]:
-            return list(everything)
-        bad = [t for t in items if t not in allowed]
-        if not items or bad:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a comma-separated list of {', '.join(allowed)}"
-                + (" or 'all'" if everything is not None else "") + f"; got {text!r}")
-        return list(dict.fromkeys(items))
-    return parse
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "pfl", help="personalised FL with BALANCE under poisoning attacks (in the clear)",
@@ -105,45 +73,47 @@ def register(sub: Any) -> None:
                     "report benign clients' accuracy, acceptance sets and Ineq. 1 checks.")
     p.add_argument("--task", choices=TASKS, default="dnn",
                    help="data set and model (default dnn: MNIST subset, L-layer MLP)")
-    p.add_argument("--layers", type=_int_in("--layers", 1, 64), default=2,
+    p.add_argument("--layers", type=arg_type(check_int, "--layers", min_value=1, max_value=64),
+                   default=2,
                    help="layers of the dnn task (default 2: 784-64-10)")
-    p.add_argument("--samples", type=_int_in("--samples", 50), default=None,
+    p.add_argument("--samples", type=arg_type(check_int, "--samples", min_value=50), default=None,
                    help="use only this many samples of the task's data (train + test)")
-    p.add_argument("--clients", type=_int_in("--clients", 2, 64), default=30,
+    p.add_argument("--clients", type=arg_type(check_int, "--clients", min_value=2, max_value=64),
+                   default=30,
                    help="number of clients K (default 30)")
-    p.add_argument("--rounds", type=_int_in("--rounds", 1), default=10,
+    p.add_argument("--rounds", type=arg_type(check_int, "--rounds", min_value=1), default=10,
                    help="training rounds T (default 10)")
-    p.add_argument("--alpha", type=_real_in("--alpha", 0.0, math.inf, low_open=True,
-                                            high_open=True), default=0.5,
+    p.add_argument("--alpha", type=arg_type(check_real, "--alpha", gt=0.0), default=0.5,
                    help="Dirichlet concentration of the label split (default 0.5; small = "
                         "more non-IID)")
-    p.add_argument("--attack", type=_choices("--attack", ("none", *ATTACKS),
-                                             ("none", *ATTACKS)),
+    p.add_argument("--attack", type=list_arg("--attack", ("none", *ATTACKS), everything=True),
                    default=["none"], help="attack(s): none, " + ", ".join(ATTACKS)
                    + "; comma-separated or 'all' (default none)")
-    p.add_argument("--malicious", type=_real_in("--malicious", 0.0, 0.5, high_open=True),
+    p.add_argument("--malicious", type=arg_type(check_real, "--malicious", ge=0.0, lt=0.5),
                    default=0.2, help="share of malicious clients (default 0.2)")
-    p.add_argument("--method", type=_choices("--method", _METHODS), default=["balance"],
+    p.add_argument("--method", type=list_arg("--method", _METHODS), default=["balance"],
                    help="balance, fedavg, local, trimmed-mean, krum, median; comma-separated "
                         "(default balance)")
     p.add_argument("--deployment", choices=_DEPLOYMENTS, default="server",
                    help="BALANCE: server-assisted (default) or decentralised over a "
                         "complete, ring or Erdős–Rényi graph")
-    p.add_argument("--graph-p", type=_real_in("--graph-p", 0.0, 1.0), default=0.5,
+    p.add_argument("--graph-p", type=arg_type(check_real, "--graph-p", ge=0.0, le=1.0), default=0.5,
                    help="edge probability of the Erdős–Rényi graph (default 0.5)")
     p.add_argument("--selection", choices=("efficient", "brute"), default="efficient",
                    help="server-assisted BALANCE: Algorithm 1 (default) or brute force")
-    p.add_argument("--gamma", type=_real_in("--gamma", 0.0, math.inf, low_open=True,
-                                            high_open=True), default=0.3,
+    p.add_argument("--gamma", type=arg_type(check_real, "--gamma", gt=0.0), default=0.3,
                    help="BALANCE acceptance threshold gamma (default 0.3)")
-    p.add_argument("--gamma-uniform", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+    p.add_argument("--gamma-uniform", type=arg_type(check_real, "--gamma-uniform", gt=0.0), nargs=2,
+                   default=None, metavar=("LO", "HI"),
                    help="per-client thresholds gamma_i ~ U[LO, HI] (seeded; Aghabagherloo et al. "
                         "use 0.1 0.5) instead of one --gamma")
-    p.add_argument("--kappa", type=_real_in("--kappa", 0.0, math.inf, high_open=True),
+    p.add_argument("--kappa", type=arg_type(check_real, "--kappa", ge=0.0),
                    default=1.0, help="BALANCE threshold decay kappa (default 1)")
-    p.add_argument("--balance-alpha", type=_real_in("--balance-alpha", 0.0, 1.0), default=0.5,
+    p.add_argument("--balance-alpha", type=arg_type(check_real, "--balance-alpha", ge=0.0, le=1.0),
+                   default=0.5,
                    help="weight of the own model in Eq. 2 (default 0.5)")
-    p.add_argument("--seed", type=int, default=0, help="data, training and attack seed")
+    p.add_argument("--seed", type=arg_type(check_int, "--seed", min_value=0), default=0,
+                   help="data, training and attack seed")
     sec = p.add_argument_group(
         "encrypted BALANCE (--secure)",
         "Priv-PFL: selection and personalised aggregation under CKKS; server-assisted "
@@ -161,12 +131,10 @@ def register(sub: Any) -> None:
                           "sign polynomial and a 2^-14 band, but the decryptor learns each "
                           "compared margin's magnitude to within a factor 2^16")
     bound = sec.add_mutually_exclusive_group()
-    bound.add_argument("--norm-factor", type=_real_in("--norm-factor", 0.0, math.inf,
-                                                      low_open=True, high_open=True),
+    bound.add_argument("--norm-factor", type=arg_type(check_real, "--norm-factor", gt=0.0),
                        default=None, help="public norm bound per round: this factor times "
                                           "the median of the published norms (default 1.25)")
-    bound.add_argument("--norm-bound", type=_real_in("--norm-bound", 0.0, math.inf,
-                                                     low_open=True, high_open=True),
+    bound.add_argument("--norm-bound", type=arg_type(check_real, "--norm-bound", gt=0.0),
                        default=None, help="a fixed public norm bound for every round instead")
     sec.add_argument("--preset", choices=_secure_presets(), default=None,
                      help=f"CKKS parameter preset (128-bit; default {PFL_PRESET})")
@@ -180,7 +148,8 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", type=Path, default=None, metavar="DIR",
                    help="write accuracy.png and acceptance.png into DIR (needs "
                         "fedsec[plots])")
-    p.add_argument("--graph-round", type=_int_in("--graph-round", 1), default=None,
+    p.add_argument("--graph-round", type=arg_type(check_int, "--graph-round", min_value=1),
+                   default=None,
                    help="round drawn in acceptance.png (default: the last)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)

@@ -10,9 +10,9 @@ error (a malformed message, or a party's policy refuses the run); 5 undefined re
 AUC with one class in the whole federation); 130 interrupted; 141 output pipe closed early
 (``fedsec ... | head``: ends quietly).
 
-Sub-commands: ``auc``, ``check`` and ``demo`` (:mod:`fedsec.cli_auc`), ``dpauc``,
-``attack`` and ``reproduce`` (:mod:`fedsec.cli_dpauc`), ``identity`` and ``roster``
-(:mod:`fedsec.cli_identity`), ``shapley`` (:mod:`fedsec.cli_shapley`).
+Sub-commands: ``auc``, ``check`` and ``demo`` (:mod:`fedsec.cli.auc`), ``dpauc``,
+``attack`` and ``reproduce`` (:mod:`fedsec.cli.dpauc`), ``identity`` and ``roster``
+(:mod:`fedsec.cli.identity`), ``shapley`` (:mod:`fedsec.cli.shapley`).
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ __all__ = ["main", "build_parser", "EXIT_CODES", "EXIT_OK", "EXIT_BAD_INPUT",
 # ``func`` on its parsers (``parser.set_defaults(func=handler)``), where
 # ``handler(args: argparse.Namespace) -> int``.
 COMMAND_MODULES: tuple[str, ...] = (
-    "fedsec.cli_auc",
-    "fedsec.cli_dpauc",
-    "fedsec.cli_identity",
-    "fedsec.cli_shapley",
-    "fedsec.cli_pfl",
-    "fedsec.cli_flower",
+    "fedsec.cli.auc",
+    "fedsec.cli.dpauc",
+    "fedsec.cli.identity",
+    "fedsec.cli.shapley",
+    "fedsec.cli.pfl",
+    "fedsec.cli.flower",
 )
 
 
@@ -192,6 +192,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     return _run(args)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -12,19 +12,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedsec._validation import check_int, check_real
 from fedsec.auc.attacks import estimate_party_counts
 from fedsec.auc.dpauc import MECHANISMS, DPAUCClient, RRClient, dpauc
-from fedsec.cli_auc import add_party_file_options, load_party_files
+from fedsec.cli.common import add_party_file_options, arg_type, load_party_files
 from fedsec.errors import PrivacyWarning
 
 __all__ = ["register"]
@@ -48,39 +48,17 @@ def _report_privacy_warnings() -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def _positive_float(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(
-                f"{name} must be finite; got {text!r} (an infinite budget is no privacy: "
-                "'fedsec auc' computes the AUC without noise, and without revealing it)")
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {text!r}")
-        return v
-    return parse
-
-
-def _positive_int(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1; got {text!r}")
-        return v
-    return parse
+_EPSILON_HINT = (" (an infinite budget is no privacy: 'fedsec auc' computes the AUC "
+                 "without noise, and without revealing it)")
 
 
 def _add_privacy_args(p: argparse.ArgumentParser, default_points: int) -> None:
     add_party_file_options(p)
-    p.add_argument("--epsilon", required=True, type=_positive_float("--epsilon"),
+    p.add_argument("--epsilon", required=True,
+                   type=arg_type(check_real, "--epsilon", gt=0.0, hint=_EPSILON_HINT),
                    help="total privacy budget of one evaluation, per party (finite, > 0)")
-    p.add_argument("--decision-points", "-N", type=_positive_int("--decision-points"),
+    p.add_argument("--decision-points", "-N",
+                   type=arg_type(check_int, "--decision-points", min_value=1),
                    default=default_points, help=f"number N of uniform thresholds "
                    f"(default {default_points})")
     p.add_argument("--mechanism", choices=MECHANISMS, default="laplace",
@@ -88,7 +66,7 @@ def _add_privacy_args(p: argparse.ArgumentParser, default_points: int) -> None:
                         "analytic Gaussian noise on the same statistics (needs --delta); rr: "
                         "DPAUC_RR, labels flipped by randomized response, then debiased "
                         "(default laplace)")
-    p.add_argument("--delta", type=_positive_float("--delta"), default=None,
+    p.add_argument("--delta", type=arg_type(check_real, "--delta", gt=0.0, lt=1.0), default=None,
                    help="delta of the Gaussian mechanism (default 1e-6)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -107,9 +85,10 @@ def register(subparsers: Any) -> None:
                "never be reproducible (a seeded noise is no privacy). Seeds drive simulated "
                "data only, e.g. 'fedsec reproduce --seed'.")
     _add_privacy_args(p, 100)
-    p.add_argument("--runs", type=_positive_int("--runs"), default=1,
+    p.add_argument("--runs", type=arg_type(check_int, "--runs", min_value=1), default=1,
                    help="independent runs to average (default 1); each spends --epsilon")
-    p.add_argument("--score-epsilon", type=_positive_float("--score-epsilon"), default=None,
+    p.add_argument("--score-epsilon", type=arg_type(check_real, "--score-epsilon", gt=0.0),
+                   default=None,
                    help="rr only: Laplace noise on scores with this epsilon")
     p.add_argument("--clip", action="store_true",
                    help="clip every run's estimate into [0, 1] (post-processing: no privacy "
@@ -137,7 +116,7 @@ def register(subparsers: Any) -> None:
                    help="small smoke run (minutes), not the report's sizes")
     r.add_argument("--out", default=None, metavar="DIR",
                    help="where the report, JSON and plots go (default: benchmarks/results)")
-    r.add_argument("--seed", type=int, default=None,
+    r.add_argument("--seed", type=arg_type(check_int, "--seed", min_value=0), default=None,
                    help="base seed of the simulated data and party splits (default: the "
                         "script's); DP noise is never seeded")
     r.set_defaults(func=_cmd_reproduce)
@@ -261,7 +240,7 @@ def _find_script(explicit: str | None) -> Path:
             raise FileNotFoundError(f"{path}: no such file")
         return path
     candidates = [Path.cwd() / "benchmarks" / "reproduce_dpauc.py",
-                  Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_dpauc.py"]
+                  Path(__file__).resolve().parents[3] / "benchmarks" / "reproduce_dpauc.py"]
     for c in candidates:
         if c.is_file():
             return c

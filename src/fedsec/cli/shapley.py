@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from fedsec.cli_common import int_arg as _int_at_least
-from fedsec.cli_common import progress_printer as _progress
+from fedsec._validation import check_int, check_real
+from fedsec.cli.common import arg_type
+from fedsec.cli.common import progress_printer as _progress
 from fedsec.learning.model import accuracy
 from fedsec.learning.tasks import TASKS, make_task
 from fedsec.protocol.accounting import DEFAULT_BANDWIDTH_MBPS
@@ -31,17 +32,6 @@ from fedsec.shapley.fsv import DEFAULT_BUDGETS, ESTIMATORS, ShapleyResult, feder
 from fedsec.shapley.secure_common import PROTOCOLS, SecureShapleyResult
 
 __all__ = ["register", "plot_contributions"]
-
-
-def _share(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--participation must be a number; got {text!r}"
-                                         ) from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"--participation must be in (0, 1]; got {text!r}")
-    return v
 
 
 def register(sub: Any) -> None:
@@ -54,11 +44,13 @@ def register(sub: Any) -> None:
                    help="bank and agnews: logistic classifiers on synthetic stand-ins; "
                         "mnist: Zheng et al.'s CNN on real MNIST; digits: small CNN; gru: "
                         "recurrent task on digit rows; dnn: L-layer DNN (default bank)")
-    p.add_argument("--clients", type=_int_at_least("--clients", 1, 16), default=5,
+    p.add_argument("--clients", type=arg_type(check_int, "--clients", min_value=1, max_value=16),
+                   default=5,
                    help="number of clients n (default 5)")
-    p.add_argument("--rounds", type=_int_at_least("--rounds", 1), default=10,
+    p.add_argument("--rounds", type=arg_type(check_int, "--rounds", min_value=1), default=10,
                    help="FedAvg rounds T (default 10)")
-    p.add_argument("--participation", type=_share, default=1.0,
+    p.add_argument("--participation", type=arg_type(check_real, "--participation", gt=0.0, le=1.0),
+                   default=1.0,
                    help="share of clients in each round (default 1.0)")
     p.add_argument("--protocol", choices=PROTOCOLS, default="nssv",
                    help="nssv: in the clear (models and test data visible to the evaluator); "
@@ -83,16 +75,20 @@ def register(sub: Any) -> None:
                         "small budget, or --participation below 1). paper: the paper's "
                         "Prop. 6.8 only, which lets a decrypting client solve for other "
                         "clients' test data")
-    p.add_argument("--frac-bits", type=_int_at_least("--frac-bits", 1, 30), default=None,
+    p.add_argument("--frac-bits",
+                   type=arg_type(check_int, "--frac-bits", min_value=1, max_value=30), default=None,
+
                    metavar="F",
                    help="secsv: pin the fixed point to F fractional bits for every layer's "
                         "weights and inputs (default: chosen per layer from the run's "
                         "models and data, the most that cannot overflow)")
-    p.add_argument("--plain-bits", type=_int_at_least("--plain-bits", 20, 59), default=None,
+    p.add_argument("--plain-bits",
+                   type=arg_type(check_int, "--plain-bits", min_value=20, max_value=59),
+                   default=None,
                    metavar="B",
                    help="secsv: bits of the BFV plaintext prime, the room for fixed point "
                         "(default 59, the most SEAL allows at this ring)")
-    p.add_argument("--workers", type=_int_at_least("--workers", 1), default=None,
+    p.add_argument("--workers", type=arg_type(check_int, "--workers", min_value=1), default=None,
                    help="secure protocols: evaluate the rounds in up to this many parallel "
                         "workers (default: the cores available; 1 = in this process)")
     p.add_argument("--backend", choices=("process", "ray"), default="process",
@@ -100,13 +96,14 @@ def register(sub: Any) -> None:
                         "(needs fedsec[flower-sim]; --ray-address for a running cluster)")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="with --backend ray: the address of a running Ray cluster")
-    p.add_argument("--bandwidth", type=float, default=DEFAULT_BANDWIDTH_MBPS, metavar="MBPS",
+    p.add_argument("--bandwidth", type=arg_type(check_real, "--bandwidth", gt=0.0),
+                   default=DEFAULT_BANDWIDTH_MBPS, metavar="MBPS",
                    help="simulated link speed for the communication time of secure "
                         f"protocols (default {DEFAULT_BANDWIDTH_MBPS:g} Mbit/s)")
     p.add_argument("--estimator", choices=ESTIMATORS, default="exact",
                    help="exact, or ps (permutation sampling), gt (group testing), ks "
                         "(KernelSHAP), gtg (GTG-Shapley) (default exact)")
-    p.add_argument("--budget", type=_int_at_least("--budget", 1), default=None,
+    p.add_argument("--budget", type=arg_type(check_int, "--budget", min_value=1), default=None,
                    help="per-round budget: permutations (ps, gtg) or sampled coalitions "
                         f"(gt, ks); defaults {DEFAULT_BUDGETS}")
     p.add_argument("--sample-skip", action="store_true",
@@ -116,13 +113,15 @@ def register(sub: Any) -> None:
                    help="with --sample-skip: also count wrongly skipped samples")
     p.add_argument("--no-exact", action="store_true",
                    help="do not compute the exact FSV to report the estimate's error")
-    p.add_argument("--samples", type=_int_at_least("--samples", 50), default=None,
+    p.add_argument("--samples", type=arg_type(check_int, "--samples", min_value=50), default=None,
                    help="use only this many samples of the task's data (train + test)")
-    p.add_argument("--layers", type=_int_at_least("--layers", 1, 64), default=3,
+    p.add_argument("--layers", type=arg_type(check_int, "--layers", min_value=1, max_value=64),
+                   default=3,
                    help="layers L of the dnn task (default 3)")
-    p.add_argument("--alpha", type=float, default=0.5,
+    p.add_argument("--alpha", type=arg_type(check_real, "--alpha", gt=0.0), default=0.5,
                    help="Dirichlet concentration of the label split (default 0.5)")
-    p.add_argument("--seed", type=int, default=0, help="data, training and sampling seed")
+    p.add_argument("--seed", type=arg_type(check_int, "--seed", min_value=0), default=0,
+                   help="data, training and sampling seed")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw per-round contributions (needs fedsec[plots])")
@@ -193,8 +192,6 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
                                  audit=args.audit, seed=args.seed, progress=progress)
     if args.audit:
         raise ValueError("--audit needs the plaintext models: use it with --protocol nssv")
-    if not args.bandwidth > 0:
-        raise ValueError(f"--bandwidth must be > 0; got {args.bandwidth}")
     test_sets = [(c.x_test, c.y_test) for c in fed.clients]
     common: dict[str, Any] = {"estimator": args.estimator, "budget": args.budget,
                               "seed": args.seed, "schedule": args.schedule}

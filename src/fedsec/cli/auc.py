@@ -11,63 +11,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from fedsec.cli_common import int_arg as _int_arg
-from fedsec.cli_common import progress_printer as _progress
+from fedsec._validation import check_int, check_real
+from fedsec.cli.common import (
+    add_party_file_options,
+    arg_type,
+    load_party_files,
+    points_arg,
+    scores_arg,
+)
+from fedsec.cli.common import progress_printer as _progress
 from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET, PRESETS
 
-__all__ = ["register", "add_party_file_options", "load_party_files", "check_limits"]
+__all__ = ["register", "check_limits"]
 
 SECURE_PRESETS = [k for k, v in PRESETS.items() if not v.insecure]
-_DELIMITER_CHOICES = {"comma": ",", "semicolon": ";", "tab": "\t"}
-
-
-# ------------------------------------------------------------------ party files
-def add_party_file_options(p: argparse.ArgumentParser, *, files_help: str | None = None
-                           ) -> None:
-    """The positional party files and the options that say how to read them."""
-    p.add_argument("files", nargs="+", metavar="PARTY.csv",
-                   help=files_help or "one CSV file per party (.csv or .csv.gz): a header "
-                   "row, a label column and a score column; other columns are ignored")
-    g = p.add_argument_group("party files")
-    g.add_argument("--label-col", default="label", metavar="COL",
-                   help="name (case-insensitive) or 1-based position of the label column "
-                        "(default: label)")
-    g.add_argument("--score-col", default="score", metavar="COL",
-                   help="name or 1-based position of the score column (default: score); "
-                        "scores must lie in [0, 1], those within 1e-9 outside are clipped")
-    g.add_argument("--pos-label", default=None, metavar="VALUE",
-                   help="the label value meaning positive, for labels other than 0/1, "
-                        "True/False and -1/1 (e.g. --pos-label malignant); every other "
-                        "value is negative")
-    g.add_argument("--delimiter", choices=sorted(_DELIMITER_CHOICES), default=None,
-                   help="field delimiter (default: detected from the header row -- comma, "
-                        "semicolon or tab; with semicolon or tab a decimal comma as in "
-                        "0,75 is read as a decimal number)")
-    g.add_argument("--name", action="append", default=None, metavar="NAME", dest="names",
-                   help="a party's name, once per file in the same order (default: the "
-                        "file name without .csv, with parent directories added where two "
-                        "files share a name)")
-
-
-def load_party_files(args: argparse.Namespace, *, require_both_classes: bool = True,
-                     any_finite: bool = False) -> list[Any]:
-    """Read ``args.files`` with the party-file options; a list of ``PartyData``.
-
-    ``any_finite``: accept any finite score (``--scores logit`` or ``range:LO:HI``; the
-    transform then checks them)."""
-    from fedsec.data.io import load_party_csvs
-
-    return load_party_csvs(
-        args.files, names=args.names, label_col=args.label_col, score_col=args.score_col,
-        pos_label=args.pos_label,
-        delimiter=_DELIMITER_CHOICES[args.delimiter] if args.delimiter else None,
-        require_both_classes=require_both_classes,
-        score_range=None if any_finite else (0.0, 1.0))
 
 
 # ------------------------------------------------------------------ limits
@@ -335,41 +295,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _float_arg(name: str, *, gt: float | None = None, ge: float | None = None,
-               lt: float | None = None) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}"
-                                             ) from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{name} must be finite; got {text!r}")
-        for bound, ok, sym in ((gt, gt is None or v > gt, ">"), (ge, ge is None or v >= ge,
-                                                              ">="),
-                               (lt, lt is None or v < lt, "<")):
-            if bound is not None and not ok:
-                raise argparse.ArgumentTypeError(f"{name} must be {sym} {bound:g}; got {text!r}")
-        return v
-    return parse
-
-
-def _points_arg(text: str) -> int | str:
-    if text.strip().lower() == "exact":
-        return "exact"
-    return _int_arg("--decision-points")(text)
-
-
-def _scores_arg(text: str) -> str:
-    from fedsec.metrics.roc import _parse_scores
-
-    try:
-        _parse_scores(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--scores: {exc}") from None
-    return text
-
-
 def register(sub: Any) -> None:
     """Add the ``auc``, ``check`` and ``demo`` sub-commands."""
     p = sub.add_parser(
@@ -383,26 +308,29 @@ def register(sub: Any) -> None:
                     "approximation of the exact ROC-AUC that scikit-learn computes on the "
                     "pooled data.")
     add_party_file_options(p)
-    p.add_argument("--decision-points", "-N", type=_points_arg, default=100,
+    p.add_argument("--decision-points", "-N", type=points_arg, default=100,
                    metavar="N|exact",
                    help="number of uniform decision points N (default 100; at most 65536; "
                         "parties on Flower accept at most their policy's max-decision-points, "
                         "8192 by default; more than the preset's slots take several "
                         "ciphertexts), or 'exact': refine "
                         "the points until the certified error bound is at most --target")
-    p.add_argument("--scores", type=_scores_arg, default="probability",
+    p.add_argument("--scores", type=scores_arg, default="probability",
                    metavar="probability|logit|range:LO:HI",
                    help="how to read the scores: 'probability' for predict_proba (default; "
                         "a float-rounding hair outside [0, 1] is clipped), 'logit' for "
                         "decision_function of linear models and raw logits (sigmoid), "
                         "'range:LO:HI' for scores known to lie in [LO, HI] (affine). Each is "
                         "a public increasing map into [0, 1]; the exact AUC is unchanged")
-    p.add_argument("--target", type=_float_arg("--target", gt=0.0, lt=0.5), default=None,
+    p.add_argument("--target", type=arg_type(check_real, "--target", gt=0.0, lt=0.5), default=None,
                    help="exact mode: largest acceptable certified error bound (default 1e-6)")
-    p.add_argument("--max-points", type=_int_arg("--max-points", 1024), default=None,
+    p.add_argument("--max-points", type=arg_type(check_int, "--max-points", min_value=1024),
+                   default=None,
                    help="exact mode: most decision points the refined grid may have "
                         "(default 16384 semi-honest, 2048 malicious)")
-    p.add_argument("--max-rounds", type=_int_arg("--max-rounds", 1, 64), default=None,
+    p.add_argument("--max-rounds",
+                   type=arg_type(check_int, "--max-rounds", min_value=1, max_value=64),
+                   default=None,
                    help="exact mode: most refinement rounds (default as in "
                         "fedsec.auc.exact)")
     p.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
@@ -410,18 +338,21 @@ def register(sub: Any) -> None:
     p.add_argument("--masking", choices=["single", "pair"], default="single",
                    help="semi-honest masking: single mask c (journal version) or the (c, d) "
                         "pair (conference version)")
-    p.add_argument("--splits", "-S", type=_int_arg("--splits", 2, 64), default=None,
+    p.add_argument("--splits", "-S",
+                   type=arg_type(check_int, "--splits", min_value=2, max_value=64), default=None,
                    help="malicious mode: additive shares per statistic (default: smallest "
                         "S meeting the cheating bound)")
-    p.add_argument("--tolerance", type=_float_arg("--tolerance", gt=0.0, lt=0.5), default=None,
+    p.add_argument("--tolerance", type=arg_type(check_real, "--tolerance", gt=0.0, lt=0.5),
+                   default=None,
                    help="malicious mode: how closely the runs must agree (default 1e-7; "
                         "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a "
                         "looser tolerance weakens the cheating bound and is refused below "
                         "--min-bound-bits)")
-    p.add_argument("--runs", type=_int_arg("--runs", 2, 8), default=None,
+    p.add_argument("--runs", type=arg_type(check_int, "--runs", min_value=2, max_value=8),
+                   default=None,
                    help="malicious mode: independent executions that must agree (2..8, "
                         "default 8; packed into the same ciphertext)")
-    p.add_argument("--min-bound-bits", type=_float_arg("--min-bound-bits", ge=0.0),
+    p.add_argument("--min-bound-bits", type=arg_type(check_real, "--min-bound-bits", ge=0.0),
                    default=None,
                    help="malicious mode: refuse parameters whose cheating bound, blind-shift "
                         "term included, is weaker than 2^-BITS (default 40)")
@@ -450,14 +381,16 @@ def register(sub: Any) -> None:
                        description="Train a logistic regression on scikit-learn's "
                                    "breast-cancer data, split its test set over hospitals "
                                    "and run both FHAUC modes, then a cheating aggregator.")
-    d.add_argument("--hospitals", type=_int_arg("--hospitals", 2, 50), default=5,
+    d.add_argument("--hospitals",
+                   type=arg_type(check_int, "--hospitals", min_value=2, max_value=50), default=5,
                    help="number of hospitals (parties) (default 5)")
-    d.add_argument("--decision-points", "-N", type=_int_arg("--decision-points", 2, 4096),
+    d.add_argument("--decision-points", "-N",
+                   type=arg_type(check_int, "--decision-points", min_value=2, max_value=4096),
                    default=100,
                    help="number of uniform decision points N (default 100)")
     d.add_argument("--preset", choices=presets, default=None,
                    help=f"CKKS parameter preset (default {DEFAULT_PRESET} semi-honest, "
                         f"{MALICIOUS_PRESET} malicious)")
-    d.add_argument("--seed", type=int, default=0,
+    d.add_argument("--seed", type=arg_type(check_int, "--seed", min_value=0), default=0,
                    help="seed of the data split and the model training (default 0)")
     d.set_defaults(func=_cmd_demo)

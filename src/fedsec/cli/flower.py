@@ -19,8 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fedsec.cli_auc import _points_arg, _scores_arg, add_party_file_options, load_party_files
-from fedsec.cli_common import int_arg
+from fedsec._validation import check_int, check_real
+from fedsec.cli.common import (
+    add_party_file_options,
+    arg_type,
+    load_party_files,
+    points_arg,
+    scores_arg,
+)
 from fedsec.errors import ProtocolError
 
 __all__ = ["register"]
@@ -374,7 +380,7 @@ def _cmd_local_ping(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser, timeout: float) -> None:
-    p.add_argument("--timeout", type=float, default=timeout,
+    p.add_argument("--timeout", type=arg_type(check_real, "--timeout", gt=0.0), default=timeout,
                    help=f"seconds the whole run may take (default {timeout:g})")
     p.add_argument("--workdir", default=None,
                    help="folder for the certificates, identities, logs and state (must be "
@@ -406,13 +412,14 @@ def register(sub: Any) -> None:
     a.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
                    help="threat model of the aggregator (default semi-honest); each party's "
                         "node config requires it")
-    a.add_argument("--decision-points", "-N", type=_points_arg, default=100,
+    a.add_argument("--decision-points", "-N", type=points_arg, default=100,
                    metavar="N|exact", help="uniform decision points (default 100) or 'exact' "
                                            "(refinement rounds first)")
-    a.add_argument("--scores", type=_scores_arg, default="probability",
+    a.add_argument("--scores", type=scores_arg, default="probability",
                    metavar="probability|logit|range:LO:HI",
                    help="how each party reads its scores (as 'fedsec auc --scores')")
-    a.add_argument("--step-timeout", type=float, default=60.0,
+    a.add_argument("--step-timeout", type=arg_type(check_real, "--step-timeout", gt=0.0),
+                   default=60.0,
                    help="seconds a protocol step waits for the parties (default 60)")
     _common(a, 300.0)
     a.set_defaults(func=_cmd_local_auc)
@@ -420,18 +427,21 @@ def register(sub: Any) -> None:
                         description="DPAUC (Sun et al.) with one SuperNode per party file; "
                                     "each party's policy allows exactly this run's epsilon.")
     add_party_file_options(d)
-    d.add_argument("--epsilon", required=True, type=float,
+    d.add_argument("--epsilon", required=True, type=arg_type(check_real, "--epsilon", gt=0.0),
                    help="privacy budget of this evaluation (each party's policy allows it)")
-    d.add_argument("--decision-points", "-N", type=int_arg("--decision-points", 2, 65536),
+    d.add_argument("--decision-points", "-N",
+                   type=arg_type(check_int, "--decision-points", min_value=2, max_value=65536),
                    default=100, help="decision points (default 100)")
     d.add_argument("--mechanism", choices=["laplace", "gaussian", "rr"], default="laplace",
                    help="DP mechanism (default laplace)")
-    d.add_argument("--delta", type=float, default=None,
+    d.add_argument("--delta", type=arg_type(check_real, "--delta", gt=0.0, lt=1.0), default=None,
                    help="gaussian only: delta (default 1e-5)")
-    d.add_argument("--score-epsilon", type=float, default=None,
+    d.add_argument("--score-epsilon", type=arg_type(check_real, "--score-epsilon", gt=0.0),
+                   default=None,
                    help="rr only: Laplace noise on scores with this epsilon")
     d.add_argument("--clip", action="store_true", help="clip the estimate into [0, 1]")
-    d.add_argument("--step-timeout", type=float, default=60.0,
+    d.add_argument("--step-timeout", type=arg_type(check_real, "--step-timeout", gt=0.0),
+                   default=60.0,
                    help="seconds a protocol step waits for the parties (default 60)")
     _common(d, 240.0)
     d.set_defaults(func=_cmd_local_dpauc)
@@ -450,28 +460,35 @@ def register(sub: Any) -> None:
                          "and SecretSV's dealer SuperNodes)")
     sh.add_argument("--task", default="bank", choices=["bank", "digits", "mnist", "agnews"],
                     help="bundled task whose data the clients split (default bank)")
-    sh.add_argument("--clients", type=int_arg("--clients", 3, 16), default=6,
+    sh.add_argument("--clients", type=arg_type(check_int, "--clients", min_value=3, max_value=16),
+                    default=6,
                     help="clients, one SuperNode each (default 6)")
-    sh.add_argument("--rounds", type=int_arg("--rounds", 1, 50), default=2,
+    sh.add_argument("--rounds", type=arg_type(check_int, "--rounds", min_value=1, max_value=50),
+                    default=2,
                     help="FedAvg rounds (default 2)")
-    sh.add_argument("--participation", type=float, default=0.5,
+    sh.add_argument("--participation", type=arg_type(check_real, "--participation", gt=0.0, le=1.0),
+                    default=0.5,
                     help="share of clients that train each round (at least 3 must; "
                          "default 0.5)")
-    sh.add_argument("--samples", type=int_arg("--samples", 50), default=360,
+    sh.add_argument("--samples", type=arg_type(check_int, "--samples", min_value=50), default=360,
                     help="samples of the task in all (default 360)")
-    sh.add_argument("--alpha", type=float, default=0.5,
+    sh.add_argument("--alpha", type=arg_type(check_real, "--alpha", gt=0.0), default=0.5,
                     help="Dirichlet concentration of the split (default 0.5)")
-    sh.add_argument("--seed", type=int, default=0, help="data, split and training seed")
-    sh.add_argument("--step-timeout", type=float, default=120.0,
+    sh.add_argument("--seed", type=arg_type(check_int, "--seed", min_value=0), default=0,
+                    help="data, split and training seed")
+    sh.add_argument("--step-timeout", type=arg_type(check_real, "--step-timeout", gt=0.0),
+                    default=120.0,
                     help="seconds a protocol step waits (default 120)")
     _common(sh, 900.0)
     sh.set_defaults(func=_cmd_local_shapley)
     pg = psub.add_parser("ping", help="measure Flower's per-exchange floor",
                          description="Empty message exchanges with N SuperNodes: the cost of "
                                      "one protocol step that does no work.")
-    pg.add_argument("--nodes", type=int_arg("--nodes", 1, 32), default=3,
+    pg.add_argument("--nodes", type=arg_type(check_int, "--nodes", min_value=1, max_value=32),
+                    default=3,
                     help="SuperNodes to start (default 3)")
-    pg.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5,
+    pg.add_argument("--rounds", type=arg_type(check_int, "--rounds", min_value=1, max_value=100),
+                    default=5,
                     help="empty exchanges (default 5)")
     _common(pg, 180.0)
     pg.set_defaults(func=_cmd_local_ping)

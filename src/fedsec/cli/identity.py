@@ -40,6 +40,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedsec._validation import check_int
+from fedsec.cli.common import arg_type
 from fedsec.crypto.identity import Identity, Roster, RosterEntry
 
 __all__ = ["register", "read_public_entry", "write_public_entry", "public_entry_json",
@@ -333,7 +335,7 @@ def register(sub: Any) -> None:
                     "fingerprint.")
     create.add_argument("entries", nargs="+", metavar="ENTRY",
                         help=f"public entry files (NAME{PUBLIC_SUFFIX})")
-    create.add_argument("--quorum", type=int, default=None,
+    create.add_argument("--quorum", type=arg_type(check_int, "--quorum", min_value=2), default=None,
                         help="fewest parties an evaluation may cover (default: not set, "
                              "i.e. 2 in semi-honest mode and every party in malicious mode; "
                              "each party may demand more in its own policy)")
