@@ -118,7 +118,9 @@ def test_exit_codes_for_undefined_and_bad_input(tmp_path: Path,
     err = capsys.readouterr().err
     assert "undefined result" in err and "3 samples" in err
     write_party_csv(b, [0], [0.5])
-    assert main(["auc", str(a), str(b), "--decision-points", "1"]) == 2
+    with pytest.raises(SystemExit) as exc:  # refused while parsing the options
+        main(["auc", str(a), str(b), "--decision-points", "1"])
+    assert exc.value.code == 2
     assert "--decision-points must be >= 2" in capsys.readouterr().err
     assert main(["auc", str(a), str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv" in capsys.readouterr().err

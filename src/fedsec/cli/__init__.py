@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -39,7 +40,7 @@ from fedsec.runtime.safetext import printable
 
 __all__ = ["main", "build_parser", "EXIT_CODES", "EXIT_OK", "EXIT_BAD_INPUT",
            "EXIT_TAMPERING", "EXIT_PROTOCOL", "EXIT_UNDEFINED", "EXIT_INTERRUPTED",
-           "EXIT_BROKEN_PIPE"]
+           "EXIT_BROKEN_PIPE", "cli_text"]
 
 # Modules that add sub-commands. Each must define ``register(subparsers) -> None`` and set
 # ``func`` on its parsers (``parser.set_defaults(func=handler)``), where
@@ -110,7 +111,50 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    _record_options(parser)
     return parser
+
+
+def _record_options(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub-)command's namespace the set of its long options, so that messages
+    can speak of ``--score-epsilon`` where the library speaks of ``score_epsilon``."""
+    options = frozenset(o for a in parser._actions for o in a.option_strings
+                        if o.startswith("--"))
+    parser.set_defaults(_fedsec_options=options)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _record_options(child)
+
+
+_QUOTED_PARAM = re.compile(r"\bThe '([a-z][a-z0-9_]*)' parameter of [\w.]+")
+_ASSIGNED = re.compile(r"\b([a-z][a-z0-9_]*)=(?:'([^'\s]*)'|([\w.+-]+))")
+_IDENT = re.compile(r"(?<![-\w.'])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?![(.])")
+
+
+def cli_text(text: str, options: frozenset[str]) -> str:
+    """``text`` (a library message) with Python parameter names replaced by the command's
+    options: ``The 'runs' parameter of secure_auc_malicious`` -> ``--runs``,
+    ``schedule='paper'`` -> ``--schedule paper``, ``score_epsilon`` -> ``--score-epsilon``.
+    Only names that are options of the running command are replaced."""
+    def option(name: str) -> str | None:
+        opt = "--" + name.replace("_", "-")
+        return opt if opt in options else None
+
+    def quoted(m: re.Match[str]) -> str:
+        return option(m.group(1)) or m.group(0)
+
+    def assigned(m: re.Match[str]) -> str:
+        opt = option(m.group(1))
+        return f"{opt} {m.group(2) if m.group(2) is not None else m.group(3)}" if opt \
+            else m.group(0)
+
+    def ident(m: re.Match[str]) -> str:
+        return option(m.group(1)) or m.group(0)
+
+    text = _QUOTED_PARAM.sub(quoted, text)
+    text = _ASSIGNED.sub(assigned, text)
+    return _IDENT.sub(ident, text)
 
 
 def _silence_stdout() -> None:
@@ -124,9 +168,9 @@ def _silence_stdout() -> None:
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str,
                   lineno: int, file: Any = None, line: str | None = None) -> None:
-    """A warning as the command line's own line on stderr (no source location), each
-    distinct text once per command."""
-    text = printable(str(message))
+    """A warning as the command line's own line on stderr (no source location, options
+    named as the command line spells them), each distinct text once per command."""
+    text = printable(cli_text(str(message), _options))
     if text in _shown:
         return
     _shown.add(text)
@@ -135,9 +179,12 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 _shown: set[str] = set()
+_options: frozenset[str] = frozenset()
 
 
 def _run(args: argparse.Namespace) -> int:
+    global _options
+    _options = getattr(args, "_fedsec_options", frozenset())
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always")  # _show_warning prints each text once
@@ -164,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fedsec: protocol error: {printable(exc)}", file=sys.stderr)
         return EXIT_PROTOCOL
     except (UsageError, ValueError, TypeError) as exc:
-        print(f"fedsec: error: {printable(exc)}", file=sys.stderr)
+        print(f"fedsec: error: {printable(cli_text(str(exc), _options))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""

@@ -13,9 +13,6 @@ import argparse
 import importlib.util
 import json
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +22,10 @@ from fedsec._validation import check_int, check_real
 from fedsec.auc.attacks import estimate_party_counts
 from fedsec.auc.dpauc import MECHANISMS, DPAUCClient, RRClient, dpauc
 from fedsec.cli.common import add_party_file_options, arg_type, load_party_files
-from fedsec.errors import PrivacyWarning
 
 __all__ = ["register"]
 
 _DEFAULT_DELTA = 1e-6
-
-
-@contextmanager
-def _report_privacy_warnings() -> Iterator[None]:
-    """Print each distinct PrivacyWarning once on stderr instead of raising/repeating it."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrivacyWarning)
-        yield
-    seen: set[str] = set()
-    for w in caught:
-        msg = str(w.message)
-        if issubclass(w.category, PrivacyWarning) and msg not in seen:
-            seen.add(msg)
-            print(f"fedsec: privacy warning: {msg}", file=sys.stderr)
-        elif not issubclass(w.category, PrivacyWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 _EPSILON_HINT = (" (an infinite budget is no privacy: 'fedsec auc' computes the AUC "
@@ -137,12 +117,12 @@ def _cmd_dpauc(args: argparse.Namespace) -> int:
     parties = load_party_files(args)
     data = [(p.y_true, p.y_score) for p in parties]
     aucs: list[float] = []
-    with _report_privacy_warnings():
-        for _ in range(args.runs):
-            res = dpauc(data, epsilon=args.epsilon, decision_points=args.decision_points,
-                        mechanism=mech, delta=args.delta if mech == "gaussian" else None,
-                        score_epsilon=args.score_epsilon, clip=args.clip)
-            aucs.append(res.auc)
+    # warnings are printed once each, by fedsec.cli
+    for _ in range(args.runs):
+        res = dpauc(data, epsilon=args.epsilon, decision_points=args.decision_points,
+                    mechanism=mech, delta=args.delta if mech == "gaussian" else None,
+                    score_epsilon=args.score_epsilon, clip=args.clip)
+        aucs.append(res.auc)
     arr = np.asarray(aucs)
     per_run = args.epsilon + (args.score_epsilon or 0.0)
     mean = float(arr.mean())
@@ -189,33 +169,33 @@ def _cmd_attack_counts(args: argparse.Namespace) -> int:
     args.delta = _DEFAULT_DELTA if args.delta is None else args.delta
     parties = load_party_files(args, require_both_classes=False)
     rows: list[dict[str, Any]] = []
-    with _report_privacy_warnings():
-        for p in parties:
-            client: DPAUCClient | RRClient
-            if args.mechanism == "rr":
-                client = RRClient(p.y_true, p.y_score, epsilon=args.epsilon,
-                                  decision_points=args.decision_points)
-            else:
-                client = DPAUCClient(
-                    p.y_true, p.y_score, epsilon=args.epsilon,
-                    decision_points=args.decision_points, mechanism=args.mechanism,
-                    delta=args.delta if args.mechanism == "gaussian" else None)
-            est = estimate_party_counts(client.submit())
-            pos = int(p.y_true.sum())
-            true = {"total": p.n_samples, "positives": pos, "negatives": p.n_samples - pos}
-            guess = {"total": est.total, "positives": est.positives, "negatives": est.negatives}
-            rows.append({
-                "name": p.name,
-                **true,
-                "estimated_total": guess["total"],
-                "estimated_positives": guess["positives"],
-                "estimated_negatives": guess["negatives"],
-                "error_total": guess["total"] - true["total"],
-                "error_positives": guess["positives"] - true["positives"],
-                "error_negatives": guess["negatives"] - true["negatives"],
-                "expected_error_std_total": est.total_std,
-                "expected_error_std_class": est.positives_std,
-            })
+    # warnings are printed once each, by fedsec.cli
+    for p in parties:
+        client: DPAUCClient | RRClient
+        if args.mechanism == "rr":
+            client = RRClient(p.y_true, p.y_score, epsilon=args.epsilon,
+                              decision_points=args.decision_points)
+        else:
+            client = DPAUCClient(
+                p.y_true, p.y_score, epsilon=args.epsilon,
+                decision_points=args.decision_points, mechanism=args.mechanism,
+                delta=args.delta if args.mechanism == "gaussian" else None)
+        est = estimate_party_counts(client.submit())
+        pos = int(p.y_true.sum())
+        true = {"total": p.n_samples, "positives": pos, "negatives": p.n_samples - pos}
+        guess = {"total": est.total, "positives": est.positives, "negatives": est.negatives}
+        rows.append({
+            "name": p.name,
+            **true,
+            "estimated_total": guess["total"],
+            "estimated_positives": guess["positives"],
+            "estimated_negatives": guess["negatives"],
+            "error_total": guess["total"] - true["total"],
+            "error_positives": guess["positives"] - true["positives"],
+            "error_negatives": guess["negatives"] - true["negatives"],
+            "expected_error_std_total": est.total_std,
+            "expected_error_std_class": est.positives_std,
+        })
     out = {"attack": "dpauc-counts", "mechanism": args.mechanism, "epsilon": args.epsilon,
            "decision_points": args.decision_points, "parties": rows}
     if args.json:

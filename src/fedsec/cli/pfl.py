@@ -1,5 +1,6 @@
 """``fedsec pfl``: personalised FL with BALANCE (Aghabagherloo et al.) under poisoning
-attacks, in the clear.
+attacks, in the clear or, with ``--secure``, with Priv-PFL's encrypted selection and
+aggregation.
 
 Trains a task of :mod:`fedsec.learning.tasks` over ``--clients`` clients (Dirichlet label
 split) for ``--rounds`` rounds with a share ``--malicious`` of malicious clients running
@@ -67,10 +68,13 @@ def _secure_presets() -> list[str]:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "pfl", help="personalised FL with BALANCE under poisoning attacks (in the clear)",
+        "pfl", help="personalised FL with BALANCE under poisoning attacks (in the clear, or "
+                    "encrypted with --secure: Priv-PFL)",
         description="Train personalised models with BALANCE (server-assisted with Priv-PFL's "
                     "Algorithm 1, or decentralised) and baselines, under poisoning attacks; "
-                    "report benign clients' accuracy, acceptance sets and Ineq. 1 checks.")
+                    "report benign clients' accuracy, acceptance sets and Ineq. 1 checks. In the "
+                    "clear by default; --secure runs the selection and aggregation under "
+                    "CKKS (Priv-PFL).")
     p.add_argument("--task", choices=TASKS, default="dnn",
                    help="data set and model (default dnn: MNIST subset, L-layer MLP)")
     p.add_argument("--layers", type=arg_type(check_int, "--layers", min_value=1, max_value=64),
