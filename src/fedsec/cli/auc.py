@@ -199,8 +199,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
             "ignored_columns": list(info.ignored_columns),
             "notes": _check_notes(party.n_samples, pos, DEFAULT_MAX_TOTAL_SAMPLES),
         })
+    fed = _federation_summary(reports, failed, DEFAULT_MAX_TOTAL_SAMPLES)
     if args.json:
-        print(json.dumps({"files": reports, "ok": failed == 0}, indent=2))
+        print(json.dumps({"files": reports, "federation": fed,
+                          "ok": failed == 0 and fed["ok"]}, indent=2))
     else:
         for r in reports:
             if not r["ok"]:
@@ -223,9 +225,48 @@ def _cmd_check(args: argparse.Namespace) -> int:
                   f"{'; ignored columns: ' + ignored if ignored else ''}")
             for note in r["notes"]:
                 print(f"  note: {note}")
+        print(f"federation{' (valid files only)' if failed else ''}: {fed['parties']} "
+              f"{'party' if fed['parties'] == 1 else 'parties'}, "
+              f"{fed['samples']:,} samples of the {fed['max_samples']:,} (2^20) the secure "
+              f"AUC takes, {fed['positives']:,} positive / {fed['negatives']:,} negative"
+              + ("" if fed["checked"] else " (per-file checks only: the federation-level "
+                 "checks need two or more party files)"))
+        for problem in fed["problems"]:
+            print(f"  REFUSED by fedsec auc: {problem}")
+        if fed["checked"] and fed["ok"] and not failed:
+            print("  OK: fedsec auc accepts these files as one federation")
         if failed:
             print(f"{failed} of {len(reports)} file(s) invalid", file=sys.stderr)
-    return 2 if failed else 0
+    if failed:
+        return 2
+    return 0 if fed["ok"] else fed["exit"]
+
+
+def _federation_summary(reports: list[dict[str, Any]], failed: int, max_total: int
+                        ) -> dict[str, Any]:
+    """The federation-level checks of ``fedsec auc`` over the valid files: at least two
+    parties, at most ``max_total`` samples in all, both classes present. With one file
+    (a party checking its own data) only the counts are reported."""
+    valid = [r for r in reports if r["ok"]]
+    parties = len(reports)
+    samples = sum(r["rows"] for r in valid)
+    pos = sum(r["positives"] for r in valid)
+    problems: list[str] = []
+    code = 0
+    checked = parties >= 2
+    if checked:
+        if samples > max_total:
+            problems.append(f"the federation holds {samples:,} samples, more than the "
+                            f"{max_total:,} (2^20) the secure AUC is sized for; evaluate on "
+                            "a random subsample")
+            code = 2
+        if not failed and (pos == 0 or pos == samples):
+            problems.append("the federation holds one class only: the AUC is undefined "
+                            "(fedsec auc exits with status 5)")
+            code = code or 5
+    return {"parties": parties, "valid_files": len(valid), "samples": samples,
+            "positives": pos, "negatives": samples - pos, "max_samples": max_total,
+            "checked": checked, "problems": problems, "ok": not problems, "exit": code}
 
 
 def _check_notes(n: int, pos: int, max_total: int) -> list[str]:
@@ -371,8 +412,12 @@ def register(sub: Any) -> None:
         "check", help="validate party files locally (counts only, no protocol)",
         description="Read party files with the rules and options of 'fedsec auc' and print "
                     "what was read: rows, class counts, how labels were mapped, the score "
-                    "range, the encoding and delimiter. Nothing leaves this machine. Exit "
-                    "status 0 if every file is valid, 2 otherwise.")
+                    "range, the encoding and delimiter; then, for two or more files, whether "
+                    "'fedsec auc' accepts them as one federation (at most 2^20 samples in "
+                    "all, both classes present). Nothing leaves this machine. Exit status 0 "
+                    "if every file is valid and the federation is accepted, 2 for an "
+                    "invalid file or too many samples, 5 if the federation holds one class "
+                    "only.")
     add_party_file_options(c, files_help="party files to check (.csv or .csv.gz)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_cmd_check)

@@ -112,12 +112,43 @@ class PartyData:
 
 
 # ------------------------------------------------------------------------- reading text
+#: Formats that are not text, by extension and by their first bytes (magic numbers).
+_NOT_CSV_EXTENSIONS = {".xlsx": "an Excel workbook", ".xlsm": "an Excel workbook",
+                       ".xls": "an Excel 97-2003 workbook", ".ods": "an OpenDocument spreadsheet",
+                       ".parquet": "a Parquet file", ".numbers": "a Numbers spreadsheet"}
+_NOT_CSV_MAGIC = ((b"PK\x03\x04", "a zip archive (an Excel .xlsx or OpenDocument .ods "
+                                  "workbook?)"),
+                  (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an OLE2 file (an Excel 97-2003 "
+                                                    ".xls workbook?)"),
+                  (b"PAR1", "a Parquet file"))
+
+
+def _refuse_binary(p: str, head: bytes) -> None:
+    """Refuse spreadsheets and columnar files by extension or magic bytes, saying how to
+    save them as CSV (instead of printing their binary header as a CSV row)."""
+    what = None
+    lower = p.lower()
+    for ext, kind in _NOT_CSV_EXTENSIONS.items():
+        if lower.endswith((ext, ext + ".gz")):
+            what = kind
+    for magic, kind in _NOT_CSV_MAGIC:
+        if head.startswith(magic):
+            what = what or kind
+    if what is not None:
+        raise PartyFileError(
+            f"{p}: {what}, not a CSV file; save it as CSV (Excel or LibreOffice: File > "
+            "Save As > 'CSV UTF-8'; pandas: pd.read_excel(path).to_csv(out, index=False) "
+            "or pd.read_parquet(path).to_csv(out, index=False))")
+
+
 def _read_bytes(p: str) -> tuple[bytes, bool]:
     if not os.path.exists(p):
         raise FileNotFoundError(f"{p}: no such file")
     if os.path.isdir(p):
         raise IsADirectoryError(f"{p}: is a directory, expected a CSV file")
     with open(p, "rb") as fh:
+        _refuse_binary(p, fh.read(8))
+        fh.seek(0)
         raw = fh.read(MAX_PARTY_FILE_BYTES + 1)
     compressed = raw[:2] == b"\x1f\x8b"
     if compressed:
@@ -129,6 +160,8 @@ def _read_bytes(p: str) -> tuple[bytes, bool]:
     if len(raw) > MAX_PARTY_FILE_BYTES:
         raise PartyFileError(f"{p}: larger than {MAX_PARTY_FILE_BYTES >> 30} GiB "
                              "(fedsec.data.io.MAX_PARTY_FILE_BYTES); split the party's data")
+    if compressed:
+        _refuse_binary(p, raw[:8])
     return raw, compressed
 
 
