@@ -17,7 +17,8 @@ import pytest
 import fedsec
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRY_POINTS = ["secure_auc", "secure_auc_malicious", "dpauc", "federated_shapley",
+ENTRY_POINTS = ["secure_auc", "secure_auc_malicious", "secure_roc_auc_score", "secure_pfl",
+                "dpauc", "federated_shapley",
                 "load_party_csv", "load_party_csvs", "trapezoid_auc", "confusion_counts",
                 "trapezoid_auc_from_counts", "uniform_decision_points"]
 #: Internal class and helper names a user never typed; messages must not speak of them.
@@ -41,14 +42,14 @@ def test_every_public_name_is_importable_and_listed() -> None:
 
 
 def test_shortcuts_are_the_real_functions() -> None:
-    from fedsec.auc.dpauc import dpauc
-    from fedsec.auc.fhauc import secure_auc
-    from fedsec.auc.fhauc_malicious import secure_auc_malicious
+    import fedsec.api
     from fedsec.shapley.fsv import federated_shapley
 
-    assert fedsec.secure_auc is secure_auc
-    assert fedsec.secure_auc_malicious is secure_auc_malicious
-    assert fedsec.dpauc is dpauc
+    # the AUC entry points take the shapes users have (fedsec.api), then run the protocol
+    assert fedsec.secure_auc is fedsec.api.secure_auc
+    assert fedsec.secure_auc_malicious is fedsec.api.secure_auc_malicious
+    assert fedsec.dpauc is fedsec.api.dpauc
+    assert fedsec.secure_pfl is fedsec.api.secure_pfl
     assert fedsec.federated_shapley is federated_shapley
 
 
@@ -131,7 +132,7 @@ def _message(func: typing.Callable[[], object]) -> str:
     (lambda: fedsec.dpauc([([0, 1], [0.1, 0.2, 0.3])], epsilon=1.0),
      "y_true and y_score of dpauc (party 1) must have the same length."),
     (lambda: fedsec.dpauc([[0, 1, 0]], epsilon=1.0),  # type: ignore[list-item]
-     "The 'parties' parameter of dpauc must hold (y_true, y_score) pairs."),
+     "The 'parties' parameter of dpauc must hold (y_true, y_score) pairs,"),
     (lambda: fedsec.dpauc(_parties(1), epsilon=1.0, score_epsilon=1.0),
      "The 'score_epsilon' parameter of dpauc applies only to mechanism='rr'."),
     (lambda: fedsec.dpauc(_parties(1), epsilon=1.0, clip="yes"),  # type: ignore[arg-type]
@@ -206,11 +207,14 @@ def test_secure_auc_errors_speak_of_the_users_arguments() -> None:
     import fedsec
 
     parties = [([0, 1], [0.1, 0.9]), ([0, 1], [0.2, 0.3])]
-    for fn in (fedsec.secure_auc, fedsec.secure_auc_malicious):
-        with pytest.raises(ValueError, match=f"'decision_points' parameter of {fn.__name__}"):
-            fn(parties, decision_points=1)
+    with pytest.raises(ValueError, match="'decision_points' parameter of secure_auc"):
+        fedsec.secure_auc(parties, decision_points=1)
     with pytest.raises(ValueError, match="'runs' parameter of secure_auc_malicious"):
-        fedsec.secure_auc_malicious(parties, runs=1)
+        fedsec.secure_auc(parties, security="malicious", runs=1)
+    with pytest.warns(DeprecationWarning, match="secure_auc_malicious is deprecated"), \
+            pytest.raises(ValueError, match="'decision_points' parameter of "
+                                            "secure_auc_malicious"):
+        fedsec.secure_auc_malicious(parties, decision_points=1)
     with pytest.raises(ValueError, match="party 1") as exc:
         fedsec.secure_auc([([0, 1], [0.1, 0.9]), ([0, 1, 1], [0.2, 0.3])])
     assert "FHAUCParty" not in str(exc.value)

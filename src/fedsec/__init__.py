@@ -8,7 +8,10 @@ The one-call entry points run every party in this process, for trying things out
     import fedsec
     result = fedsec.secure_auc([(y1, s1), (y2, s2)], security="malicious")
     result.auc, result.verified, result.cheat_bound_bits
+    fedsec.secure_auc(fedsec.load_party_csvs(["a.csv", "b.csv"]))  # or DataFrames, a dict
+    fedsec.secure_roc_auc_score([y1, y2], [s1, s2])  # a float, as scikit-learn's
     fedsec.dpauc([(y1, s1), (y2, s2)], epsilon=1.0).auc
+    fedsec.secure_pfl("bank", clients=10, rounds=5, attack="gaussian")  # Priv-PFL
     spec = fedsec.model_spec(my_torch_sequential_or_sklearn_classifier)
     record = fedsec.TrainingRecord.from_client_models(spec, local_models, initial=theta_1)
     fedsec.secure_shapley(record, [(x1, y1), (x2, y2)], protocol="secsv").fsv
@@ -32,10 +35,15 @@ from fedsec.errors import (
 )
 
 if TYPE_CHECKING:  # the real signatures for type checkers; imported lazily at run time
+    from fedsec.api import (
+        dpauc,
+        secure_auc,
+        secure_auc_malicious,
+        secure_pfl,
+        secure_roc_auc_score,
+    )
     from fedsec.auc.common import SecureAUCResult
-    from fedsec.auc.dpauc import DPAUCResult, dpauc
-    from fedsec.auc.fhauc import secure_auc
-    from fedsec.auc.fhauc_malicious import secure_auc_malicious
+    from fedsec.auc.dpauc import DPAUCResult
     from fedsec.auc.policy import PartyPolicy
     from fedsec.crypto.identity import Identity, Roster
     from fedsec.data.io import PartyData, load_party_csv, load_party_csvs
@@ -47,6 +55,9 @@ if TYPE_CHECKING:  # the real signatures for type checkers; imported lazily at r
         trapezoid_auc_from_counts,
         uniform_decision_points,
     )
+    from fedsec.pfl.balance import BalanceConfig
+    from fedsec.pfl.secure.common import SecurePFLConfig
+    from fedsec.pfl.secure_sim import SecurePFLRun
     from fedsec.shapley.api import secure_shapley
     from fedsec.shapley.fsv import ShapleyResult, federated_shapley
     from fedsec.shapley.secure_common import SecureShapleyResult
@@ -55,11 +66,13 @@ __version__ = "0.1.0"
 
 #: Where each lazily imported public name lives.
 _LAZY: dict[str, str] = {
-    "secure_auc": "fedsec.auc.fhauc",
-    "secure_auc_malicious": "fedsec.auc.fhauc_malicious",
+    "secure_auc": "fedsec.api",
+    "secure_auc_malicious": "fedsec.api",
+    "secure_roc_auc_score": "fedsec.api",
+    "secure_pfl": "fedsec.api",
     "SecureAUCResult": "fedsec.auc.common",
     "PartyPolicy": "fedsec.auc.policy",
-    "dpauc": "fedsec.auc.dpauc",
+    "dpauc": "fedsec.api",
     "DPAUCResult": "fedsec.auc.dpauc",
     "federated_shapley": "fedsec.shapley.fsv",
     "ShapleyResult": "fedsec.shapley.fsv",
@@ -68,6 +81,9 @@ _LAZY: dict[str, str] = {
     "TrainingRecord": "fedsec.learning.record",
     "model_spec": "fedsec.learning.adapters",
     "model_params": "fedsec.learning.adapters",
+    "SecurePFLRun": "fedsec.pfl.secure_sim",
+    "SecurePFLConfig": "fedsec.pfl.secure.common",
+    "BalanceConfig": "fedsec.pfl.balance",
     "Identity": "fedsec.crypto.identity",
     "Roster": "fedsec.crypto.identity",
     "PartyData": "fedsec.data.io",
@@ -95,6 +111,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BalanceConfig",
     "DPAUCResult",
     "FedsecError",
     "Identity",
@@ -105,6 +122,8 @@ __all__ = [
     "ProtocolError",
     "Roster",
     "SecureAUCResult",
+    "SecurePFLConfig",
+    "SecurePFLRun",
     "SecureShapleyResult",
     "ShapleyResult",
     "TamperingDetected",
@@ -120,6 +139,8 @@ __all__ = [
     "model_spec",
     "secure_auc",
     "secure_auc_malicious",
+    "secure_pfl",
+    "secure_roc_auc_score",
     "secure_shapley",
     "trapezoid_auc",
     "trapezoid_auc_from_counts",
