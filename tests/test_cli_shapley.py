@@ -165,3 +165,25 @@ def test_fixed_point_levers_and_zero_based_clients(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*SMALL, "--protocol", "secsv", "--plain-bits", "60"])
     assert exc.value.code == 2 and "20..59" in capsys.readouterr().err
+
+
+def test_time_split_says_what_it_covers(capsys) -> None:
+    """The split is the roles' clocks (summed over roles and workers) plus simulated
+    communication; the evaluation time is wall-clock. The text says so, and its numbers
+    add up."""
+    import re
+
+    assert main([*SMALL, "--protocol", "hesv", "--workers", "1", "--schedule", "paper",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "time (wall-clock): training" in out
+    work = re.search(r"role work by kind \(s; each role's own clock, summed over every role "
+                     r"and every parallel worker\): (.*); sum ([\d.]+)", out)
+    assert work is not None
+    parts = [float(x.split()[-1]) for x in work.group(1).split(", ")]
+    assert sum(parts) == pytest.approx(float(work.group(2)), abs=0.03)
+    comm = re.search(r"\+ communication ([\d.]+) s, simulated from the bytes at 1000 Mbit/s "
+                     r"= ([\d.]+) s in all\. Not the evaluation's [\d.]+ s of wall-clock", out)
+    assert comm is not None
+    assert float(work.group(2)) + float(comm.group(1)) == pytest.approx(
+        float(comm.group(2)), abs=0.03)

@@ -262,6 +262,11 @@ def _document(args: argparse.Namespace, data_desc: str, real: bool, model_desc: 
         acc = result.accounting.to_dict(result.bandwidth_mbps)
         doc["bandwidth_mbps"] = result.bandwidth_mbps
         doc["time_split_seconds"] = acc["time_split_seconds"]
+        doc["time_split_covers"] = (
+            "seconds on each role's own clock by kind of work, summed over every role and "
+            "parallel worker, plus communication simulated from the bytes at "
+            "bandwidth_mbps; timings.evaluation_s is the wall-clock time of the whole "
+            "evaluation")
         doc["bytes_total"] = acc["bytes_total"]
         doc["bytes_by_role"] = acc["bytes_by_role"]
         doc["messages"] = acc["messages"]
@@ -304,15 +309,23 @@ def _print_human(doc: dict[str, Any]) -> None:
     if doc["error"] is not None and has_exact:
         print(f"error vs exact FSV (Euclidean): {doc['error']:.3e}")
     tm = doc["timings"]
-    line = (f"time: training {tm['training_s']:.2f} s, evaluation {tm['evaluation_s']:.2f} s "
+    line = (f"time (wall-clock): training {tm['training_s']:.2f} s, evaluation "
+            f"{tm['evaluation_s']:.2f} s "
             f"({doc['models_tested']} models, {doc['samples_tested']} predictions)")
     if has_exact and tm["exact_s"] is not None:
         line += f", exact {tm['exact_s']:.2f} s"
     print(line)
     if "time_split_seconds" in doc:
         sp = doc["time_split_seconds"]
-        print("time split (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sp.items())
-              + f"  [communication at {doc['bandwidth_mbps']:g} Mbit/s]")
+        work = {k: v for k, v in sp.items() if k not in ("communication", "total")}
+        print("role work by kind (s; each role's own clock, summed over every role and "
+              "every parallel worker): " + ", ".join(f"{k} {v:.2f}" for k, v in work.items())
+              + f"; sum {sum(work.values()):.2f}")
+        print(f"  + communication {sp['communication']:.2f} s, simulated from the bytes at "
+              f"{doc['bandwidth_mbps']:g} Mbit/s = {sp['total']:.2f} s in all. Not the "
+              f"evaluation's {tm['evaluation_s']:.2f} s of wall-clock time: parallel "
+              "workers make the summed work exceed it; worker start-up and any work outside "
+              "the roles' clocks add to it.")
         print(f"bytes: {doc['bytes_total']:,} in all; " + ", ".join(
             f"{r} sent {v['sent']:,} / received {v['received']:,}"
             for r, v in sorted(doc["bytes_by_role"].items())))
