@@ -10,9 +10,15 @@ error (a malformed message, or a party's policy refuses the run); 5 undefined re
 AUC with one class in the whole federation); 130 interrupted; 141 output pipe closed early
 (``fedsec ... | head``: ends quietly).
 
-Sub-commands: ``auc``, ``check`` and ``demo`` (:mod:`fedsec.cli.auc`), ``dpauc``,
-``attack`` and ``reproduce`` (:mod:`fedsec.cli.dpauc`), ``identity`` and ``roster``
-(:mod:`fedsec.cli.identity`), ``shapley`` (:mod:`fedsec.cli.shapley`).
+One module per sub-command: ``auc``, ``check`` and ``demo`` (:mod:`fedsec.cli.auc`);
+``dpauc``, ``attack`` and ``reproduce`` (:mod:`fedsec.cli.dpauc`); ``identity`` and
+``roster`` (:mod:`fedsec.cli.identity`); ``shapley`` (:mod:`fedsec.cli.shapley`); ``pfl``
+(:mod:`fedsec.cli.pfl`); ``flower`` (:mod:`fedsec.cli.flower`). What they share -- option
+types built from :mod:`fedsec._validation`'s checks, the party-file options, progress
+lines -- is in :mod:`fedsec.cli.common`. Warnings print once each as ``fedsec: warning:``
+(``fedsec: privacy warning:`` for a :class:`~fedsec.errors.PrivacyWarning`), without
+source lines; library messages that name a Python parameter are shown with the command's
+option instead (:func:`cli_text`).
 """
 
 from __future__ import annotations

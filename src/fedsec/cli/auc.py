@@ -409,7 +409,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_cmd_auc)
 
     c = sub.add_parser(
-        "check", help="validate party files locally (counts only, no protocol)",
+        "check", help="validate party files and their federation locally (counts only, no "
+                  "protocol)",
         description="Read party files with the rules and options of 'fedsec auc' and print "
                     "what was read: rows, class counts, how labels were mapped, the score "
                     "range, the encoding and delimiter; then, for two or more files, whether "
