@@ -48,7 +48,7 @@ import math
 import os
 import struct
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -440,15 +440,24 @@ def _switching_keys(mp: MultipartyParams, template: Any,
 
 
 # ----------------------------------------------------------------------------- aggregation
-def _sum(mp: MultipartyParams, polys: Sequence[U64]) -> U64:
-    acc = polys[0].copy()
-    for p in polys[1:]:
-        acc = mp.add(acc, p)
+def _accumulate(mp: MultipartyParams, shares: Iterable[bytes], kind: str, rows: int,
+                count: int, meta: Mapping[str, Any]) -> list[U64]:
+    """The sums of ``count`` polynomials over every share, decoded and added one share at a
+    time (memory independent of the number of parties)."""
+    acc: list[U64] | None = None
+    for share in shares:
+        polys = _unpack(mp, share, kind, rows, count, meta)
+        acc = polys if acc is None else [mp.add(a, b) for a, b in zip(acc, polys,
+                                                                       strict=True)]
+    if acc is None:
+        raise ValueError(f"no {kind} shares")
     return acc
 
 
-def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Sequence[bytes]) -> Any:
+def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Iterable[bytes]) -> Any:
     """The collective SEAL ``PublicKey`` from every party's :meth:`KeyShare.public_key_share`.
+
+    ``shares`` may be any iterable (a generator keeps one share in memory at a time).
 
     Raises
     ------
@@ -456,15 +465,13 @@ def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Sequence[b
         If a share is malformed.
     """
     mp = _mp(params)
-    if not shares:
-        raise ValueError("no public-key shares")
-    polys = [_unpack(mp, s, "mpckks/pk-share", len(mp.primes), 1,
-                     {"preset": params.name})[0] for s in shares]
-    return _public_key(mp, _sum(mp, polys), mp.crs(crs_seed, "pk"))
+    (p0,) = _accumulate(mp, shares, "mpckks/pk-share", len(mp.primes), 1,
+                        {"preset": params.name})
+    return _public_key(mp, p0, mp.crs(crs_seed, "pk"))
 
 
 def aggregate_galois_keys(params: CKKSParams, crs_seed: bytes,
-                          shares: Mapping[int, Sequence[bytes]]) -> Any:
+                          shares: Mapping[int, Iterable[bytes]]) -> Any:
     """SEAL ``GaloisKeys`` for the Galois elements of ``shares`` (element -> every party's
     :meth:`KeyShare.galois_key_share`)."""
     mp = _mp(params)
@@ -473,53 +480,41 @@ def aggregate_galois_keys(params: CKKSParams, crs_seed: bytes,
         raise ValueError("no Galois elements")
     per_elt = []
     for g in elts:
-        parts = [_unpack(mp, s, "mpckks/galois-share", len(mp.primes), mp.decomp,
-                         {"preset": params.name, "galois": g}) for s in shares[g]]
-        if not parts:
-            raise ValueError(f"no shares for Galois element {g}")
-        keys = []
-        for j in range(mp.decomp):
-            c0 = _sum(mp, [p[j] for p in parts])
-            keys.append([c0, mp.crs(crs_seed, f"galois/{g}/{j}")])
-        per_elt.append(keys)
+        sums = _accumulate(mp, shares[g], "mpckks/galois-share", len(mp.primes), mp.decomp,
+                           {"preset": params.name, "galois": g})
+        per_elt.append([[sums[j], mp.crs(crs_seed, f"galois/{g}/{j}")]
+                        for j in range(mp.decomp)])
     gen = seal.KeyGenerator(mp.seal_context)
     tmpl = seal.GaloisKeys()
     gen.create_galois_keys(elts, tmpl)
     return _switching_keys(mp, tmpl, per_elt, seal.GaloisKeys(), "collective Galois keys")
 
 
-def aggregate_relin_round1(params: CKKSParams, shares: Sequence[bytes]) -> bytes:
+def aggregate_relin_round1(params: CKKSParams, shares: Iterable[bytes]) -> bytes:
     """The sums of the round-1 relinearisation shares, sent back to every party."""
     mp = _mp(params)
-    parts = [_unpack(mp, s, "mpckks/relin-share1", len(mp.primes), 2 * mp.decomp,
-                     {"preset": params.name}) for s in shares]
-    if not parts:
-        raise ValueError("no relinearisation shares")
-    sums = [_sum(mp, [p[i] for p in parts]) for i in range(2 * mp.decomp)]
+    sums = _accumulate(mp, shares, "mpckks/relin-share1", len(mp.primes), 2 * mp.decomp,
+                       {"preset": params.name})
     return _pack("mpckks/relin-sum1", {"preset": params.name}, sums)
 
 
-def aggregate_relin_key(params: CKKSParams, round1_sum: bytes, shares: Sequence[bytes]
+def aggregate_relin_key(params: CKKSParams, round1_sum: bytes, shares: Iterable[bytes]
                         ) -> Any:
     """The collective SEAL ``RelinKeys`` from the round-1 sums and every round-2 share."""
     mp = _mp(params)
     h = _unpack(mp, round1_sum, "mpckks/relin-sum1", len(mp.primes), 2 * mp.decomp,
                 {"preset": params.name})
-    parts = [_unpack(mp, s, "mpckks/relin-share2", len(mp.primes), 2 * mp.decomp,
-                     {"preset": params.name}) for s in shares]
-    if not parts:
-        raise ValueError("no relinearisation shares")
-    keys = []
-    for j in range(mp.decomp):
-        b = _sum(mp, [p[j] for p in parts] + [p[mp.decomp + j] for p in parts])
-        keys.append([b, h[mp.decomp + j]])
+    sums = _accumulate(mp, shares, "mpckks/relin-share2", len(mp.primes), 2 * mp.decomp,
+                       {"preset": params.name})
+    keys = [[mp.add(sums[j], sums[mp.decomp + j]), h[mp.decomp + j]]
+            for j in range(mp.decomp)]
     gen = seal.KeyGenerator(mp.seal_context)
     tmpl = seal.RelinKeys()
     gen.create_relin_keys(tmpl)
     return _switching_keys(mp, tmpl, [keys], seal.RelinKeys(), "collective relinearisation keys")
 
 
-def combine_decryption(ctx: Any, ciphertext: Any, shares: Sequence[bytes]
+def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes]
                        ) -> NDArray[np.complex128]:
     """Decode ``c0 + sum of shares``: the ciphertext's slot values.
 
@@ -535,11 +530,9 @@ def combine_decryption(ctx: Any, ciphertext: Any, shares: Sequence[bytes]
     mp = _mp(ctx.params)
     c = _ct_data(mp, ciphertext)
     rows = c.shape[1]
-    if not shares:
-        raise ValueError("no decryption shares")
-    d = [_unpack(mp, s, "mpckks/dec-share", rows, 1,
-                 {"preset": ctx.params.name, "rows": rows})[0] for s in shares]
-    m = mp.add(c[0], _sum(mp, d))
+    (d,) = _accumulate(mp, shares, "mpckks/dec-share", rows, 1,
+                       {"preset": ctx.params.name, "rows": rows})
+    m = mp.add(c[0], d)
     from fedsec.crypto.rawpoly import plaintext_from_ntt
 
     level = ctx.level_of(ciphertext)
