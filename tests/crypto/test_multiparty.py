@@ -134,3 +134,38 @@ def test_crafted_ciphertext_gives_the_key_share_away(federation) -> None:
     share = parties[1].decryption_share(ct, smudging=k)
     assert np.array_equal(key_share_from_decryption_share(ctx, share, constant),
                           _coeffs(parties[1]))
+
+
+def test_threshold_decryption_any_t_of_n(federation) -> None:
+    """t-out-of-N: every party deals Shamir shares of its key share; any t decrypt, t - 1
+    do not, and shares for another set or from a party twice are refused."""
+    parties, ctx, _ = federation
+    ids, t = [1, 2, 3], 2
+    deals = [M.deal_threshold_shares(p, t, ids) for p in parties]
+    holders = {i: M.ThresholdKeyShare(PRESET, i, t, [d[i] for d in deals]) for i in ids}
+    x = np.linspace(-1, 1, ctx.slots)
+    ct = ctx.encrypt(x)
+    for group in ([1, 2], [1, 3], [2, 3]):
+        shares = [holders[i].decryption_share(ct, smudging=0, participants=group)
+                  for i in group]
+        got = M.combine_decryption(ctx, ct, shares, participants=group).real
+        assert np.abs(got - x).max() < 1e-7
+    alone = holders[1].decryption_share(ct, smudging=0, participants=[1, 2])
+    with pytest.raises(ProtocolError):  # one share short
+        M.combine_decryption(ctx, ct, [alone], participants=[1, 2])
+    with pytest.raises(ProtocolError):  # the same party twice
+        M.combine_decryption(ctx, ct, [alone, alone], participants=[1, 2])
+    other = holders[3].decryption_share(ct, smudging=0, participants=[1, 3])
+    with pytest.raises(ProtocolError):  # a share for another set
+        M.combine_decryption(ctx, ct, [alone, other], participants=[1, 2])
+    with pytest.raises(ProtocolError):  # threshold shares where N-out-of-N ones belong
+        M.combine_decryption(ctx, ct, [alone, other])
+    with pytest.raises(ValueError):
+        holders[1].decryption_share(ct, smudging=0, participants=[2, 3])
+    # below the threshold: one holder's Shamir share, used as if it were the secret,
+    # decrypts to noise
+    mp = M._mp(PRESET)
+    c1 = M._ct_data(mp, ct)[1]
+    lone = M._pack("mpckks/dec-share", {"preset": PRESET.name, "rows": c1.shape[0]},
+                   [mp.mul(c1, holders[1]._sh[:c1.shape[0]])])
+    assert np.abs(M.combine_decryption(ctx, ct, [lone]).real - x).max() > 1e3

@@ -64,7 +64,11 @@ from fedsec.protocol import wire
 
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
-           "combine_decryption", "smudging_bits", "crs_seed_bytes"]
+           "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
+           "ThresholdKeyShare", "MAX_PARTIES"]
+
+#: Largest party identifier of the t-out-of-N mode (Shamir points 1..MAX_PARTIES).
+MAX_PARTIES = 1 << 16
 
 U64 = NDArray[np.uint64]
 CRS_SEED_BYTES = 32
@@ -244,7 +248,8 @@ def _pack(kind: str, meta: dict[str, Any], arrays: Sequence[U64]) -> bytes:
 
 
 def _unpack(mp: MultipartyParams, data: bytes, kind: str, rows: int, count: int,
-            meta_keys: Mapping[str, Any] | None = None) -> list[U64]:
+            meta_keys: Mapping[str, Any] | None = None,
+            metas: list[dict[str, Any]] | None = None) -> list[U64]:
     if not isinstance(data, (bytes, bytearray)):
         raise ProtocolError(f"invalid {kind}: not bytes")
     msg = wire.decode(bytes(data), expect=kind)
@@ -253,6 +258,8 @@ def _unpack(mp: MultipartyParams, data: bytes, kind: str, rows: int, count: int,
             raise ProtocolError(f"invalid {kind}: {key} does not match")
     if len(msg.blobs) != count:
         raise ProtocolError(f"invalid {kind}: expected {count} polynomials")
+    if metas is not None:
+        metas.append(dict(msg.meta))
     out = []
     for b in msg.blobs:
         if len(b) != 8 * rows * mp.n:
@@ -371,6 +378,114 @@ class KeyShare:
         return _pack("mpckks/dec-share", {"preset": mp.params.name, "rows": rows}, [d])
 
 
+# ----------------------------------------------------------------------------- t-out-of-N
+def _check_ids(ids: Sequence[int], what: str) -> list[int]:
+    out = [int(i) for i in ids]
+    if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in ids) or \
+            any(not 1 <= i <= MAX_PARTIES for i in out) or len(set(out)) != len(out):
+        raise ValueError(f"The {what!r} parameter must hold distinct party ids in "
+                         f"[1, {MAX_PARTIES}]. Got {list(ids)!r} instead.")
+    return out
+
+
+def deal_threshold_shares(share: KeyShare, threshold: int, ids: Sequence[int]
+                          ) -> dict[int, bytes]:
+    """Shamir shares of this party's key share ``s_i`` for every party of ``ids``.
+
+    ``s_i + r_1 x + ... + r_{t-1} x^{t-1}`` at ``x = id``, with uniform ring elements
+    ``r_k`` (per RNS prime: Shamir over each ``Z_q``). Any ``threshold`` of them give
+    ``s_i``; fewer give nothing. Each is meant for one recipient only: seal it to that party
+    (never send it in the clear). Every party deals; party ``j`` adds what it received into
+    its :class:`ThresholdKeyShare`.
+    """
+    mp = share.mp
+    ids = _check_ids(ids, "ids")
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or \
+            not 1 <= threshold <= len(ids):
+        raise ValueError(f"The 'threshold' parameter must be an int in [1, {len(ids)}]. "
+                         f"Got {threshold!r} instead.")
+    src = _SystemSource()
+    coeffs = [np.stack([_uniform(src, q, mp.n) for q in mp.primes])
+              for _ in range(threshold - 1)]
+    out = {}
+    for x in ids:
+        acc = share._s.copy()
+        power = np.ones((len(mp.primes), 1), dtype=object)
+        for r in coeffs:  # Horner would need x^k per prime anyway: powers mod q
+            power = power * x % mp._q_obj
+            acc = mp.add(acc, (r.astype(object) * power % mp._q_obj).astype(np.uint64))
+        out[x] = _pack("mpckks/shamir", {"preset": mp.params.name, "to": x,
+                                         "threshold": threshold}, [acc])
+    return out
+
+
+class _SystemSource:
+    def random_bytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+
+def _lagrange_at_zero(i: int, participants: Sequence[int], q: int) -> int:
+    num, den = 1, 1
+    for j in participants:
+        if j != i:
+            num = num * j % q
+            den = den * (j - i) % q
+    return num * pow(den, -1, q) % q
+
+
+class ThresholdKeyShare:
+    """Party ``my_id``'s Shamir share of the collective secret ``s`` (t-out-of-N).
+
+    Built from what every party dealt to it (:func:`deal_threshold_shares`), its own deal
+    included. Any ``threshold`` parties decrypt together; fewer learn nothing of ``s``.
+    The collective keys are made by the N-out-of-N protocols before the deal.
+
+    Parameters
+    ----------
+    params : CKKSParams
+        The preset every party uses.
+    my_id : int
+        This party's Shamir point.
+    threshold : int
+        Parties needed to decrypt.
+    received : iterable of bytes
+        One dealt share from every party (each addressed to ``my_id``).
+    """
+
+    def __init__(self, params: CKKSParams, my_id: int, threshold: int,
+                 received: Iterable[bytes]) -> None:
+        self.mp = _mp(params)
+        (self.my_id,) = _check_ids([my_id], "my_id")
+        self.threshold = int(threshold)
+        (self._sh,) = _accumulate(self.mp, received, "mpckks/shamir", len(self.mp.primes), 1,
+                                  {"preset": params.name, "to": self.my_id,
+                                   "threshold": self.threshold})
+
+    def decryption_share(self, ciphertext: Any, *, smudging: int,
+                         participants: Sequence[int]) -> bytes:
+        """``c1 * lambda_i * sh_i + E_i`` for the ``participants`` who decrypt together
+        (exactly ``threshold`` of them, this party among them).
+
+        Only for a ciphertext the caller has checked is the agreed computation's output (a
+        crafted ``c1`` reveals ``lambda_i * sh_i``, hence this party's Shamir share).
+        """
+        mp = self.mp
+        ids = sorted(_check_ids(participants, "participants"))
+        if self.my_id not in ids or len(ids) != self.threshold:
+            raise ValueError(f"The 'participants' parameter must hold exactly "
+                             f"{self.threshold} party ids, {self.my_id} among them. Got "
+                             f"{list(participants)!r} instead.")
+        c = _ct_data(mp, ciphertext)
+        rows = c.shape[1]
+        lam = np.asarray([_lagrange_at_zero(self.my_id, ids, mp.primes[r])
+                          for r in range(rows)], dtype=object)[:, None]
+        key = (self._sh[:rows].astype(object) * lam % mp._q_obj[:rows]).astype(np.uint64)
+        e = mp.from_signed(_uniform_signed(mp.n, smudging), rows)
+        d = mp.add(mp.mul(c[1], key), e)
+        return _pack("mpckks/dec-share", {"preset": mp.params.name, "rows": rows,
+                                          "participants": ids, "from": self.my_id}, [d])
+
+
 def _check_galois(g: int, n: int) -> int:
     if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 < int(g) < 2 * n \
             or int(g) % 2 == 0:
@@ -441,12 +556,13 @@ def _switching_keys(mp: MultipartyParams, template: Any,
 
 # ----------------------------------------------------------------------------- aggregation
 def _accumulate(mp: MultipartyParams, shares: Iterable[bytes], kind: str, rows: int,
-                count: int, meta: Mapping[str, Any]) -> list[U64]:
+                count: int, meta: Mapping[str, Any],
+                metas: list[dict[str, Any]] | None = None) -> list[U64]:
     """The sums of ``count`` polynomials over every share, decoded and added one share at a
     time (memory independent of the number of parties)."""
     acc: list[U64] | None = None
     for share in shares:
-        polys = _unpack(mp, share, kind, rows, count, meta)
+        polys = _unpack(mp, share, kind, rows, count, meta, metas)
         acc = polys if acc is None else [mp.add(a, b) for a, b in zip(acc, polys,
                                                                        strict=True)]
     if acc is None:
@@ -514,8 +630,8 @@ def aggregate_relin_key(params: CKKSParams, round1_sum: bytes, shares: Iterable[
     return _switching_keys(mp, tmpl, [keys], seal.RelinKeys(), "collective relinearisation keys")
 
 
-def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes]
-                       ) -> NDArray[np.complex128]:
+def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes], *,
+                       participants: Sequence[int] | None = None) -> NDArray[np.complex128]:
     """Decode ``c0 + sum of shares``: the ciphertext's slot values.
 
     Parameters
@@ -523,15 +639,38 @@ def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes]
     ctx : fedsec.crypto.ckks.CKKSContext
         A context over the collective public keys (for the encoder).
     ciphertext : SEAL ciphertext
-        Size 2, as every party's :meth:`KeyShare.decryption_share` saw it.
-    shares : sequence of bytes
-        One share per party (all of them: N-out-of-N).
+        Size 2, as every party's decryption share saw it.
+    shares : iterable of bytes
+        N-out-of-N: one :meth:`KeyShare.decryption_share` per party (all of them).
+        t-out-of-N: one :meth:`ThresholdKeyShare.decryption_share` from each of
+        ``participants``.
+    participants : sequence of int, optional
+        The t-out-of-N mode's decrypting parties; every share must be for exactly this set
+        and come from a different one of them.
+
+    Raises
+    ------
+    ProtocolError
+        If a share is malformed, or (t-out-of-N) for another set or from a party twice.
     """
     mp = _mp(ctx.params)
     c = _ct_data(mp, ciphertext)
     rows = c.shape[1]
-    (d,) = _accumulate(mp, shares, "mpckks/dec-share", rows, 1,
-                       {"preset": ctx.params.name, "rows": rows})
+    want: dict[str, Any] = {"preset": ctx.params.name, "rows": rows}
+    ids: list[int] = []
+    if participants is not None:
+        ids = sorted(_check_ids(participants, "participants"))
+        want["participants"] = ids
+    metas: list[dict[str, Any]] = []
+    (d,) = _accumulate(mp, shares, "mpckks/dec-share", rows, 1, want, metas)
+    senders = [m.get("from") for m in metas]
+    if participants is not None and (
+            not all(isinstance(x, int) and not isinstance(x, bool) for x in senders)
+            or sorted(int(x) for x in senders if isinstance(x, int)) != ids):
+        raise ProtocolError("decryption shares do not come from the participants, one each")
+    if participants is None and any("participants" in m for m in metas):
+        raise ProtocolError("a t-out-of-N decryption share where N-out-of-N ones were "
+                            "expected")
     m = mp.add(c[0], d)
     from fedsec.crypto.rawpoly import plaintext_from_ntt
 
