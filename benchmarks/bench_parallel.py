@@ -103,7 +103,7 @@ def _spawn_seconds(module: str, repeats: int) -> float:
 
 
 def profile(names: list[str], rounds: int, repeats: int) -> list[dict[str, Any]]:
-    from fedsec.runtime.parallel import _protocol_fn
+    from fedsec.shapley.parallel import _protocol_fn
 
     rows = []
     for name in names:

@@ -218,7 +218,7 @@ def _evaluate(args: argparse.Namespace, record: Any, fed: Any,
                                        bfv=BFVParams(plain_bits=args.plain_bits or 59))
     if args.ray_address is not None and args.backend != "ray":
         raise ValueError("--ray-address applies to --backend ray only")
-    from fedsec.runtime.parallel import shapley_in_parallel
+    from fedsec.shapley.parallel import shapley_in_parallel
     from fedsec.shapley.views import UnsafeSchedule
 
     try:  # warnings print once each as "fedsec: (privacy) warning: ..." (fedsec.cli)

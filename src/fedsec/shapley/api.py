@@ -121,7 +121,7 @@ def secure_shapley(record: Any, test_sets: Any, *, protocol: str = "secsv",
         leaks. See :func:`~fedsec.shapley.secsv.secsv_shapley`.
     workers : int, optional
         Evaluate the rounds in this many worker processes
-        (:func:`fedsec.runtime.parallel.shapley_in_parallel`: every worker runs the
+        (:func:`fedsec.shapley.parallel.shapley_in_parallel`: every worker runs the
         protocol, key set-up included, on a slice of the rounds). Default: one pass in
         this process.
     progress : callable, optional
@@ -179,8 +179,8 @@ def secure_shapley(record: Any, test_sets: Any, *, protocol: str = "secsv",
     if protocol != "nssv":
         kwargs["schedule"] = schedule
     if workers is not None and workers > 1 and record.n_rounds > 1:
-        # the runtime layer runs work in processes; imported only when asked for
-        from fedsec.runtime.parallel import shapley_in_parallel
+        # worker processes: imported only when asked for
+        from fedsec.shapley.parallel import shapley_in_parallel
         res = shapley_in_parallel(protocol, record, sets, workers=workers, progress=progress,
                                   **kwargs)
     elif protocol == "nssv":

@@ -1,7 +1,7 @@
 """Which rounds a Shapley evaluation plays, and how far along it is.
 
 Every protocol's round loop (NSSV, HESV, SecSV, SecretSV) walks :func:`rounds_to_play`:
-``0 .. T-1`` in order, unless a parallel runner (:mod:`fedsec.runtime.parallel`) has
+``0 .. T-1`` in order, unless a parallel runner (:mod:`fedsec.shapley.parallel`) has
 installed a :func:`round_source` in a worker process, which then hands that worker one round
 at a time until none are left. A worker therefore runs its protocol's set-up once (over the
 whole record, exactly as the sequential run does) and plays whichever rounds it is given.

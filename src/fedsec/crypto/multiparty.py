@@ -1,0 +1,680 @@
+"""Multiparty (N-out-of-N) CKKS on SEAL's ring: collective keys and collective decryption.
+
+After Mouchet, Troncoso-Pastoriza, Bossuat and Hubaux, *Multiparty Homomorphic Encryption
+from Ring-Learning-With-Errors* (PETS 2021). Each party holds a secret share ``s_i``; the
+collective secret ``s = sum_i s_i`` exists nowhere. From public *shares* the parties build
+SEAL's own key objects for ``s`` -- a :class:`PublicKey`, :class:`GaloisKeys` and
+:class:`RelinKeys` -- so SEAL's encryptor and evaluator work unchanged, and a ciphertext
+is decrypted only when **every** party contributes a decryption share.
+
+Protocols (one function per round; every share is bytes another role may have crafted, and
+every aggregator of shares raises :class:`~fedsec.errors.ProtocolError` on malformed ones):
+
+* public key (CKG): from a common random polynomial ``a`` (expanded from a seed the parties
+  agree on), party ``i`` sends ``p_i = -a s_i + e_i``; the key is ``(sum p_i, a)``;
+* Galois keys (RTG), per Galois element ``g`` and per RNS decomposition index ``j``
+  (SEAL's key-switching layout): ``-a_j s_i + e_ij + [P]_{q_j} s_i(X^g)`` in the ``j``-th
+  prime only (SEAL keys switch from ``s(X^g)`` to ``s``);
+* relinearisation key (RKG), two rounds with an ephemeral secret ``u_i``: round 1
+  ``(-u_i a_j + [P]_{q_j} s_i + e, s_i a_j + e')``; round 2, on the sums ``(h0, h1)``,
+  ``(s_i h0_j + e'', (u_i - s_i) h1_j + e''')``. The key is ``(sum + sum, h1)``;
+* decryption (to a public result): party ``i`` sends ``c1 s_i + E_i`` with smudging noise
+  ``E_i`` uniform in ``[-2^k, 2^k]``; ``c0 + sum_i (c1 s_i + E_i)`` is the plaintext plus
+  noise.
+
+What a share reveals. Key shares are RLWE samples under ``s_i`` with SEAL's noise (centred
+binomial, sigma 3.2), as secure as a SEAL public key. A decryption share of a ciphertext
+whose ``c1`` the requester chose reveals ``s_i`` outright (``c1 = 1`` gives ``s_i + E_i``,
+and ``E_i`` is far smaller than ``q``): a party must contribute a share **only for a
+ciphertext it can check is the agreed computation's output** -- that check belongs to the
+protocol that calls :meth:`KeyShare.decryption_share`, never to this module. Smudging
+hides the ciphertext's own noise (which depends on every party's data and keys) with
+statistical distance at most ``n * B / 2^k`` per coefficient vector, ``B`` the noise bound
+the protocol admits; :func:`smudging_bits` sizes ``k``.
+
+The collective secret is a sum of ternary shares: coefficients in ``[-N, N]``, variance
+``2N/3``. That is no weaker an RLWE secret than a ternary one; it makes key-switching and
+rescaling noise grow by about ``sqrt(N)``.
+
+Representation: polynomials are ``uint64`` arrays of residues, one row per prime, in SEAL's
+NTT form (the form of SEAL's keys and CKKS ciphertexts), at the key level (every prime,
+the special one last) for keys and at a ciphertext's own primes for decryption.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import struct
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tenseal.sealapi as seal
+from numpy.typing import NDArray
+
+from fedsec.crypto.drbg import SeededRandomSource
+from fedsec.crypto.params import CKKSParams
+from fedsec.crypto.sealio import SEAL_HEADER, build_seal_context, load, plain_seal_bytes, save
+from fedsec.errors import ProtocolError
+from fedsec.protocol import wire
+
+__all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
+           "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
+           "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
+           "ThresholdKeyShare", "MAX_PARTIES"]
+
+#: Largest party identifier of the t-out-of-N mode (Shamir points 1..MAX_PARTIES).
+MAX_PARTIES = 1 << 16
+
+U64 = NDArray[np.uint64]
+CRS_SEED_BYTES = 32
+_CBD_ETA = 21  # centred binomial: variance eta/2 = 10.5, sigma 3.24 (SEAL's noise)
+
+
+def crs_seed_bytes() -> int:
+    """Length of the common-random-polynomial seed the parties agree on."""
+    return CRS_SEED_BYTES
+
+
+def _util() -> Any:
+    return sys.modules[seal.Ciphertext.__module__].util
+
+
+# ----------------------------------------------------------------------------- parameters
+class MultipartyParams:
+    """Public ring data of a CKKS parameter set: primes, NTT tables, key-switching layout.
+
+    Parameters
+    ----------
+    params : CKKSParams
+        A fedsec CKKS preset (:func:`fedsec.crypto.params.get_preset`).
+    """
+
+    def __init__(self, params: CKKSParams) -> None:
+        self.params = params
+        self.seal_context = build_seal_context(params)
+        key = self.seal_context.key_context_data()
+        self.key_parms_id = key.parms_id()
+        self.n: int = int(params.poly_modulus_degree)
+        self.log_n = self.n.bit_length() - 1
+        self.primes: tuple[int, ...] = tuple(int(m.value()) for m in key.parms().coeff_modulus())
+        #: decomposition count of SEAL's switching keys: every prime but the special one
+        self.decomp = len(self.primes) - 1
+        self._q = np.asarray(self.primes, dtype=np.uint64)[:, None]
+        self._q_obj = np.asarray(self.primes, dtype=object)[:, None]
+        u = _util()
+        self._tables_owner = [u.CreateNTTTables(self.log_n, [seal.Modulus(q)])
+                              for q in self.primes]
+        self._tables = [p.get() for p in self._tables_owner]
+
+    # arithmetic on (rows, n) residue arrays over the first `rows` primes
+    def q(self, rows: int) -> U64:
+        return self._q[:rows]
+
+    def add(self, a: U64, b: U64) -> U64:
+        s = a + b  # both < 2^61
+        q = self._q[:a.shape[0]]
+        return np.where(s >= q, s - q, s)
+
+    def sub(self, a: U64, b: U64) -> U64:
+        q = self._q[:a.shape[0]]
+        return np.where(a >= b, a - b, a + (q - b))
+
+    def neg(self, a: U64) -> U64:
+        q = self._q[:a.shape[0]]
+        return np.where(a == 0, a, q - a)
+
+    def mul(self, a: U64, b: U64) -> U64:
+        """Coefficient-wise product (NTT domain: the ring product) mod each prime."""
+        q = self._q_obj[:a.shape[0]]
+        out: U64 = (a.astype(object) * b.astype(object) % q).astype(np.uint64)
+        return out
+
+    def mul_scalar_row(self, a: U64, row: int, c: int) -> U64:
+        """``c * a`` in prime ``row`` only, zero in the other primes."""
+        out = np.zeros_like(a)
+        q = self.primes[row]
+        out[row] = (a[row].astype(object) * (c % q) % q).astype(np.uint64)
+        return out
+
+    def from_signed(self, coeffs: NDArray[np.int64], rows: int | None = None) -> U64:
+        """Small signed coefficients (|c| < 2^62) to NTT-form residues in ``rows`` primes."""
+        rows = len(self.primes) if rows is None else rows
+        c = np.asarray(coeffs, dtype=np.int64)
+        out = np.empty((rows, self.n), dtype=np.uint64)
+        u = _util()
+        for r in range(rows):
+            q = self.primes[r]  # < 2^61: np.mod of int64 by it is exact and >= 0
+            res = np.mod(c, np.int64(q)).astype(np.uint64)
+            ntt = u.ntt_negacyclic_harvey(res.tolist(), self._tables[r])
+            out[r] = np.asarray(ntt, dtype=np.uint64) % np.uint64(q)
+        return out
+
+    def to_coeffs(self, a: U64) -> U64:
+        """Inverse NTT, row by row (residues in ``[0, q)``)."""
+        u = _util()
+        out = np.empty_like(a)
+        for r in range(a.shape[0]):
+            inv = u.inverse_ntt_negacyclic_harvey(a[r].tolist(), self._tables[r])
+            out[r] = np.asarray(inv, dtype=np.uint64) % np.uint64(self.primes[r])
+        return out
+
+    def crs(self, seed: bytes, label: str) -> U64:
+        """A common random polynomial at the key level from the agreed ``seed``.
+
+        Uniform residues in NTT form (uniform in either form), from a ChaCha20 stream with
+        domain separation by ``label``.
+        """
+        if not isinstance(seed, bytes) or len(seed) != CRS_SEED_BYTES:
+            raise ValueError(f"The 'seed' parameter must be {CRS_SEED_BYTES} bytes.")
+        src = SeededRandomSource(seed, f"fedsec/multiparty/crs/{label}".encode())
+        return np.stack([_uniform(src, q, self.n) for q in self.primes])
+
+    def check_residues(self, a: Any, rows: int, what: str) -> U64:
+        """``a`` as a (rows, n) residue array, or ProtocolError."""
+        arr = np.asarray(a)
+        if arr.dtype != np.uint64 or arr.shape != (rows, self.n):
+            raise ProtocolError(f"invalid {what}: expected {rows} x {self.n} residues")
+        if np.any(arr >= self._q[:rows]):
+            raise ProtocolError(f"invalid {what}: residues out of range")
+        return arr
+
+
+@functools.lru_cache(maxsize=8)
+def _mp(params: CKKSParams) -> MultipartyParams:
+    return MultipartyParams(params)
+
+
+def _uniform(src: Any, q: int, n: int) -> U64:
+    bits = int(q - 1).bit_length()
+    mask = np.uint64((1 << bits) - 1)
+    out = np.empty(0, dtype=np.uint64)
+    while out.size < n:
+        cand = np.frombuffer(src.random_bytes(8 * max(16, 2 * (n - out.size))),
+                             dtype="<u8").astype(np.uint64) & mask
+        out = np.concatenate((out, cand[cand < np.uint64(q)]))
+    return out[:n]
+
+
+# ----------------------------------------------------------------------------- samplers
+def _ternary(n: int) -> NDArray[np.int64]:
+    """Uniform {-1, 0, 1} coefficients from the OS CSPRNG (rejection: no bias)."""
+    out = np.empty(0, dtype=np.int64)
+    while out.size < n:
+        b = np.frombuffer(os.urandom(2 * (n - out.size) + 16), dtype=np.uint8)
+        b = b[b < 255]
+        out = np.concatenate((out, (b % 3).astype(np.int64) - 1))
+    return out[:n]
+
+
+def _cbd(n: int, eta: int = _CBD_ETA) -> NDArray[np.int64]:
+    """Centred binomial noise (sum of eta bits minus eta bits), from the OS CSPRNG."""
+    raw = np.unpackbits(np.frombuffer(os.urandom((2 * eta * n + 7) // 8), dtype=np.uint8))
+    bits = raw[:2 * eta * n].reshape(n, 2, eta).astype(np.int64)
+    out: NDArray[np.int64] = bits[:, 0].sum(axis=1) - bits[:, 1].sum(axis=1)
+    return out
+
+
+def _uniform_signed(n: int, k: int) -> NDArray[np.int64]:
+    """Uniform integers in ``[-2^k, 2^k]`` from the OS CSPRNG (``k <= 60``)."""
+    if not 0 <= k <= 60:
+        raise ValueError(f"smudging needs 0 <= bits <= 60; got {k}")
+    span = (1 << (k + 1)) + 1
+    bits = span.bit_length()
+    mask = np.uint64((1 << bits) - 1)
+    out = np.empty(0, dtype=np.int64)
+    while out.size < n:
+        cand = np.frombuffer(os.urandom(8 * (2 * (n - out.size) + 8)), dtype="<u8") & mask
+        cand = cand[cand < np.uint64(span)]
+        out = np.concatenate((out, cand.astype(np.int64) - (1 << k)))
+    return out[:n]
+
+
+def smudging_bits(noise_bound_bits: float, *, n: int, security_bits: int = 40) -> int:
+    """Bits ``k`` of uniform smudging noise that hides a ciphertext noise below
+    ``2^noise_bound_bits`` to statistical distance ``2^-security_bits`` over the ``n``
+    coefficients of one decryption share (``n * 2^B / 2^k <= 2^-security_bits``)."""
+    return int(math.ceil(noise_bound_bits + math.log2(n) + security_bits))
+
+
+# ----------------------------------------------------------------------------- share bytes
+def _pack(kind: str, meta: dict[str, Any], arrays: Sequence[U64]) -> bytes:
+    return wire.encode(kind, meta, [np.ascontiguousarray(a, dtype="<u8").tobytes()
+                                    for a in arrays])
+
+
+def _unpack(mp: MultipartyParams, data: bytes, kind: str, rows: int, count: int,
+            meta_keys: Mapping[str, Any] | None = None,
+            metas: list[dict[str, Any]] | None = None) -> list[U64]:
+    if not isinstance(data, (bytes, bytearray)):
+        raise ProtocolError(f"invalid {kind}: not bytes")
+    msg = wire.decode(bytes(data), expect=kind)
+    for key, want in (meta_keys or {}).items():
+        if msg.meta.get(key) != want:
+            raise ProtocolError(f"invalid {kind}: {key} does not match")
+    if len(msg.blobs) != count:
+        raise ProtocolError(f"invalid {kind}: expected {count} polynomials")
+    if metas is not None:
+        metas.append(dict(msg.meta))
+    out = []
+    for b in msg.blobs:
+        if len(b) != 8 * rows * mp.n:
+            raise ProtocolError(f"invalid {kind}: wrong polynomial size")
+        arr = np.frombuffer(b, dtype="<u8").astype(np.uint64).reshape(rows, mp.n)
+        out.append(mp.check_residues(arr, rows, kind))
+    return out
+
+
+# ----------------------------------------------------------------------------- a party
+@dataclass
+class RelinRound1:
+    """A party's state between the two rounds of the relinearisation-key protocol
+    (its ephemeral secret; kept by the party, never sent)."""
+
+    u: U64 = field(repr=False)
+
+
+class KeyShare:
+    """One party's share ``s_i`` of the collective secret key. It never leaves the party.
+
+    Parameters
+    ----------
+    params : CKKSParams
+        The preset every party uses.
+    """
+
+    def __init__(self, params: CKKSParams, *, _coeffs: NDArray[np.int64] | None = None
+                 ) -> None:
+        self.mp = _mp(params)
+        c = _ternary(self.mp.n) if _coeffs is None else np.asarray(_coeffs, dtype=np.int64)
+        self._s = self.mp.from_signed(c)
+
+    @property
+    def params(self) -> CKKSParams:
+        return self.mp.params
+
+    def _noise(self, rows: int | None = None) -> U64:
+        return self.mp.from_signed(_cbd(self.mp.n), rows)
+
+    def public_key_share(self, crs_seed: bytes) -> bytes:
+        """``-a s_i + e_i`` for the common polynomial ``a`` of ``crs_seed``."""
+        mp = self.mp
+        a = mp.crs(crs_seed, "pk")
+        p = mp.add(mp.neg(mp.mul(a, self._s)), self._noise())
+        return _pack("mpckks/pk-share", {"preset": mp.params.name}, [p])
+
+    def _switch_share(self, new_key: U64, crs: Sequence[U64]) -> list[U64]:
+        """Shares of SEAL's switching key from ``new_key`` to ``s``: one per prime j."""
+        mp = self.mp
+        p_special = mp.primes[-1]
+        out = []
+        for j in range(mp.decomp):
+            h = mp.add(mp.neg(mp.mul(crs[j], self._s)), self._noise())
+            h = mp.add(h, mp.mul_scalar_row(new_key, j, p_special))
+            out.append(h)
+        return out
+
+    def galois_key_share(self, crs_seed: bytes, galois_elt: int) -> bytes:
+        """This party's share of the key for the automorphism ``X -> X^galois_elt``."""
+        mp = self.mp
+        g = _check_galois(galois_elt, mp.n)
+        crs = [mp.crs(crs_seed, f"galois/{g}/{j}") for j in range(mp.decomp)]
+        s_g = self._automorphism(g)
+        return _pack("mpckks/galois-share", {"preset": mp.params.name, "galois": g},
+                     self._switch_share(s_g, crs))
+
+    def _automorphism(self, g: int) -> U64:
+        """``s_i(X^g)`` in NTT form (from the coefficients: exact)."""
+        mp = self.mp
+        coeffs = mp.to_coeffs(self._s[:1])[0].astype(object)
+        q0 = mp.primes[0]
+        signed = np.where(coeffs > q0 // 2, coeffs - q0, coeffs).astype(np.int64)
+        out = np.zeros(mp.n, dtype=np.int64)
+        idx = (np.arange(mp.n, dtype=np.int64) * g) % (2 * mp.n)
+        neg = idx >= mp.n
+        out[idx % mp.n] = np.where(neg, -signed, signed)
+        return mp.from_signed(out)
+
+    def relin_round1(self, crs_seed: bytes) -> tuple[RelinRound1, bytes]:
+        """Round 1 of the relinearisation-key protocol: the state to keep and the share."""
+        mp = self.mp
+        crs = [mp.crs(crs_seed, f"relin/{j}") for j in range(mp.decomp)]
+        u = mp.from_signed(_ternary(mp.n))
+        h0, h1 = [], []
+        for j in range(mp.decomp):
+            a = mp.add(mp.neg(mp.mul(crs[j], u)), self._noise())
+            h0.append(mp.add(a, mp.mul_scalar_row(self._s, j, mp.primes[-1])))
+            h1.append(mp.add(mp.mul(crs[j], self._s), self._noise()))
+        return RelinRound1(u), _pack("mpckks/relin-share1",
+                                          {"preset": mp.params.name}, h0 + h1)
+
+    def relin_round2(self, state: RelinRound1, round1_sum: bytes) -> bytes:
+        """Round 2, on the aggregated round-1 shares (:func:`aggregate_relin_round1`)."""
+        mp = self.mp
+        polys = _unpack(mp, round1_sum, "mpckks/relin-sum1", len(mp.primes), 2 * mp.decomp,
+                        {"preset": mp.params.name})
+        h0, h1 = polys[:mp.decomp], polys[mp.decomp:]
+        u_minus_s = mp.sub(state.u, self._s)
+        out0 = [mp.add(mp.mul(h0[j], self._s), self._noise()) for j in range(mp.decomp)]
+        out1 = [mp.add(mp.mul(h1[j], u_minus_s), self._noise()) for j in range(mp.decomp)]
+        return _pack("mpckks/relin-share2", {"preset": mp.params.name}, out0 + out1)
+
+    def decryption_share(self, ciphertext: Any, *, smudging: int) -> bytes:
+        """``c1 s_i + E_i`` for a size-2 SEAL ciphertext, ``E_i`` uniform in
+        ``[-2^smudging, 2^smudging]``.
+
+        Only for a ciphertext the caller has checked is the agreed computation's output:
+        a share of a crafted ciphertext reveals this party's key share (see the module).
+        """
+        mp = self.mp
+        c = _ct_data(mp, ciphertext)
+        rows = c.shape[1]
+        e = mp.from_signed(_uniform_signed(mp.n, smudging), rows)
+        d = mp.add(mp.mul(c[1], self._s[:rows]), e)
+        return _pack("mpckks/dec-share", {"preset": mp.params.name, "rows": rows}, [d])
+
+
+# ----------------------------------------------------------------------------- t-out-of-N
+def _check_ids(ids: Sequence[int], what: str) -> list[int]:
+    out = [int(i) for i in ids]
+    if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in ids) or \
+            any(not 1 <= i <= MAX_PARTIES for i in out) or len(set(out)) != len(out):
+        raise ValueError(f"The {what!r} parameter must hold distinct party ids in "
+                         f"[1, {MAX_PARTIES}]. Got {list(ids)!r} instead.")
+    return out
+
+
+def deal_threshold_shares(share: KeyShare, threshold: int, ids: Sequence[int]
+                          ) -> dict[int, bytes]:
+    """Shamir shares of this party's key share ``s_i`` for every party of ``ids``.
+
+    ``s_i + r_1 x + ... + r_{t-1} x^{t-1}`` at ``x = id``, with uniform ring elements
+    ``r_k`` (per RNS prime: Shamir over each ``Z_q``). Any ``threshold`` of them give
+    ``s_i``; fewer give nothing. Each is meant for one recipient only: seal it to that party
+    (never send it in the clear). Every party deals; party ``j`` adds what it received into
+    its :class:`ThresholdKeyShare`.
+    """
+    mp = share.mp
+    ids = _check_ids(ids, "ids")
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or \
+            not 1 <= threshold <= len(ids):
+        raise ValueError(f"The 'threshold' parameter must be an int in [1, {len(ids)}]. "
+                         f"Got {threshold!r} instead.")
+    src = _SystemSource()
+    coeffs = [np.stack([_uniform(src, q, mp.n) for q in mp.primes])
+              for _ in range(threshold - 1)]
+    out = {}
+    for x in ids:
+        acc = share._s.copy()
+        power = np.ones((len(mp.primes), 1), dtype=object)
+        for r in coeffs:  # Horner would need x^k per prime anyway: powers mod q
+            power = power * x % mp._q_obj
+            acc = mp.add(acc, (r.astype(object) * power % mp._q_obj).astype(np.uint64))
+        out[x] = _pack("mpckks/shamir", {"preset": mp.params.name, "to": x,
+                                         "threshold": threshold}, [acc])
+    return out
+
+
+class _SystemSource:
+    def random_bytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+
+def _lagrange_at_zero(i: int, participants: Sequence[int], q: int) -> int:
+    num, den = 1, 1
+    for j in participants:
+        if j != i:
+            num = num * j % q
+            den = den * (j - i) % q
+    return num * pow(den, -1, q) % q
+
+
+class ThresholdKeyShare:
+    """Party ``my_id``'s Shamir share of the collective secret ``s`` (t-out-of-N).
+
+    Built from what every party dealt to it (:func:`deal_threshold_shares`), its own deal
+    included. Any ``threshold`` parties decrypt together; fewer learn nothing of ``s``.
+    The collective keys are made by the N-out-of-N protocols before the deal.
+
+    Parameters
+    ----------
+    params : CKKSParams
+        The preset every party uses.
+    my_id : int
+        This party's Shamir point.
+    threshold : int
+        Parties needed to decrypt.
+    received : iterable of bytes
+        One dealt share from every party (each addressed to ``my_id``).
+    """
+
+    def __init__(self, params: CKKSParams, my_id: int, threshold: int,
+                 received: Iterable[bytes]) -> None:
+        self.mp = _mp(params)
+        (self.my_id,) = _check_ids([my_id], "my_id")
+        self.threshold = int(threshold)
+        (self._sh,) = _accumulate(self.mp, received, "mpckks/shamir", len(self.mp.primes), 1,
+                                  {"preset": params.name, "to": self.my_id,
+                                   "threshold": self.threshold})
+
+    def decryption_share(self, ciphertext: Any, *, smudging: int,
+                         participants: Sequence[int]) -> bytes:
+        """``c1 * lambda_i * sh_i + E_i`` for the ``participants`` who decrypt together
+        (exactly ``threshold`` of them, this party among them).
+
+        Only for a ciphertext the caller has checked is the agreed computation's output (a
+        crafted ``c1`` reveals ``lambda_i * sh_i``, hence this party's Shamir share).
+        """
+        mp = self.mp
+        ids = sorted(_check_ids(participants, "participants"))
+        if self.my_id not in ids or len(ids) != self.threshold:
+            raise ValueError(f"The 'participants' parameter must hold exactly "
+                             f"{self.threshold} party ids, {self.my_id} among them. Got "
+                             f"{list(participants)!r} instead.")
+        c = _ct_data(mp, ciphertext)
+        rows = c.shape[1]
+        lam = np.asarray([_lagrange_at_zero(self.my_id, ids, mp.primes[r])
+                          for r in range(rows)], dtype=object)[:, None]
+        key = (self._sh[:rows].astype(object) * lam % mp._q_obj[:rows]).astype(np.uint64)
+        e = mp.from_signed(_uniform_signed(mp.n, smudging), rows)
+        d = mp.add(mp.mul(c[1], key), e)
+        return _pack("mpckks/dec-share", {"preset": mp.params.name, "rows": rows,
+                                          "participants": ids, "from": self.my_id}, [d])
+
+
+def _check_galois(g: int, n: int) -> int:
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 < int(g) < 2 * n \
+            or int(g) % 2 == 0:
+        raise ValueError(f"a Galois element must be odd and in (1, {2 * n}); got {g!r}")
+    return int(g)
+
+
+# ----------------------------------------------------------------------------- SEAL objects
+def _ct_data(mp: MultipartyParams, ct: Any) -> U64:
+    """A size-2 NTT-form ciphertext's residues, shape (2, primes, n)."""
+    if ct.size() != 2 or not ct.is_ntt_form():
+        raise ValueError("collective decryption needs a size-2 CKKS ciphertext (relinearise "
+                         "first)")
+    header, body = plain_seal_bytes(save(ct), "ciphertext", max_expansion=1 << 16)
+    k = int(ct.coeff_modulus_size())
+    count = 2 * k * mp.n
+    arr = np.frombuffer(body[len(body) - 8 * count:], dtype="<u8").astype(np.uint64)
+    return arr.reshape(2, k, mp.n)
+
+
+def _replace_trailing(blob: bytes, data: U64) -> bytes:
+    """A SEAL object's uncompressed bytes with its trailing array replaced by ``data``
+    (same length: the template's numbers are overwritten, nothing of them survives)."""
+    raw = np.ascontiguousarray(data, dtype="<u8").tobytes()
+    (count,) = struct.unpack_from("<Q", blob, len(blob) - len(raw) - 8)
+    if 8 * count != len(raw):
+        raise RuntimeError("SEAL object layout not as expected")
+    return blob[:len(blob) - len(raw)] + raw
+
+
+def _public_key(mp: MultipartyParams, p0: U64, a: U64) -> Any:
+    gen = seal.KeyGenerator(mp.seal_context)
+    tmpl = seal.PublicKey()
+    gen.create_public_key(tmpl)
+    header, body = plain_seal_bytes(save(tmpl), "public key", max_expansion=1 << 16)
+    body = _replace_trailing(body, np.stack([p0, a]))
+    hdr = SEAL_HEADER.pack(*SEAL_HEADER.unpack(header)[:6], SEAL_HEADER.size + len(body))
+    return load(seal.PublicKey(), mp.seal_context, hdr + body, "collective public key")
+
+
+def _switching_keys(mp: MultipartyParams, template: Any,
+                    keys: Sequence[Sequence[Sequence[U64]]],
+                    obj: Any, what: str) -> Any:
+    """Fill a template KSwitchKeys' nested keys, in order, with ``keys`` (each a list of
+    ``(c0, c1)`` at the key level, one per decomposition index)."""
+    header, body = plain_seal_bytes(save(template), what, max_expansion=1 << 16)
+    flat = [pair for per in keys for pair in per]
+    out = bytearray(body[:40])  # parms_id, outer count
+    (outer,) = struct.unpack_from("<Q", body, 32)
+    pos, used = 40, 0
+    for _ in range(outer):
+        (inner,) = struct.unpack_from("<Q", body, pos)
+        out += body[pos:pos + 8]
+        pos += 8
+        for _ in range(inner):
+            size = SEAL_HEADER.unpack_from(body, pos)[6]
+            key_blob = body[pos:pos + size]
+            if used >= len(flat):
+                raise RuntimeError("more switching keys in the template than shares")
+            out += _replace_trailing(key_blob, np.stack(list(flat[used])))
+            used += 1
+            pos += size
+    if used != len(flat) or pos != len(body):
+        raise RuntimeError("switching-key template and shares do not match")
+    hdr = SEAL_HEADER.pack(*SEAL_HEADER.unpack(header)[:6], SEAL_HEADER.size + len(out))
+    return load(obj, mp.seal_context, hdr + bytes(out), what)
+
+
+# ----------------------------------------------------------------------------- aggregation
+def _accumulate(mp: MultipartyParams, shares: Iterable[bytes], kind: str, rows: int,
+                count: int, meta: Mapping[str, Any],
+                metas: list[dict[str, Any]] | None = None) -> list[U64]:
+    """The sums of ``count`` polynomials over every share, decoded and added one share at a
+    time (memory independent of the number of parties)."""
+    acc: list[U64] | None = None
+    for share in shares:
+        polys = _unpack(mp, share, kind, rows, count, meta, metas)
+        acc = polys if acc is None else [mp.add(a, b) for a, b in zip(acc, polys,
+                                                                       strict=True)]
+    if acc is None:
+        raise ValueError(f"no {kind} shares")
+    return acc
+
+
+def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Iterable[bytes]) -> Any:
+    """The collective SEAL ``PublicKey`` from every party's :meth:`KeyShare.public_key_share`.
+
+    ``shares`` may be any iterable (a generator keeps one share in memory at a time).
+
+    Raises
+    ------
+    ProtocolError
+        If a share is malformed.
+    """
+    mp = _mp(params)
+    (p0,) = _accumulate(mp, shares, "mpckks/pk-share", len(mp.primes), 1,
+                        {"preset": params.name})
+    return _public_key(mp, p0, mp.crs(crs_seed, "pk"))
+
+
+def aggregate_galois_keys(params: CKKSParams, crs_seed: bytes,
+                          shares: Mapping[int, Iterable[bytes]]) -> Any:
+    """SEAL ``GaloisKeys`` for the Galois elements of ``shares`` (element -> every party's
+    :meth:`KeyShare.galois_key_share`)."""
+    mp = _mp(params)
+    elts = sorted(_check_galois(g, mp.n) for g in shares)
+    if not elts:
+        raise ValueError("no Galois elements")
+    per_elt = []
+    for g in elts:
+        sums = _accumulate(mp, shares[g], "mpckks/galois-share", len(mp.primes), mp.decomp,
+                           {"preset": params.name, "galois": g})
+        per_elt.append([[sums[j], mp.crs(crs_seed, f"galois/{g}/{j}")]
+                        for j in range(mp.decomp)])
+    gen = seal.KeyGenerator(mp.seal_context)
+    tmpl = seal.GaloisKeys()
+    gen.create_galois_keys(elts, tmpl)
+    return _switching_keys(mp, tmpl, per_elt, seal.GaloisKeys(), "collective Galois keys")
+
+
+def aggregate_relin_round1(params: CKKSParams, shares: Iterable[bytes]) -> bytes:
+    """The sums of the round-1 relinearisation shares, sent back to every party."""
+    mp = _mp(params)
+    sums = _accumulate(mp, shares, "mpckks/relin-share1", len(mp.primes), 2 * mp.decomp,
+                       {"preset": params.name})
+    return _pack("mpckks/relin-sum1", {"preset": params.name}, sums)
+
+
+def aggregate_relin_key(params: CKKSParams, round1_sum: bytes, shares: Iterable[bytes]
+                        ) -> Any:
+    """The collective SEAL ``RelinKeys`` from the round-1 sums and every round-2 share."""
+    mp = _mp(params)
+    h = _unpack(mp, round1_sum, "mpckks/relin-sum1", len(mp.primes), 2 * mp.decomp,
+                {"preset": params.name})
+    sums = _accumulate(mp, shares, "mpckks/relin-share2", len(mp.primes), 2 * mp.decomp,
+                       {"preset": params.name})
+    keys = [[mp.add(sums[j], sums[mp.decomp + j]), h[mp.decomp + j]]
+            for j in range(mp.decomp)]
+    gen = seal.KeyGenerator(mp.seal_context)
+    tmpl = seal.RelinKeys()
+    gen.create_relin_keys(tmpl)
+    return _switching_keys(mp, tmpl, [keys], seal.RelinKeys(), "collective relinearisation keys")
+
+
+def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes], *,
+                       participants: Sequence[int] | None = None) -> NDArray[np.complex128]:
+    """Decode ``c0 + sum of shares``: the ciphertext's slot values.
+
+    Parameters
+    ----------
+    ctx : fedsec.crypto.ckks.CKKSContext
+        A context over the collective public keys (for the encoder).
+    ciphertext : SEAL ciphertext
+        Size 2, as every party's decryption share saw it.
+    shares : iterable of bytes
+        N-out-of-N: one :meth:`KeyShare.decryption_share` per party (all of them).
+        t-out-of-N: one :meth:`ThresholdKeyShare.decryption_share` from each of
+        ``participants``.
+    participants : sequence of int, optional
+        The t-out-of-N mode's decrypting parties; every share must be for exactly this set
+        and come from a different one of them.
+
+    Raises
+    ------
+    ProtocolError
+        If a share is malformed, or (t-out-of-N) for another set or from a party twice.
+    """
+    mp = _mp(ctx.params)
+    c = _ct_data(mp, ciphertext)
+    rows = c.shape[1]
+    want: dict[str, Any] = {"preset": ctx.params.name, "rows": rows}
+    ids: list[int] = []
+    if participants is not None:
+        ids = sorted(_check_ids(participants, "participants"))
+        want["participants"] = ids
+    metas: list[dict[str, Any]] = []
+    (d,) = _accumulate(mp, shares, "mpckks/dec-share", rows, 1, want, metas)
+    senders = [m.get("from") for m in metas]
+    if participants is not None and (
+            not all(isinstance(x, int) and not isinstance(x, bool) for x in senders)
+            or sorted(int(x) for x in senders if isinstance(x, int)) != ids):
+        raise ProtocolError("decryption shares do not come from the participants, one each")
+    if participants is None and any("participants" in m for m in metas):
+        raise ProtocolError("a t-out-of-N decryption share where N-out-of-N ones were "
+                            "expected")
+    m = mp.add(c[0], d)
+    from fedsec.crypto.rawpoly import plaintext_from_ntt
+
+    level = ctx.level_of(ciphertext)
+    pt = plaintext_from_ntt(ctx, m.reshape(-1), level=level, scale=ciphertext.scale)
+    out: NDArray[np.complex128] = ctx.decode(pt)
+    return out

@@ -1,0 +1,43 @@
+"""What a requester learns from a decryption share of a ciphertext it crafted.
+
+:meth:`fedsec.crypto.multiparty.KeyShare.decryption_share` returns ``c1 s_i + E_i`` with
+smudging noise ``|E_i| <= 2^k``. If the requester chose ``c1 = C`` (a constant larger than
+``2^(k+1)`` and below ``q/4``), the share is ``C s_i + E_i`` and rounding by ``C`` gives
+every coefficient of the key share ``s_i`` exactly. Smudging hides noise, not a crafted
+``c1``: this is why a protocol must check that a ciphertext is the agreed computation's
+output before any party decrypts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedsec.crypto import multiparty
+from fedsec.crypto.ckks import CKKSContext
+from fedsec.crypto.rawpoly import ciphertext_from_polys, ciphertext_polys
+
+__all__ = ["crafted_ciphertext", "key_share_from_decryption_share"]
+
+
+def crafted_ciphertext(ctx: CKKSContext, constant: int) -> Any:
+    """A level-0 size-2 ciphertext with ``c0 = 0`` and ``c1`` the constant ``constant``."""
+    template = ctx.mod_switch(ctx.encrypt([0.0]), level=0)
+    header, prefix, data = ciphertext_polys(template)
+    data = np.zeros_like(data)
+    data[1] = np.uint64(constant)  # a constant polynomial is constant in NTT form
+    return ciphertext_from_polys(ctx, header, prefix, data)
+
+
+def key_share_from_decryption_share(ctx: CKKSContext, share: bytes, constant: int
+                                    ) -> NDArray[np.int64]:
+    """The key share's coefficients, from one decryption share of
+    :func:`crafted_ciphertext` ``(ctx, constant)``."""
+    mp = multiparty._mp(ctx.params)
+    (d,) = multiparty._unpack(mp, share, "mpckks/dec-share", 1, 1)
+    coeffs = mp.to_coeffs(d)[0].astype(object)
+    q = mp.primes[0]
+    centred = [int(c) - q if int(c) > q // 2 else int(c) for c in coeffs]
+    return np.array([round(c / constant) for c in centred], dtype=np.int64)
