@@ -15,6 +15,8 @@ import sys
 from typing import Any
 
 from fedsec._validation import check_int, check_real
+from fedsec.auc.exact import INITIAL_POINTS
+from fedsec.auc.fhauc_malicious import MAX_RUNS
 from fedsec.cli.common import (
     add_party_file_options,
     arg_type,
@@ -365,7 +367,8 @@ def register(sub: Any) -> None:
                         "a public increasing map into [0, 1]; the exact AUC is unchanged")
     p.add_argument("--target", type=arg_type(check_real, "--target", gt=0.0, lt=0.5), default=None,
                    help="exact mode: largest acceptable certified error bound (default 1e-6)")
-    p.add_argument("--max-points", type=arg_type(check_int, "--max-points", min_value=1024),
+    p.add_argument("--max-points",
+                   type=arg_type(check_int, "--max-points", min_value=INITIAL_POINTS),
                    default=None,
                    help="exact mode: most decision points the refined grid may have "
                         "(default 16384 semi-honest, 2048 malicious)")
@@ -389,7 +392,7 @@ def register(sub: Any) -> None:
                         "honest runs agree to ~6e-9 at worst, ~1e-12 from 100 samples; a "
                         "looser tolerance weakens the cheating bound and is refused below "
                         "--min-bound-bits)")
-    p.add_argument("--runs", type=arg_type(check_int, "--runs", min_value=2, max_value=8),
+    p.add_argument("--runs", type=arg_type(check_int, "--runs", min_value=2, max_value=MAX_RUNS),
                    default=None,
                    help="malicious mode: independent executions that must agree (2..8, "
                         "default 8; packed into the same ciphertext)")
