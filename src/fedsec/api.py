@@ -35,6 +35,9 @@ __all__ = ["as_parties", "secure_auc", "secure_auc_malicious", "secure_roc_auc_s
 
 Pair = tuple[NDArray[Any], NDArray[Any]]
 
+#: Most clients :func:`secure_pfl` (and ``fedsec pfl``) take.
+MAX_PFL_CLIENTS = 64
+
 _SHAPES = ("(y_true, y_score) pairs, PartyData (fedsec.load_party_csvs) or data frames "
            "with a label and a score column")
 
@@ -404,7 +407,7 @@ def secure_pfl(task: Any = "dnn", *, clients: int = 10, rounds: int = 5,
     from fedsec.learning.tasks import make_task
     from fedsec.pfl.secure_sim import run_secure_pfl
 
-    check_int(clients, "clients", "secure_pfl", min_value=2, max_value=64)
+    check_int(clients, "clients", "secure_pfl", min_value=2, max_value=MAX_PFL_CLIENTS)
     check_real(dirichlet_alpha, "dirichlet_alpha", "secure_pfl", gt=0.0)
     if isinstance(task, str):
         task = make_task(task, n_samples=samples, layers=layers, seed=seed)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsec._validation import check_int, check_real
+from fedsec.api import MAX_PFL_CLIENTS
 from fedsec.cli.common import arg_type, list_arg
 from fedsec.cli.common import progress_printer as _progress
 from fedsec.learning.attacks import ATTACKS
@@ -82,7 +83,8 @@ def register(sub: Any) -> None:
                    help="layers of the dnn task (default 2: 784-64-10)")
     p.add_argument("--samples", type=arg_type(check_int, "--samples", min_value=50), default=None,
                    help="use only this many samples of the task's data (train + test)")
-    p.add_argument("--clients", type=arg_type(check_int, "--clients", min_value=2, max_value=64),
+    p.add_argument("--clients",
+                   type=arg_type(check_int, "--clients", min_value=2, max_value=MAX_PFL_CLIENTS),
                    default=30,
                    help="number of clients K (default 30)")
     p.add_argument("--rounds", type=arg_type(check_int, "--rounds", min_value=1), default=10,
