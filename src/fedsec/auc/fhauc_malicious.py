@@ -43,7 +43,7 @@ Gaussian result noise: :mod:`fedsec.auc.fhauc` explains both). Parties recover
 tolerance, each lies in [0, 1], the runs' ``Y/r2`` agree (one mask), unused slot classes
 are empty and every slot of each class is consistent.
 
-Error-bound channel (issue 13): run ``k`` also has class ``2R + 2k`` (stride ``L =
+Error-bound channel (the certified error bound): run ``k`` also has class ``2R + 2k`` (stride ``L =
 2^ceil(log2 4R)``, 32 for 8 runs), which carries the same construction with ``dTP`` (the
 positives within bin ``n``) in place of ``T`` and its own randomness (multipliers, zero-sum
 masks, bits, permutation; derived with the label ``bound``): it sums to ``rb0*B +
