@@ -1,21 +1,48 @@
-"""A griffe extension: ``#:`` comments above an assignment are that attribute's docstring.
+"""A griffe extension for fedsec's Sphinx-flavoured docstrings, used by the API reference.
 
-fedsec documents module constants and class attributes the Sphinx way, with ``#:`` comment
-lines right above the assignment. Griffe reads only a string literal *after* an assignment,
-so without this extension those names would reach the API reference undocumented. Used by
-mkdocs.yml (mkdocstrings' ``extensions`` option) and by ``tests/test_docs_site.py``.
+* ``#:`` comment lines right above an assignment are that attribute's docstring (fedsec
+  documents module constants and class attributes that way; griffe itself reads only a
+  string literal *after* an assignment, so those names would reach the reference
+  undocumented).
+* Sphinx cross-reference roles (``:class:`~fedsec.x.Y```, ``:func:`f```, ``:mod:`m```...)
+  become inline code (``Y``, ``f``, ``m``); the rest of the text is numpydoc and Markdown
+  already.
+
+Used by mkdocs.yml (mkdocstrings' ``extensions`` option) and by ``tests/test_docs_site.py``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 import griffe
 
 
+_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|mod|data|attr|exc|obj|const):`(~?)([^`]+)`")
+
+
+def _role(match: re.Match[str]) -> str:
+    target = match.group(2)
+    if match.group(1):  # ~a.b.C shows C, as Sphinx does
+        target = target.rsplit(".", 1)[-1]
+    return f"`{target}`"
+
+
+def _walk(obj: griffe.Object) -> None:
+    if obj.docstring is not None:
+        obj.docstring.value = _ROLE.sub(_role, obj.docstring.value)
+    for member in obj.members.values():
+        if not member.is_alias:
+            _walk(member)  # type: ignore[arg-type]
+
+
 class CommentDocstrings(griffe.Extension):
-    """Give an attribute without a docstring the ``#:`` lines directly above it."""
+    """``#:`` comments as attribute docstrings; Sphinx roles as inline code."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        _walk(pkg)
 
     def on_attribute_instance(self, *, node: ast.AST | griffe.ObjectNode,
                               attr: griffe.Attribute, agent: Any, **kwargs: Any) -> None:
