@@ -5,8 +5,8 @@
   string literal *after* an assignment, so those names would reach the reference
   undocumented).
 * Sphinx cross-reference roles (``:class:`~fedsec.x.Y```, ``:func:`f```, ``:mod:`m```...)
-  become inline code (``Y``, ``f``, ``m``); the rest of the text is numpydoc and Markdown
-  already.
+  become inline code (``Y``, ``f``, ``m``), and reST's ``::`` before a literal block a
+  colon; the rest of the text is numpydoc and Markdown already.
 
 Used by mkdocs.yml (mkdocstrings' ``extensions`` option) and by ``tests/test_docs_site.py``.
 """
@@ -30,9 +30,19 @@ def _role(match: re.Match[str]) -> str:
     return f"`{target}`"
 
 
+#: reST's "paragraph::" before a literal block: the indented block stays a code block in
+#: Markdown, the marker becomes a colon (or goes, after a space).
+_LITERAL = re.compile(r"(?m)(\S)::$|\s+::$")
+
+
+def _markdown(text: str) -> str:
+    text = _ROLE.sub(_role, text)
+    return _LITERAL.sub(lambda m: f"{m.group(1)}:" if m.group(1) else "", text)
+
+
 def _walk(obj: griffe.Object) -> None:
     if obj.docstring is not None:
-        obj.docstring.value = _ROLE.sub(_role, obj.docstring.value)
+        obj.docstring.value = _markdown(obj.docstring.value)
     for member in obj.members.values():
         if not member.is_alias:
             _walk(member)  # type: ignore[arg-type]
