@@ -2,7 +2,9 @@
 #   make demo   installs the base package only (numpy, TenSEAL, cryptography, scikit-learn)
 #               and runs `fedsec demo`;
 #   make test   installs everything the test suite needs (test tools, plots, Flower with its
-#               simulation engine (Ray), PyTorch) and runs ruff, mypy and pytest.
+#               simulation engine (Ray), PyTorch, the documentation tools) and runs ruff, mypy and
+#               pytest (tests/test_docs_site.py builds the documentation site with --strict);
+#   make docs   builds the documentation site into site/ (open site/index.html).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,7 +12,7 @@ BASE   := $(VENV)/.installed-base
 FULL   := $(VENV)/.installed-full
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit docs bench clean
 
 $(BIN)/python:
 	@echo "==> creating the virtual environment $(VENV) ($(PYTHON) -m venv)"
@@ -24,8 +26,8 @@ $(BASE): pyproject.toml | $(BIN)/python
 
 $(FULL): pyproject.toml $(BASE)
 	@echo "==> installing the test and optional dependencies: pytest, hypothesis, ruff, mypy,"
-	@echo "    matplotlib, Flower with Ray (simulation engine), PyTorch CPU (several minutes)"
-	$(PIP) -e '.[dev,plots,flower,flower-sim,learning]'
+	@echo "    matplotlib, Flower with Ray (simulation engine), PyTorch CPU, MkDocs (several minutes)"
+	$(PIP) -e '.[dev,plots,flower,flower-sim,learning,docs]'
 	@touch $(FULL)
 
 demo: $(BASE)
@@ -46,8 +48,12 @@ unit: $(FULL)
 
 test: lint typecheck unit
 
+docs: $(FULL)
+	@echo "==> mkdocs build --strict (the site goes to site/; warnings are errors)"
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(FULL)
 	$(BIN)/python benchmarks/bench_fhauc.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

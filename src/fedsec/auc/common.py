@@ -45,7 +45,7 @@ class BoundConfig:
     """What every FHAUC configuration shares: its decision points and a digest that binds
     each protocol message to the exact configuration. Subclasses are frozen dataclasses."""
 
-    # v2: the 4-slot layout with the error-bound channel (issue 13); v1 parties and
+    # v2: the 4-slot layout with the error-bound channel; v1 parties and
     # aggregators cannot be mixed with v2 ones, and the digest binding says so
     DIGEST_TAG: ClassVar[bytes] = b"fedsec/fhauc/config/v2|"
     decision_points: tuple[float, ...]

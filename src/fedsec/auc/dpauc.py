@@ -99,7 +99,9 @@ __all__ = [
     "simulate_dpauc_runs",
 ]
 
+#: A DPAUC mechanism: Laplace or Gaussian noise on the counts, or randomized response.
 Mechanism = Literal["laplace", "gaussian", "rr"]
+#: The mechanisms :func:`dpauc` accepts.
 MECHANISMS: tuple[str, ...] = ("laplace", "gaussian", "rr")
 FloatArray = NDArray[np.float64]
 

@@ -1,96 +1,17 @@
 """Exact (certified) secure AUC: refine the decision points until the certified bound is
 below a target - beyond the papers.
 
-Why
----
-The papers' AUC is a trapezoid over ``N`` decision points. Every (positive, negative) pair
-whose scores fall between the same two points is counted as 1/2; every other pair exactly
-as the exact AUC (``sklearn.metrics.roc_auc_score``) counts it. FHAUC computes, under
-encryption and next to ``num`` and ``denom``, ``B = sum_b pos_b * neg_b`` over the bins,
-so every result carries a **certified** bound ``|exact - trapezoid| <= B / (2*Pos*Neg)``
-(``SecureAUCResult.error_bound``; plaintext reference
-:func:`fedsec.metrics.trapezoid_error_bound`). Pairs in a bin that holds a single float
-value (e.g. both scores exactly 1.0) are exact ties and do not count.
+Every FHAUC result carries a certified bound on ``|exact AUC - trapezoid AUC|``; a uniform
+grid cannot make it small when scores are peaked, so exact mode (``decision_points="exact"``)
+re-grids only the bins that still hold a (positive, negative) pair. Each refinement round
+(roles :class:`BinPairsParty`, :class:`BinPairsAggregator`; BFV modulo a prime) tells the
+parties, per bin, only whether it holds a pair of the federation, checked by secret canary
+slots (:class:`~fedsec.errors.TamperingDetected` otherwise); the final evaluation is the
+semi-honest or malicious FHAUC on the refined grid.
 
-A uniform grid cannot make that bound small when scores are peaked (digits scores raised to
-the 8th power crowd near 0: N = 100 gives 0.864 where scikit-learn says 0.988). Exact mode
-therefore **refines**: it re-grids only the bins that still hold pairs.
-
-Protocol (``decision_points="exact"``)
---------------------------------------
-1. The grid starts with :data:`INITIAL_POINTS` public points: half uniform in value, half
-   uniform in the bit pattern of the float (a log-like spacing reaching down to 1e-300).
-2. *Refinement round* (roles :class:`BinPairsParty`, :class:`BinPairsAggregator`, bytes
-   only; BFV modulo a prime ``t``, :data:`EXACT_BFV`). The parties derive from the key
-   set-up's shared seed, which the aggregator never has, the round's **layout** (fresh
-   each round): every bin and at least :data:`MIN_CANARIES` **canary** slots -- every
-   free slot of the last ciphertext is one -- shuffled by a secret permutation of the
-   slots. A canary has seed-derived pooled counts known to every party: a quarter each
-   ``(0, 0)``, ``(p, 0)``, ``(0, n)`` and ``(p, n)`` with ``p, n`` in
-   ``[1, CANARY_MAX_COUNT]`` (party 0 contributes them). Every party encrypts, per slot,
-   ``dTP[b] + r_m`` and ``dFP[b] + s_m`` (mod ``t``) where the **zero-sum masks**
-   ``(r_m, s_m) = F(m) - F(m+1 mod M)`` are seed-derived (one stream ``F(j)`` per party
-   index, round and session), uniform, and sum to zero over the ``M`` parties: one
-   party's submission is uniform noise, only the sum of all is the pooled counts. The
-   aggregator adds the parties' ciphertexts, multiplies ``pos_b * neg_b`` (ciphertext
-   product, not relinearised: no key material reaches it), multiplies each slot by a
-   fresh uniform non-zero ``r_b`` (from the operating system), drops one prime and
-   returns it. Each party decrypts, checks every canary (``(p, n)`` must read non-zero,
-   the others zero), raising :class:`~fedsec.errors.TamperingDetected` otherwise, and
-   marks the bins whose value is non-zero (``t`` is a prime above any ``pos * neg``).
-3. Every marked bin that can still be split (it holds more than one float) is split into
-   ``k`` sub-bins, uniform in the bit pattern of the float - so any bin reaches
-   single-float width in a few rounds whatever its scale - plus the float right after its
-   lower edge (which isolates a tie at the edge). ``k`` shares :data:`DEFAULT_MAX_POINTS`
-   among the marked bins.
-4. Steps 2-3 repeat until no marked bin can be split, or the point budget or
-   ``max_rounds`` is reached. Then one ordinary FHAUC evaluation (semi-honest or
-   malicious, new key set-up) on the final grid yields the AUC and the certified bound.
-   If the bound is above ``target`` the result says so (``target_reached=False``) and a
-   ``UserWarning`` is raised.
-
-Parameters: ring ``N = 8192`` (8192 slots per ciphertext), a 41-bit batching prime ``t``
-(``> 2^40``, above ``pos * neg`` for up to ``2^20`` samples), the coefficient modulus of
-:data:`fedsec.crypto.bfv.BFV_DEFAULT` (three 60-bit data primes, 128-bit secure). A
-fresh ciphertext has 134 bits of noise budget, the product 81, after the mask 36, kept by
-the switch to two primes (measured): the answer decrypts exactly.
-
-What refinement reveals
------------------------
-*To the parties*, per bin of each refinement round: whether the bin holds a
-(positive, negative) pair of the federation -- nothing else: a non-empty bin reads a
-uniform non-zero residue, whatever its counts, and nothing per party. (The answer's
-decryption noise depends on the pooled counts; only key holders can read it, and only
-of pooled values.)
-*To the aggregator*: the submissions are encryptions of uniformly masked values, and the
-answer goes back unread; what it learns is the next grid, public to everyone, i.e. which
-score intervals hold both a positive and a negative of the federation, at the resolution
-reached. With the final AUC and bound this is the price of exactness; the default mode
-(fixed points) reveals none of it. The final evaluation reveals what FHAUC reveals (see
-:mod:`fedsec.auc.fhauc`).
-
-Threat model
-------------
-As FHAUC's (the parties share the key set-up's seed and secret keys and do not collude
-with the aggregator). Every refinement round is **verified in both modes** by its
-canaries. An aggregator that answers with anything but the honest function -- one
-party's submission or a subset of the parties' (a canary that must read zero -- three
-quarters of them, at least 192 per round -- reads a uniform residue instead: it passes
-with probability ``1/t < 2^-40`` per canary), a product of the pooled positives or
-negatives only (a ``(p, 0)`` or ``(0, n)`` canary reads non-zero: caught with
-certainty), a replayed, swapped or re-ordered ciphertext (the layout and masks are fresh
-each round and secret) -- makes every party raise ``TamperingDetected``, and no grid
-follows. A deviation confined to ``k`` slots goes unnoticed with probability about
-``(1 - C/S)^k`` (``C`` canaries among ``S`` slots: 7,170 of 8,192 in the first round,
-never fewer than 256). Even unnoticed, a function of fewer than all submissions is uniform
-noise, independent of every party's data, and one of the pooled counts shows a pooled
-fact about ``k`` bins the aggregator cannot locate (the layout is secret). A slot
-permutation within a ciphertext needs Galois keys, which the aggregator never gets. The
-answer is a ciphertext the aggregator chose, decrypted with the refinement keys (derived
-for this key set-up only) and used only if every canary reads right: a probe of the key
-learns, per round, little more than whether the run goes on. An aggregator can still stop
-the refinement (no answer, or a detected one); the final AUC and bound stay certified
-(and verified in malicious mode).
+Why, the protocol step by step, what each role learns and the canaries' detection
+probabilities: ``docs/protocols/secure-auc.md`` (the documentation site's secure AUC
+page).
 """
 
 from __future__ import annotations

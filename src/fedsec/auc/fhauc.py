@@ -1,105 +1,24 @@
 """FHAUC against a semi-honest aggregator (Baykara et al., Sec. IV-C; the conference
 version's masking variant).
 
-Threat model
-------------
-Parties follow the protocol and hold the CKKS secret key (the papers' setting); the
-aggregator follows the protocol too but tries to learn from what it sees. It sees only
-ciphertexts and public keys, so it learns nothing about any party's labels or scores
-(semantic security of CKKS). Parties learn the global AUC and the masked numerator and
-denominator - nothing about any single party beyond what those imply (see *What a party
-learns*). The aggregator must not collude with a party: a party's secret key decrypts every
-submission. A *malicious* aggregator can change the result undetected in this mode (drop a
-party, rescale, replay): use :mod:`fedsec.auc.fhauc_malicious` when that matters.
-
-Roles and messages
-------------------
-:class:`FHAUCParty` (``"party:<name>"``) sends ``fhauc/submit`` to the aggregator;
+Roles: :class:`FHAUCParty` (``"party:<name>"``) sends one ``fhauc/submit``;
 :class:`FHAUCAggregator` (``"aggregator"``) answers every party alike with one
 ``fhauc/result`` (recipient ``"*"``). Every message carries its binding context
-(:mod:`fedsec.protocol.binding`, protocol ``"fhauc"``) whose session is the hash of the key
-set-up session and the configuration digest (:func:`fedsec.auc.common.evaluation_binding`):
-a message of another key set-up, configuration, step, sender or recipient is refused.
+(:mod:`fedsec.protocol.binding`, protocol ``"fhauc"``, bound to the key set-up session and
+the configuration digest by :func:`fedsec.auc.common.evaluation_binding`).
 :func:`secure_auc` is the loop over a :class:`~fedsec.protocol.network.Network` that
-carries them (and counts their bytes).
+carries the messages and counts their bytes.
 
-Packing (what makes it cheap)
------------------------------
-The paper sends four ciphertexts per party. Here each party sends **one** CKKS ciphertext
-per ``slots/4`` decision points (one up to 1024 points on the default ring). Point ``n``
-takes four slots: slot ``4n`` holds ``T[n] + i*F[n]`` (the trapezoid terms of
-:func:`fedsec.metrics.trapezoid_terms`), slot ``4n + 1`` holds ``dTP[n] + i*F[n]``
-(``dTP[n] = TP[n] - TP[n-1]``: the positives whose scores fall in bin ``n``, the same bin
-as the ``F[n]`` negatives), and slots 2 and 3 hold the party's ``Pos +- 2i*Neg``. The
-aggregator
+Each party sends **one** CKKS ciphertext per ``slots/4`` decision points: point ``n``
+holds ``T[n] + i*F[n]`` (the trapezoid terms, :func:`fedsec.metrics.trapezoid_terms`),
+``dTP[n] + i*F[n]`` (for the certified error bound) and the party's ``Pos +- 2i*Neg``. The
+aggregator adds, squares, sums each slot class and masks (:meth:`FHAUCAggregator.mask`,
+:mod:`fedsec.auc.masking`); parties decrypt the AUC and its certified bound, having added
+noise to their counts (:meth:`FHAUCParty.submit`) that hides the mask's grid.
 
-1. adds the parties' ciphertexts: ``Z = sum_m Z_m`` (per ciphertext);
-2. squares ``Z`` (and adds the squares of all ciphertexts): ``Im(Z**2)`` is ``2*T*F`` in
-   class 0 (slots ``4n``), ``2*dTP*F`` in class 1 and ``+-2*denom`` in classes 2, 3
-   (``denom = 2*Pos*Neg``); ``Z**2 - conj(Z**2)`` keeps ``2i`` times that;
-3. sums each slot class (rotations by 4, 8, ..., slots/2 only - 10 on the default ring;
-   every slot of a class then holds the class's full sum, no partial sums remain) and
-   rotates the result by 2, which brings the denominator onto classes 0 and 1;
-4. masks (below) and returns one ciphertext whose class-0 slots hold
-   ``d*denom + i*(d*num + c*denom)`` and class-1 slots ``d*denom + i*(d*B - c*denom)``
-   with ``B = sum_n dTP[n]*F[n]`` (``c = 0`` with the single mask of Baykara et al.).
-
-Key switches: one relinearization, one conjugation, 10 + 1 rotations (the earlier layout
-used 25; the papers' configuration rotates log2(N) times at ring 2^14).
-
-**Certified error bound.** ``B`` counts the (positive, negative) pairs whose scores share
-a bin: the trapezoid counts each as 1/2 where the exact AUC counts 0, 1/2 or 1, so
-``|exact AUC - AUC| <= B/denom`` (:func:`fedsec.metrics.trapezoid_error_bound`; bins that
-hold one float value only - e.g. ``[1, inf)`` - are exact ties and left out by setting
-their ``dTP`` to 0). Parties read ``B/denom`` with the AUC, from the same masks: it tells
-them the share of pairs the decision points do not separate, nothing per party. It is
-at most ``min(AUC, 1 - AUC)``; a party refuses a result that breaks this (check
-``error-bound``). :mod:`fedsec.auc.exact` refines the points until it is below a target.
-
-With the ``pair`` mask slot 0 holds the paper's ``d*denom`` and ``d*num + c*denom``; given
-``c/d`` (which the paper also reveals) this is the same information as the paper's triple.
-Classes 2 and 3 hold ``d*num + i*(d*denom + c*num)`` and ``-d*B + i*(c*B - d*denom)``:
-functions of classes 0 and 1, noised so that they stay exactly such functions (see
-:meth:`FHAUCAggregator.mask`).
-
-Masks and the counts' noise
----------------------------
-``d`` and ``c`` are uniform in [1/2, 1) with a 52-bit mantissa (``secrets``), each a
-plaintext constant encoded at the scale ``S`` of the prime the result is then rescaled by
-(the 48-bit top prime of the default chain ``CKKS_128_N8192_DEPTH1_S39``; the product is
-masked before any rescale), so the rescale *rounds* and the decrypted polynomial is not an
-exact multiple of the mask. The mask a party faces is ``K/S`` for an integer ``K`` of ~47
-bits: the values it reads lie on a grid of step ``denom/S``. Every party therefore adds
-noise to the counts it encrypts - Gaussian on ``Pos``, ``Neg`` and one shift ``4e`` of
-every ``T`` term (so ``num`` gets ``4*e*Neg``), one-sided offsets on the bound terms -
-which the aggregator's squaring multiplies by the *pooled* counts: noise proportional to
-the federation, enough to hide the grid at every size up to 2^20 samples while the AUC
-keeps ~2^-28 / min(Pos, Neg) relative precision. :mod:`fedsec.auc.masking` gives the
-construction and the arithmetic; the earlier designs (14-bit dyadic masks; 35-bit masks
-with fixed 2^-29 noise) fell to a brute force, the gcd of the coefficients, and the grid.
-
-What a party learns
--------------------
-* **The AUC, to the counts' noise**: relative error ~2^-28 * sqrt((4/(AUC*Pos))^2 +
-  1/Pos^2 + 1/Neg^2) plus CKKS noise: measured 6e-11 to 1.0e-9 at 100 samples, ~1e-12 at
-  10^4, up to 7e-8 for one sample of each class (``benchmarks/bench_precision.py``). At
-  that precision the AUC's continued fraction gives ``num/denom`` in lowest terms for small
-  federations (up to a few hundred samples): a property of announcing a precise AUC, not
-  of the masks.
-* **The magnitude of denom within a factor of 2** (``Y = d*denom``, ``d`` in [1/2, 1)).
-* **The error bound, overstated by the parties' secret offsets**: ``(B + delta*Neg +
-  delta'*Pos + ...)/denom``, still certified, to about two significant digits.
-* **Nothing else about the counts**: a party that searches every candidate denominator
-  consistent with the AUC keeps, after also testing the mask's grid on both channels and the
-  bound, at least half of them (all of them in the measured runs), at 10^3 to 10^6 samples,
-  even when it adds no noise of its own and knows the noise's scale
-  (``tests/auc/test_count_leakage.py``, ``benchmarks/attack_auc_counts.py``, figures in
-  BENCHMARKS.md). Without the parties' noise the same search leaves the true denominator.
-* **Pair mask**: ``c`` is a second integer on the grid; the published ``c/d`` is the
-  ratio of the encoded integers, and the pair mask hides no more than the single mask.
-
-The noise is statistical, not a formal flooding argument: CKKS's own noise depends, very
-weakly, on intermediate values, and the papers do not flood either.
+The threat model, the packing and its key switches, the certified error bound, the masks
+and the counts' noise, and what a party learns: ``docs/protocols/secure-auc.md`` (the
+documentation site's secure AUC page).
 """
 
 from __future__ import annotations

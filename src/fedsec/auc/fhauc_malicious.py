@@ -1,98 +1,25 @@
-"""FHAUC against a malicious aggregator (Baykara et al. Sec. IV-D, Baykara et al. (FHAUC) Sec. 4.4).
+"""FHAUC against a malicious aggregator (Baykara et al. Sec. IV-D, Baykara et al. (FHAUC)
+Sec. 4.4).
 
-Threat model
-------------
-Parties are semi-honest and hold the CKKS secret key; the aggregator may deviate
-arbitrarily: drop, duplicate, replay or substitute submissions, answer from a subset, add
-or multiply by chosen values, permute slots, re-encrypt values with the public key. It does
-not collude with a party. Parties either obtain the correct AUC or a
-:class:`~fedsec.errors.TamperingDetected` error that names the failed check; a failed
-verification never returns a number. (A malicious aggregator can always refuse to answer;
-that is denial of service, not a wrong result.)
+The aggregator may deviate arbitrarily; parties either obtain the correct AUC or a
+:class:`~fedsec.errors.TamperingDetected` error naming the failed check -- a failed
+verification never returns a number. Parties sign commits (fresh nonces), mask their
+statistics with zero-sum masks and secret multipliers derived from the shared seed and
+every nonce, split them into ``S`` additive shares at secretly permuted positions, and run
+the computation ``R`` times (default 8) packed into one ciphertext; they accept only if
+every run agrees within the tolerance and every check passes.
 
-Trust
------
-Keys come from the signed, transcript-bound key set-up (:mod:`fedsec.crypto.keysetup`).
-Each party signs a commit (its fresh nonce, the session, the configuration); the start
-message relays the signed commits and every party checks that the participants are
-exactly roster members who signed, that it is one of them, and that they reach its
-quorum (:class:`~fedsec.auc.policy.PartyPolicy`; default: the whole roster). The
-configuration is checked against the party's policy too (tolerance ceiling, minimum
-cheating bound with every term, decision points, preset).
+Roles: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit`` and
+``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
+with ``fhauc-m/start`` and ``fhauc-m/result`` (recipient ``"*"``), bound to their context
+(protocol ``"fhauc-m"``, :func:`fedsec.auc.common.evaluation_binding`).
+:func:`secure_auc_malicious` is the loop over a :class:`~fedsec.protocol.network.Network`;
+tests and the tamper battery play the cheating aggregator as an interceptor on it
+(:mod:`fedsec.testing.auc`).
 
-Protocol (``R`` independent runs, default 8, packed into the same ciphertext)
-----------------------------------------------------------------------------
-Set-up per run, derived from the shared seed and every committed nonce (so the aggregator
-cannot force the randomness of an earlier evaluation): multipliers ``r3..r8``; zero-sum
-masks ``tr, fr`` (one row per party, the last row minus the sum of the others); random
-bits ``b``; a permutation ``pi`` of the ``S*(N+1)`` share positions.
-
-Each party masks its trapezoid terms (``N`` terms with the origin, plus the totals entry
-``r5*(Pos+tr), r6*(Neg+fr)``) and the denominator pair ``DT = r7*(Pos+tr)``,
-``DF = r8*(Neg+fr)``; splits every entry into ``S`` additive shares of ``T`` or of ``F``
-according to ``b`` (the other factor is repeated) and permutes the ``S*(N+1)`` positions by
-``pi``. Run ``k`` occupies slot class ``2k`` (positions, as ``T + iF``) and class ``2k + 1``
-(``DT + i*DF`` in its first slot) of a stride ``L = 2^ceil(log2 2R)``; more ciphertexts
-follow when ``S*(N+1)`` exceeds ``slots/L``. The aggregator sums the parties, squares
-(``Im(z**2) = 2*T*F``), keeps ``4i*T*F`` and sums each slot class (rotations by multiples of
-``L`` only): class ``2k`` then holds run ``k``'s ``r0*num + r1*denom``, class ``2k + 1`` its
-``r2*denom`` (``r0 = r3*r4``, ``r1 = r5*r6/2``, ``r2 = r7*r8/2``). It masks everything with
-one real mask ``c`` (encoded at the prime the result is then rescaled by, plus 2^-32
-Gaussian result noise: :mod:`fedsec.auc.fhauc` explains both). Parties recover
-``AUC = (X/Y - r1/r2) * r2/r0`` for each run and accept only if all runs agree within the
-tolerance, each lies in [0, 1], the runs' ``Y/r2`` agree (one mask), unused slot classes
-are empty and every slot of each class is consistent.
-
-Error-bound channel (issue 13): run ``k`` also has class ``2R + 2k`` (stride ``L =
-2^ceil(log2 4R)``, 32 for 8 runs), which carries the same construction with ``dTP`` (the
-positives within bin ``n``) in place of ``T`` and its own randomness (multipliers, zero-sum
-masks, bits, permutation; derived with the label ``bound``): it sums to ``rb0*B +
-rb1*denom`` with ``B = sum_n dTP[n]*F[n]``, the pairs within a bin. Parties recover
-``B/denom`` per run exactly like the AUC and verify it like the AUC: in ``[0, min(AUC,
-1 - AUC)]`` (check ``range``) and the runs agree within the tolerance (check
-``double-execution``); the blind-shift, permutation and multiplier terms of the cheating
-bound apply to it unchanged (same distributions). It costs a second set of share
-positions: twice the slots per run (2 ciphertexts per party at N = 100 on the default
-ring instead of 1).
-
-What parties see: per run ``X = c*(r0*num + r1*denom)`` and ``Y = c*r2*denom`` (times ``i``,
-in every slot of the run's classes). They know ``r0, r1, r2``, so this is ``c*num`` and
-``c*denom`` - the semi-honest single mask's information, with one ``c`` for all runs: the
-AUC to the counts' noise, the magnitude of denom within a factor of 2, and the bound
-overstated by the parties' offsets. Every party adds the same kind of noise as in
-semi-honest mode (:mod:`fedsec.auc.masking`), drawn once for all runs, so the mask's grid
-and the bound no longer single out the class counts (``tests/auc/test_count_leakage.py``);
-the runs' grid tests are not independent (they share ``c`` and the noisy counts). The
-default preset is ``CKKS_128_N16384_DEPTH1_S50`` (ring 2^14): the shares and zero-sum
-masks make the slots ~2^12 larger than the counts, and on the semi-honest chain (scale
-2^39) honest runs disagreed by ~3e-6 for one sample per class; here by 7.7e-9 at worst,
-~1e-12 from 100 samples (``benchmarks/bench_precision.py``), so the default tolerance is
-3e-8.
-
-Cheating bound (Baykara et al. Sec. VI-C, extended): the weakest of three terms, each in bits
-(:meth:`MaliciousConfig.cheat_bound_bits`; configurations below ``min_bound_bits``,
-default 40, are refused). *Positions*: an aggregator must locate the ``S`` shares of an
-entry among the ``S*(N+1)`` positions in every run, ``C(S(N+1), S)**-R``. *Multipliers*:
-guessing the 52-bit secret multipliers. *Blind shift*: adding ``beta_k`` times the
-denominator class to the numerator class of run ``k`` needs no secret and shifts that run's
-AUC by ``beta_k*r2/r0``, with the run's secret ratio in [1/8, 2] (density below 2.5); all
-runs agree only if each lands within the tolerance of the first, so a shift of at least
-``SHIFT_RESOLUTION`` (1e-4) passes with probability at most
-``(10*tol/(1e-4 - tol))**(R-1)``: 2^-58.7 at the defaults (tolerance 3e-8, 8 runs).
-Measured honest gaps between runs on the default ring-2^14 chain: 7.7e-9 at worst (one
-sample of each class), ~1e-12 from 100 samples on (``benchmarks/bench_precision.py``).
-Shifts of a few tolerances do pass (what a tolerance is), so the certified bound a party
-reports adds what verification admits: :func:`shift_bound`, the shift that passes with
-probability at most ``2**-min_bound_bits`` of the party's policy (1.58e-5 at the
-defaults; :attr:`MaliciousParty.error_bound`).
-
-Roles and messages: :class:`MaliciousParty` (``"party:<name>"``) sends ``fhauc-m/commit``
-and ``fhauc-m/submit``; :class:`MaliciousAggregator` (``"aggregator"``) answers every party
-with ``fhauc-m/start`` and ``fhauc-m/result`` (recipient ``"*"``). Each carries its binding
-context (protocol ``"fhauc-m"``, :func:`fedsec.auc.common.evaluation_binding`); a result
-out of context is ``TamperingDetected`` (check ``binding``). :func:`secure_auc_malicious` is
-the loop over a :class:`~fedsec.protocol.network.Network`; tests and the tamper battery
-play the cheating aggregator as an interceptor on it (:mod:`fedsec.testing.auc`).
+The threat model, the trust in keys and commits, the protocol and its checks, the
+error-bound channel and the cheating bound: ``docs/protocols/secure-auc.md`` (the
+documentation site's secure AUC page).
 """
 
 from __future__ import annotations

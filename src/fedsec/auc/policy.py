@@ -26,6 +26,7 @@ __all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
 DEFAULT_MAX_TOLERANCE = 1e-6
 #: The weakest cheating bound (in bits) a party accepts, tolerance term included.
 DEFAULT_MIN_BOUND_BITS = 40.0
+#: Most decision points a party accepts by default (node config ``max-decision-points``).
 DEFAULT_MAX_DECISION_POINTS = 8192
 #: Fewest decision points a party accepts from a server by default: with very few points
 #: the trapezoid AUC and its bound are a handful of pooled confusion counts (measured: at

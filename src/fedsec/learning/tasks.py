@@ -44,6 +44,7 @@ from fedsec.learning.model import LayerSpec, ModelSpec
 
 __all__ = ["TASKS", "Task", "Federation", "ClientData", "make_task", "task_spec"]
 
+#: The task names :func:`make_task` accepts.
 TASKS: tuple[str, ...] = ("bank", "agnews", "mnist", "digits", "gru", "dnn")
 
 

@@ -61,7 +61,9 @@ __all__ = [
 ]
 
 FloatVector = NDArray[np.float64]
+#: The peer graphs of decentralised BALANCE (:class:`BalancePeer`).
 GRAPHS: tuple[str, ...] = ("complete", "ring", "erdos-renyi")
+#: How acceptance sets are computed: every pair checked, or Algorithm 1 of Priv-PFL.
 SELECTIONS: tuple[str, ...] = ("brute", "efficient")
 
 
@@ -205,6 +207,8 @@ class BalanceServer:
     neighbours : sequence of collections of int, optional
         Restrict who may accept whom (default: everyone).
 
+    Notes
+    -----
     Steps per round ``t``: :meth:`select` (``S_i`` for every client, with the number of
     Ineq. 1 checks) then :meth:`aggregate` (Eq. 2 for every client).
     """

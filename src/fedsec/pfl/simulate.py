@@ -68,7 +68,9 @@ __all__ = ["METHODS", "DEPLOYMENTS", "ClientRounds", "NormClipping", "PFLRun", "
            "clip_models", "run_pfl", "malicious_clients",
            "valid_neighbours"]
 
+#: The aggregation methods :func:`run_pfl` compares.
 METHODS: tuple[str, ...] = ("balance", "fedavg", "local", *ROBUST_AGGREGATORS)
+#: Server-assisted BALANCE, or decentralised over one of the peer graphs.
 DEPLOYMENTS: tuple[str, ...] = ("server", *GRAPHS)
 Progress = Callable[[str], None]
 

@@ -30,97 +30,16 @@ node's own log (node config ``log-path``, else the ClientApp's standard error, w
 SuperNode prints). A handler never raises: Flower would send the exception text to the
 server.
 
-What the party trusts
----------------------
-Its identity file and the roster, both on its own disk (``fedsec identity init``,
-``fedsec roster create``; see :mod:`fedsec.cli.identity`), and its own policy (node
-config below). The configuration of the run (security mode, decision points, preset,
-tolerance...) comes from the ServerApp and is checked against the policy at ``hello``;
-the party pins it for the rest of the run (its key spec, commits and submissions are
-bound to it).
+Between steps a party's secrets (the key set-up state, then its CKKS secret key and shared
+seed, then its malicious-mode nonce) live in one file on its own machine,
+``<state-dir>/run-<run id>-node-<node id>.fedsec`` (directory 0700, file 0600), deleted
+after ``finalize`` and after any failure; never in the run config, a reply or
+``context.state``. Its trust roots (identity file, roster) and its policy come from its
+node config only; the run's configuration is checked against that policy at ``hello``.
 
-Node-local state and secrets
-----------------------------
-Flower runs every message in a fresh ``flwr-clientapp`` process, so a party's state
-between steps (the :class:`~fedsec.crypto.keysetup.KeySetupParty` state with its X25519
-private key, then its CKKS **secret key** and shared seed as ``PartyKeys``, then its
-malicious-mode nonce) is kept in a file on the party's own machine,
-``<state-dir>/run-<run id>-node-<node id>.fedsec`` (directory mode 0700, file mode
-0600). It is deleted after ``finalize`` and after any failure. It never goes into the
-run config, into a reply or into ``context.state`` (which travels between the SuperNode
-and the ClientApp process over plain local HTTP unless the SuperNode is given TLS
-files). After ``finalize`` the party's outcome (its AUC, whether it verified, who was
-included, or the failed check) is written next to it,
-``<state-dir>/run-<run id>-node-<node id>.result.json`` (mode 0600), and logged.
-
-Node config (``flower-supernode --node-config "k='v' ..."``)
------------------------------------------------------------
-``data-path``
-    The party's CSV (``label,score``; :func:`fedsec.data.io.load_party_csv`). Required:
-    a node without it refuses to start (check ``node-config``), whatever the run config
-    says, unless it runs under the simulation engine (below).
-``label-col``, ``score-col``, ``pos-label``, ``delimiter``, ``scores``
-    How to read the file, as ``fedsec auc`` reads it (``--label-col`` ...): the label and
-    score columns (names or 1-based positions; default ``label`` and ``score``), the
-    label value that means positive (for labels other than 0/1, True/False, -1/1), the
-    delimiter (``comma``, ``semicolon`` or ``tab``; default: detected) and how to read the
-    scores (``probability``, default, in [0, 1]; ``logit``; ``range:LO:HI``: the public
-    transform of :func:`fedsec.metrics.transform_scores`). A file these do not fit stops
-    the node before any protocol step (check ``input-invalid``, the rule in its log).
-``identity-path``
-    The party's identity file (``fedsec identity init``; mode 0600). Required. It names
-    the party. Identities are never made by, or fetched from, the server.
-``roster-path``
-    The federation's roster (``fedsec roster create``), whose fingerprint this party
-    compared out of band. Required.
-``state-dir``
-    Directory for the node-local state and result files (default
-    ``<tmp>/fedsec-flower-<uid>``).
-``log-path``
-    Append this node's log (failure details, the AUC) to this file (created 0600).
-``quorum``
-    The fewest parties an evaluation (and its key set-up) may cover (default:
-    :func:`fedsec.auc.policy.default_quorum`: the roster's quorum, else the whole roster
-    in malicious mode and 2 in semi-honest mode).
-``max-tolerance``, ``min-bound-bits``, ``max-decision-points``, ``min-decision-points``
-    Malicious mode: the largest run-agreement tolerance (default 1e-6) and the weakest
-    cheating bound in bits (default 40) accepted; any mode: the most decision points
-    accepted (default 8192) and the fewest (default 10: with very few points the AUC and
-    its bound are a few pooled confusion counts). See :class:`fedsec.auc.policy.PartyPolicy`.
-``presets``
-    CKKS presets this party builds keys for, separated by commas or spaces (default:
-    FHAUC's own ``CKKS_128_N8192_DEPTH1_S39`` only), so a server cannot make it build
-    ring-2^14 or 2^15 keys.
-``max-key-bytes``
-    Cap on the key material (estimated bytes) the party builds for one run, checked
-    before any key is made (default 256 MiB; ring 2^15 needs 2-3 GiB).
-``security``
-    ``malicious`` or ``semi-honest``: the mode this node runs. ``security='malicious'``
-    makes ``require-malicious`` default to ``true``.
-``require-malicious``
-    ``true`` refuses semi-honest runs (the aggregator chooses the mode, so a party that
-    does not trust it should insist on verification). Default: ``true`` when the node
-    config says ``security='malicious'``, else ``false``.
-``share-auc``
-    Whether the finalize reply carries the decrypted AUC, rounded to 6 significant digits
-    with its certified bound rounded up to 2 (:func:`fedsec.auc.common.shared_result`: at
-    full precision the two would pin the federation's class counts). Default ``true`` in
-    malicious mode (the AUC the party verified) and ``false`` in semi-honest mode: the semi-honest
-    threat model trusts the aggregator to follow the protocol, and one that deviates can
-    send any ciphertext for decryption in place of the masked result and would read what
-    the party decrypted from it. Without sharing, the reply says only whether the party
-    accepted the result (one bit, once: the party deletes its keys after finalize).
-
-Simulation engine: virtual nodes have no files and no node config of their own. Only
-there (detected from the call stack, :func:`in_simulation_engine`; neither the run config
-nor ``partition-id`` can fake it), or on a node whose own node config says
-``simulation=true``, does a node without ``data-path`` take its files from the run
-config: node ``k`` (``partition-id``) plays the ``k``-th identity file
-(``*.identity.json``, sorted by file name) of the run config's ``sim-identity-dir``, with
-that directory's ``roster.json``, reads ``<sim-data-dir>/<party name>.csv`` and, if
-present, takes its node config (policy keys) from
-``<sim-identity-dir>/<party name>.node.json``. Every virtual node's log is the
-simulation's log.
+The node config keys, the state and result files, the threat model and the simulation
+engine (:func:`in_simulation_engine`): ``docs/run-across-machines.md`` (the documentation
+site's deployment page).
 """
 
 from __future__ import annotations

@@ -1,139 +1,23 @@
-"""HESV: Federated Shapley values with one server and CKKS only (Zheng et al., Alg. 1-2).
+"""HESV: Federated Shapley values with one server and CKKS only (Zheng et al., PVLDB 2023,
+Alg. 1-2).
 
-Roles and steps
----------------
-* **Key set-up** (Alg. 1, steps 1-2): the clients run fedsec's signed key set-up
-  (:mod:`fedsec.crypto.keysetup`); the key holder it designates (the *leader*, fixed by
-  the transcript hash rather than chosen by the server) generates the CKKS keys and seals
-  the secret key to every other client. The server receives the public key and the
-  relinearization keys and one Galois key, for complex conjugation: HESV's layouts need
-  no rotation (see below).
-* **Upload** (step 3): every client encrypts its test data ``X_i`` (in batches of one
-  owner) and labels ``y_i`` one-hot, one ciphertext per class, once
-  (:meth:`HESVClient.upload_data`), and each round its local
-  model ``θ_i^t``; client 0 also uploads the global model ``θ^t`` (every client knows it),
-  whose utility is ``v(∅)`` (:meth:`HESVClient.upload_model`).
-* **Secure testing** (Alg. 2): for a coalition ``S`` and a batch of client ``b``
-  (``i_1 = b``), the server evaluates layer ``l`` as a Matrix-Squaring product
-  ``[[Ŷ^(l)]] = [[θ_S^(l)]] [[X^(l)]]`` (:mod:`fedsec.crypto.matmul`) and sends it to client
-  ``i_{l+1}``, who decrypts it, applies the activation, and uploads ``[[X^(l+1)]]``
-  (:meth:`HESVClient.decrypt_layer`); after the last layer ``i_{L+1}`` uploads the
-  encrypted predicted labels one-hot ``[[Ŷ_c]]``, the server computes
-  ``[[Σ_c Y_c·Ŷ_c]]`` (``⌈C/2⌉`` ciphertext products, two classes per ciphertext in
-  the complex slots, and one conjugation that cancels the imaginary part; for two classes
-  one label ciphertext each and ``[[(Y − Ŷ)²]]``, the same bit inverted) and client
-  ``i_{L+2}`` decrypts it -- 1 where the prediction is right, 0 where it is wrong -- and
-  returns the number of correct predictions (:meth:`HESVClient.count`). ``v(θ_S) = Σ cnt / M``; SSVs
-  and FSVs follow in the clear.
+Roles: :class:`HESVClient` (``"client:<i>"``: uploads its encrypted test data and models,
+decrypts the layer outputs the decryption rule assigns it, counts correct predictions) and
+:class:`HESVServer` (``"server"``: never holds a secret key; evaluates every coalition's
+model on the encrypted batches with homomorphic matrix products, :mod:`fedsec.crypto.matmul`).
+Keys come from the signed key set-up (:mod:`fedsec.crypto.keysetup`); the server gets the
+public, relinearization and one conjugation key. :func:`hesv_shapley` runs every role in one
+process over a :class:`~fedsec.protocol.network.Network`, relaying bytes only; each role
+times its own work (its ``clock``) and the network counts the bytes.
 
-:func:`hesv_shapley` runs every role in one process over a
-:class:`~fedsec.protocol.network.Network` (role names ``"server"`` and ``"client:<i>"``):
-it relays bytes in the order of these steps and never reads or writes a role's state.
-Each role times its own work (its ``clock``); the network counts the bytes.
+Beyond the paper: labels travel one-hot and the counting client opens only the correctness
+bit of each prediction; a first layer's products are computed once per round (the linearity
+shortcut); who decrypts what follows the decryption rule of :mod:`fedsec.shapley.views` by
+default (``schedule="strict"``).
 
-Beyond the paper: labels
-------------------------
-Zheng et al.'s server computes ``[[Y − Ŷ]]`` and ``i_{L+2}`` decrypts it: each non-zero value
-is the error, whose sign gives a binary label (over three rounds the decryptor pinned 108
-of 200 BANK-like labels). fedsec's one-hot product opens only the correctness bit (the
-decryptor refuses values that are not bits, up to CKKS noise); a random factor on
-``(Y − Ŷ)²`` would still show ``|Y − Ŷ|`` for three classes or more (for two it is the
-bit). Cost: ``⌈C/2⌉`` label ciphertexts per batch one level above the lowest instead of
-one at the lowest (one for two classes), as many predicted-label ciphertexts and products
-per evaluation, and one conjugation. CKKS noise is not flooded (as elsewhere here).
-
-Beyond the paper: the linearity shortcut
-----------------------------------------
-A first layer is linear in its parameters, and ``θ_S = Σ_{i∈S} ω_{i|S} θ_i``, so
-``lin(θ_S, X) = Σ ω_{i|S} lin(θ_i, X)`` (the bias enters through a constant-1 input row).
-With ``linear_shortcut=True`` (default) the server computes the ``|I^t| + 1`` products
-``lin(θ_i, X)`` once per round and batch, and each coalition's first-layer output as a
-plaintext-weighted sum of those ciphertexts: for a logistic model this removes the
-``2^n`` factor from all ciphertext-ciphertext products. The decryptor receives the same
-plaintext ``Ŷ^(1)`` as in the paper's protocol (one ciphertext encrypting
-``lin(θ_S, X)``): clients decrypt exactly what Alg. 2 shows them.
-
-Threat model
-------------
-Who decrypts what (``schedule="strict"``, the default; fedsec departs from the paper here):
-the decryption rule of :mod:`fedsec.shapley.views` -- every batch is one client's, the owner
-evaluates the models it knows (``θ^t``, ``θ^{t+1}``, everybody but itself) on its own
-batches, and every other first-layer output goes to a client whose whole view (per batch,
-over all rounds) then holds no combination that is a model it knows (the global models, its
-own, their combinations): Prop. 6.8 below lets a client decrypt the global model's first
-layer on another client's batch, which is linear in the batch -- it solves for the batch.
-The server places the decryptions (for exact SSVs all of them before any model is
-encrypted) and refuses a run it cannot place (:class:`~fedsec.shapley.views.UnsafeSchedule`);
-each client checks its own view (:class:`~fedsec.errors.PolicyViolation`). With
-``schedule="paper"`` (a :class:`~fedsec.errors.PrivacyWarning`) the chain below applies.
-
-Zheng et al.'s: all parties honest-but-curious and non-colluding; the server never holds the
-secret key (it receives public material only and never a decrypted value beyond the
-counts ``cnt``, which the paper's server learns too). Clients hold the secret key and may
-decrypt what they are sent, so *who* decrypts *what* is the protection (Prop. 6.8, under
-the paper's assumption that a linear layer's output reveals neither its input nor its
-parameters). The decryptors ``i_2 .. i_{L+2}`` of every (coalition, batch) follow:
-
-* ``i_{l+1} ≠ i_l`` (no client sees both a layer's input and its output; ``i_1`` is the
-  batch's owner);
-* no decryptor ``i_2 .. i_{L+1}`` owns the model under test (a *local* model ``θ_i``;
-  the global models ``θ^t`` and ``θ^{t+1} = θ_{I^t}`` are known to every client in FL,
-  and aggregated models of two or more clients belong to no single client);
-* ``i_{L+1} ≠ i_1`` (the owner of the batch does not learn its predicted labels);
-* ``i_{L+2} ∉ {i_{L+1}, i_1}`` (our addition: which predictions are right would give
-  ``i_{L+1}`` binary labels and ``i_1`` binary predictions).
-
-The *strong* level (``n >= L + 2``) also makes ``i_1 .. i_{L+1}`` pairwise distinct,
-defeating multi-layer equation-solving attacks; below it the *weak* level (the paper's
-``n >= 4``) is used with a :class:`~fedsec.errors.PrivacyWarning`; when even that cannot
-be met, :func:`hesv_shapley` refuses. Each client enforces the rules that concern itself
-(it refuses, with :class:`~fedsec.errors.PolicyViolation`, to decrypt a layer output of a
-model it owns, the last output of its own batch, or two consecutive layers of one
-evaluation), so a server that routes wrongly is stopped by the clients.
-
-Replays and splices (:mod:`fedsec.protocol.binding`): every message is bound to the key
-set-up's session, its step, sender and recipient; the decryption-chain messages also to
-their round and, as index, their coalition, batch owner, batch and layer. Each layer or
-difference request carries a fresh 128-bit id; the reply must echo the id of the request
-in flight (the server takes each reply once, of the client it asked, for the layer in
-flight). A client refuses a request addressed to another client, answers each id once,
-refuses a request of a round earlier than one it already served (rounds are evaluated in
-order within a session), and checks that it is the chain's member for the step: the
-chain is derived on both sides from public data (:func:`chain_start`), so a request
-misrouted (and readdressed) to any other client is refused
-(:class:`~fedsec.errors.PolicyViolation`). Metadata are not
-authenticated: binding stops genuine bytes used out of context, not a forging server.
-
-Layouts
--------
-Every layer is a homomorphic matrix product (:mod:`fedsec.crypto.matmul`); with
-``complex_packing`` two product terms share each ciphertext. A convolution is one product
-``[kernel | b] @ im2col(X)`` (the kernel as an ``O x (C k k + 1)`` matrix, a column per
-sample and output position), not its ``d_out x d_in`` Toeplitz matrix. The first layer is
-a Matrix-Squaring product, several squares per ciphertext, the square order chosen by a
-cost model that charges encryptions and output ciphertexts. Layers after the first, whose
-inputs a client re-encrypts for every coalition and batch, choose between rotation-free
-squares (square order = rows of ``A`` per square) and the *folded* layout
-(:class:`~fedsec.crypto.matmul.FoldedPlan`: ``B`` replicated over ``rows`` output rows
-instead of a square's ``block``, partial sums added by a cyclic rotate-and-sum) by a
-measured per-batch cost model; for the MNIST CNN's Linear(256, 64) with batches of 128 a
-client encrypts 33 ciphertexts per batch (rows 4, 4 groups) instead of 136 (squares of
-order 16). Both hold exactly ``lin(θ, X)``
-in the slots they use (the folded layout a copy in each slot group) and zero elsewhere. Under
-the shortcut the first layer may rotate-and-sum (fewer model ciphertexts per round); its
-partial sums in the other slots are zeroed by the same plaintext product that applies the
-coalition weights, before anyone decrypts. Batches hold samples of one client only (as in
-the paper), up to one label ciphertext (2,048 samples); a layer whose products hold fewer
-samples splits the batch into chunks. Labels travel one level above the lowest.
-
-Not covered (as in the paper): a malicious server (it could, e.g., send a client a
-product of its choice), collusion, and what the FSVs themselves reveal. CKKS is
-approximate. One-layer models run on the paper's ring 2^12 at scale 2^24 (scores below
-``2^9`` in magnitude, the preset's headroom; two scores within ~1e-4 may be ordered
-differently from the plaintext model's); deeper models, whose re-encrypted activations
-need the precision, on ring 2^13 at scale 2^40 (:func:`default_preset`). A batch on which a
-model scores every class the same within the noise (a zero-initialised model) is decided
-as exact ties, the first class, and counted (:func:`tie_break`).
+The roles and steps in detail, the label product, the linearity shortcut, the threat model
+and the decryption chain, replays and splices, the layouts and presets:
+``docs/protocols/hesv.md`` (the documentation site's HESV page).
 """
 
 from __future__ import annotations

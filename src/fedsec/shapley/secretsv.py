@@ -1,86 +1,22 @@
 """SecretSV: Zheng et al.'s two-server baseline -- models *and* test data additively shared.
 
-Everything is shared modulo ``2^64`` (numpy ``uint64`` arithmetic is exactly that ring):
-clients split their fixed-point models and test data between the **principal server P**
-and the **auxiliary server A**; aggregation ``Σ q_i θ_i`` is local on each share; every
-linear layer ``W·X + b`` of two shared matrices uses a Beaver *matrix* multiplication triple
-``(U, V, U·V)`` from a **dealer** (a third party that only produces correlated randomness):
-the servers open ``E = W − U`` and ``F = X − V`` to each other and compute their shares of
-``E·F + E·V + U·F + U·V``. As in SecSV (:mod:`fedsec.shapley.secsv`), the layer output is
-reconstructed by a client chosen under Prop. 6.8's rules, who applies the activation and
-re-shares (or, at the last layer, deals the zero test of its predicted labels that
-SecSV uses -- :mod:`fedsec.shapley.secsv`, :func:`fedsec.crypto.sharing.zero_test_deal`
--- so that P learns which predictions are right and nothing else), so
-no truncation protocol is needed and reconstruction is exact: the a-priori bound
-``Σ_{i∈S} q_i (‖W_i‖_∞‖X‖_∞ + ‖b_i‖_∞)·2^{f_θ+f_x} < 2^63`` is checked before computing
-(:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise). The fractional bits are
-P's choice per layer, from powers-of-two bounds each client publishes in its session hello
-(its models' norms, its data's, and its hidden layers' largest inputs on its own data;
-:mod:`fedsec.shapley.fixed_point`, as in SecSV), announced in the session message.
-The paper's SecretSV truncates inside the servers and reports its error; ours has none
-beyond fixed point.
+Everything is shared modulo ``2^64`` between the principal server P and the auxiliary
+server A; every linear layer of two shared matrices uses a Beaver matrix triple from a
+dealer; a client chosen under the decryption rule (:mod:`fedsec.shapley.views`)
+reconstructs each layer's output, activates and re-shares it, and at the last layer deals
+the zero test of its predictions (as SecSV, :func:`fedsec.crypto.sharing.zero_test_deal`),
+so that P learns which predictions are right and nothing else. Reconstruction is exact: the
+fixed-point budget is checked before computing
+(:class:`~fedsec.crypto.sharing.FixedPointOverflow` otherwise).
 
-Threat model: semi-honest P, A, dealer and clients; no two of P, A and the dealer collude
-(the dealer knows the triples, hence could unmask ``E`` and ``F``), nor either server with a
-client. P learns ``Φ_S`` and the utilities -- not ``Ŷ − Y``, which the paper's step 12
-would show it and which pins labels: labels are shared modulo the prime ``2^61 − 1`` and P
-opens ``r·(Ŷ − Y)`` for a fresh uniform non-zero ``r`` (modulo ``2^64`` an odd ``r`` would
-keep the error's 2-adic valuation); A learns uniformly random shares, ``r``, ``Y − b`` and
-the opened ``E``, ``F`` (uniform, since ``U``, ``V`` are); a reconstructing client learns
-one layer's output on a batch of other clients' samples, as in SecSV -- by default under
-the decryption rule of :mod:`fedsec.shapley.views` (``schedule="strict"``: one-owner
-batches, owners evaluate the models they know, no client's view combines into a model it
-knows; runs the rule cannot place are refused up front), or Prop. 6.8 only with
-``schedule="paper"`` (a :class:`~fedsec.errors.PrivacyWarning`: a client can then solve for
-other clients' samples). Shares and triples come from the
-operating system's CSPRNG. A fresh triple serves every product (never reused).
-
-Roles and steps
----------------
-* :class:`SecretSVClient` -- shares its test data (:meth:`~SecretSVClient.share_data`) and
-  its models (:meth:`~SecretSVClient.share_model`) between P and A; reconstructs one
-  layer's output when P and A ask it (:meth:`~SecretSVClient.reconstruct`), activates and
-  re-shares it, or at the last layer deals the zero test of its predicted labels.
-* :class:`SecretSVPrincipal` (P) -- gathers the session
-  (:meth:`~SecretSVPrincipal.gather`), orders the samples into batch groups
-  (:meth:`~SecretSVPrincipal.order_batches`), schedules who reconstructs what, announces
-  each evaluation to A (:meth:`~SecretSVPrincipal.announce_eval`), asks the dealer for each
-  layer's triple (:meth:`~SecretSVPrincipal.triple_request`) and at the end opens whether
-  each prediction is right (:meth:`~SecretSVPrincipal.label_mask`,
-  :meth:`~SecretSVPrincipal.compare`).
-* :class:`SecretSVAuxiliary` (A) -- follows P's batch order and evaluations
-  (:meth:`~SecretSVAuxiliary.receive_order`, :meth:`~SecretSVAuxiliary.open_eval`) and
-  answers the zero test (:meth:`~SecretSVAuxiliary.label_diff`).
-* Both servers (:class:`SecretSVServer`), per layer: Beaver step 1
-  (:meth:`~SecretSVServer.open_share`, on their own aggregated model share and input
-  share), step 2 (:meth:`~SecretSVServer.beaver`: their share of ``W·X + b`` for the
-  reconstructing client), then take the client's re-share
-  (:meth:`~SecretSVServer.receive_share`).
-* :class:`Dealer` -- one Beaver matrix triple per product P asks for
-  (:meth:`~Dealer.triple`).
-
+Roles: :class:`SecretSVClient`, :class:`SecretSVPrincipal` (P), :class:`SecretSVAuxiliary`
+(A), what both servers do (:class:`SecretSVServer`) and the :class:`Dealer`;
 :func:`secretsv_shapley` runs every role in one process over a
-:class:`~fedsec.protocol.network.Network` (role names ``"P"``, ``"A"``, ``"dealer"``,
-``"client:<i>"``): it relays bytes and never reads or writes a role's state. Each role
-times its own work (its ``clock``); the network counts the bytes.
+:class:`~fedsec.protocol.network.Network`, relaying bytes only. SecretSV has no keys: its
+session id hashes a fresh nonce of every role (:func:`fedsec.protocol.binding.session_from_nonces`).
 
-Replays and splices (:mod:`fedsec.protocol.binding`): SecretSV has no keys, hence no key
-set-up; its session id hashes a fresh 128-bit nonce per role (clients, P, A, dealer).
-Each role draws its own (:mod:`secrets`) and sends it to P in a ``secretsv/hello``; P
-sends every role the list (``secretsv/session``); each role derives the session id from
-that list itself (:func:`~fedsec.protocol.binding.session_from_nonces`) and refuses to act
-unless its own nonce is in it (:func:`~fedsec.protocol.binding.check_nonce`) -- so no role
-can be put into a session it did not take part in, or an old one (the runner only
-relays). Every message is bound (:class:`~fedsec.protocol.binding.Binding`) to the session,
-its step, sender and recipient, its round and, as index, its coalition, batch group and
-layer; each server checks what it reads against its own state: A decodes P's batch order
-and each announced evaluation (fresh id, this round, rows of one group); a triple must be
-of the evaluation and layer in flight, addressed to this server, and its id unused (a
-re-used triple would let the other server difference two openings); an opening must be the
-*other* server's (a server's own opening reflected back is refused); re-shares and label
-shares are taken once per layer of the evaluation in flight, from the client asked. A
-client reconstructs each (evaluation, layer) once, never an adjacent layer of an
-evaluation it served, and nothing of a round earlier than one it served.
+The sharing and fixed point, the threat model, the roles and steps, replays and splices in
+detail: ``docs/protocols/secretsv.md`` (the documentation site's SecretSV page).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ __all__ = ["DECRYPTOR_NAME", "SERVER", "DECRYPTOR", "PROTOCOL", "UPLOAD_LEVEL",
            "client_role", "clip_to_norm", "margin_scale"]
 
 FloatArray = NDArray[np.float64]
+#: The decryptor's party name in the signed key set-up.
 DECRYPTOR_NAME = "decryptor"
 #: Chain level of the clients' uploads: one product (the Gram entries) or one plaintext
 #: product (Eq. 2) takes them to level 0.
@@ -114,6 +115,7 @@ def _pairs(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(k) if i != j]
 
 
+#: How margins are compared: the sign polynomial (Priv-PFL) or blinding factors.
 COMPARISONS: tuple[str, ...] = ("polynomial", "blinded")
 #: The blinded mode decides every margin with ``|margin| >= BLINDED_BAND * M`` exactly
 #: (the polynomial mode: beyond the ``2^-alpha M`` band). What limits it: the decryptor
@@ -370,8 +372,9 @@ def client_role(i: int) -> str:
     return f"client:{i}"
 
 
-#: Network names of the server and the decryptor.
+#: Network name of the server.
 SERVER = "server"
+#: Network name of the decryptor.
 DECRYPTOR = "decryptor"
 #: The binding context's protocol name.
 PROTOCOL = "pfl"

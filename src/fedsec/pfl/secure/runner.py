@@ -234,6 +234,8 @@ class SecurePFLSession:
         round_index : int
             Rounds must increase within a session.
 
+        Notes
+        -----
         An upload the server refuses (``ProtocolError``) leaves that client invalid this
         round; the round needs two accepted uploads.
         """
