@@ -4,4 +4,5 @@ import sys
 
 from fedsec.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (e.g. to list it) runs nothing
+    sys.exit(main())

@@ -61,7 +61,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-#: Exit statuses, documented in ``fedsec --help`` and the README.
+#: Exit statuses, documented in ``fedsec --help`` and docs/guide/command-line.md.
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_TAMPERING = 3
@@ -94,8 +94,8 @@ def _epilog() -> str:
         lines += textwrap.wrap(f"{code:<4} {text}", width=86, initial_indent="  ",
                                subsequent_indent="       ")
     lines += ["", "fedsec auc and fedsec dpauc play every party in one process, for trying "
-              "things out;", "real deployments run one party per machine on Flower (README: "
-              "'Run across machines')."]
+              "things out;", "real deployments run one party per machine on Flower "
+              "(docs/run-across-machines.md)."]
     return "\n".join(lines)
 
 

@@ -2,9 +2,9 @@
 command line.
 
 ``fedsec auc`` plays every party, the key holder and the aggregator in one process: a way to
-try the protocols on real files. A deployment runs one party per machine (README, "Run
-across machines"). The party-file options (:func:`add_party_file_options`) are shared with
-``fedsec dpauc`` and ``fedsec attack``; the file rules are in :mod:`fedsec.data.io`.
+try the protocols on real files. A deployment runs one party per machine
+(docs/run-across-machines.md). The party-file options (:func:`add_party_file_options`) are
+shared with ``fedsec dpauc`` and ``fedsec attack``; the file rules are in :mod:`fedsec.data.io`.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def register(sub: Any) -> None:
         description="Secure federated ROC-AUC (FHAUC: Baykara, Unal and Akgun). One CSV "
                     "file per party. This command plays every party, the key holder and the "
                     "aggregator in one process, for trying things out; a real deployment "
-                    "runs one party per machine on Flower (README: 'Run across machines'). "
+                    "runs one party per machine on Flower (docs/run-across-machines.md). "
                     "The AUC is the trapezoid rule over N uniform decision points, an "
                     "approximation of the exact ROC-AUC that scikit-learn computes on the "
                     "pooled data.")
