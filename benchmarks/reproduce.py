@@ -27,9 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
