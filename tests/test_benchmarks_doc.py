@@ -111,6 +111,21 @@ def test_every_table_names_the_command_that_regenerates_it(doc: str) -> None:
     assert tables_without_command(doc) == []
 
 
+def test_every_table_row_has_the_header_s_number_of_cells(doc: str) -> None:
+    tables: list[list[str]] = [[]]
+    fence = False
+    for line in doc.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("|"):
+            tables[-1].append(line)
+        elif tables[-1]:
+            tables.append([])
+    for table in filter(None, tables):
+        cells = {len(re.findall(r"(?<!\\)\|", row)) for row in table}
+        assert len(cells) == 1, table[0]
+
+
 def test_stable_sections_and_their_contents_links(doc: str) -> None:
     lines = doc.splitlines()
     for heading in STABLE_HEADINGS:
