@@ -245,3 +245,9 @@ def test_command_line_entry_point() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("dpauc: Sun et al.: DPAUC")
+
+
+def test_benchmarks_readme_names_every_script() -> None:
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")}
+    assert scripts and sorted(s for s in scripts if s not in readme) == []
