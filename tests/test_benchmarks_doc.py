@@ -250,4 +250,5 @@ def test_command_line_entry_point() -> None:
 def test_benchmarks_readme_names_every_script() -> None:
     readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")}
-    assert scripts and sorted(s for s in scripts if s not in readme) == []
+    unlisted = sorted(s for s in scripts if s not in readme)
+    assert scripts and unlisted == [], f"add {unlisted} to the table in benchmarks/README.md"
