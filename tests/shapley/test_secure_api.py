@@ -299,3 +299,18 @@ def test_tutorial_code_runs_as_written() -> None:
     assert namespace["protocol"] == "secretsv"  # the loop over protocols ran to its end
     assert namespace["record"].spec.layers[0].activation == "relu"
     assert np.abs(namespace["result"].fsv - namespace["reference"].fsv).max() <= 1e-9
+
+
+@pytest.mark.parametrize("protocol", ["secsv", "secretsv"])
+def test_gru_models_are_refused_before_any_key(protocol: str) -> None:
+    """SecSV and SecretSV evaluate dense and conv2d layers: a GRU is refused with a
+    ValueError up front, not a ProtocolError from inside the run."""
+    from fedsec.learning.fedavg import run_fedavg
+    from fedsec.learning.tasks import make_task
+
+    task = make_task("gru", n_samples=300, n_test=45, seed=0)
+    fed = task.federate(3, seed=0)
+    record = run_fedavg(task, fed, rounds=1, seed=0)
+    sets = [(c.x_test, c.y_test) for c in fed.clients]
+    with pytest.raises(ValueError, match="gru"):
+        fedsec.secure_shapley(record, sets, protocol=protocol)

@@ -308,6 +308,9 @@ def secsv_shapley(record: TrainingRecord, test_sets: TestSets, *, estimator: str
     budget = check_protocol_args(record, estimator, budget, where=where,
                                  sample_skip=sample_skip, linear_shortcut=linear_shortcut)
     cfg = (config or SecSVConfig()).check()
+    if any(ls.kind == "gru" for ls in record.spec.layers):  # before any key is made
+        raise ValueError("SecSV evaluates dense and conv2d layers; a gru layer needs "
+                         "per-step decryption and is not supported.")
     sets = check_test_sets(test_sets, record.n_clients, record.spec.in_features, where=where)
     derivable = linear_shortcut and len(record.spec.layers) == 1 and estimator == "exact"
     if derived_decryption is not None and not isinstance(derived_decryption, bool):
