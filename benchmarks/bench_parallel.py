@@ -164,8 +164,8 @@ def profile(names: list[str], rounds: int, repeats: int) -> list[dict[str, Any]]
 
 
 # ---------------------------------------------------------------------------- speed-up
-def speedup(names: list[str], rounds: int, workers: list[int], repeats: int
-            ) -> list[dict[str, Any]]:
+def speedup(names: list[str], rounds: int, workers: list[int], repeats: int,
+            starts: tuple[str, ...] = ("fork",)) -> list[dict[str, Any]]:
     import numpy as np
 
     from fedsec.runtime.parallel import shapley_in_parallel
@@ -175,16 +175,19 @@ def speedup(names: list[str], rounds: int, workers: list[int], repeats: int
         spec = TASKS[name]
         fed, record = _federation(spec, rounds)
         sets = [(c.x_test, c.y_test) for c in fed.clients]
-        times: dict[int, list[tuple[float, float, float]]] = {w: [] for w in workers}
-        ssv: dict[int, Any] = {}
+        configs = [(w, st) for w in workers for st in (starts if w > 1 else ("serial",))]
+        times: dict[tuple[int, str], list[tuple[float, float, float]]] = {c: []
+                                                                          for c in configs}
+        ssv: dict[tuple[int, str], Any] = {}
         for _ in range(repeats):
-            for w in workers:  # interleaved: W = 1, 2, 1, 2, ...
+            for w, st in configs:  # interleaved: W = 1, 2 (fork), 2 (spawn), 1, ...
                 lines: list[str] = []
                 c0, p0, t0 = _cpu(), time.process_time(), time.perf_counter()
+                extra = {} if w == 1 else {"start_method": st}
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     res = shapley_in_parallel(spec["protocol"], record, sets, workers=w,
-                                              progress=lines.append,
+                                              progress=lines.append, **extra,
                                               **_kwargs(spec["protocol"]))
                 wall, cpu = time.perf_counter() - t0, _cpu() - c0
                 # on free cores a run takes about the parent's own CPU plus its busiest
@@ -193,24 +196,27 @@ def speedup(names: list[str], rounds: int, workers: list[int], repeats: int
                 busiest = [_seconds(ln.split(" rounds, ")[1].removesuffix(" of CPU"))
                            for ln in lines if " done: " in ln and ln.startswith("worker ")]
                 free = (time.process_time() - p0 + max(busiest)) if busiest else cpu
-                times[w].append((wall, cpu, free if w > 1 else cpu))
-                ssv[w] = res.ssv
-                say(f"{name} W={w}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
-                    f"{times[w][-1][2]:.1f} s critical path")
-        base = statistics.median(t for t, _, _ in times[workers[0]])
-        base_cpu = statistics.median(c for _, c, _ in times[workers[0]])
-        for w in workers:
-            wall = statistics.median(t for t, _, _ in times[w])
-            cpu = statistics.median(c for _, c, _ in times[w])
-            path = statistics.median(f for _, _, f in times[w])
+                times[(w, st)].append((wall, cpu, free if w > 1 else cpu))
+                ssv[(w, st)] = res.ssv
+                say(f"{name} W={w} ({st}): {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                    f"{times[(w, st)][-1][2]:.1f} s critical path")
+        first = configs[0]
+        base = statistics.median(t for t, _, _ in times[first])
+        base_cpu = statistics.median(c for _, c, _ in times[first])
+        for w, st in configs:
+            wall = statistics.median(t for t, _, _ in times[(w, st)])
+            cpu = statistics.median(c for _, c, _ in times[(w, st)])
+            path = statistics.median(f for _, _, f in times[(w, st)])
             row = {"task": name, "protocol": spec["protocol"], "M": spec["M"], "T": rounds,
-                   "W": w, "wall_s": wall, "cpu_s": cpu, "walls": [t for t, _, _ in times[w]],
+                   "W": w, "start": st, "wall_s": wall, "cpu_s": cpu,
+                   "walls": [t for t, _, _ in times[(w, st)]],
                    "critical_path_cpu_s": path,
                    "rounds_per_s": rounds / wall, "speedup": base / wall,
                    "efficiency": base / wall / w,
                    "free_core_speedup": base_cpu / path,
                    "free_core_efficiency": base_cpu / path / w,
-                   "max_ssv_diff_vs_serial": float(np.max(np.abs(ssv[w] - ssv[workers[0]])))}
+                   "max_ssv_diff_vs_serial": float(np.max(np.abs(ssv[(w, st)]
+                                                                 - ssv[first])))}
             rows.append(row)
     return rows
 
@@ -236,11 +242,12 @@ def table(out: dict[str, Any]) -> str:
                          f"{r['serial_total_s']:.1f} |")
         lines.append("")
     if out.get("speedup"):
-        lines += ["| task | W | wall (s) | CPU (s) | rounds/s | speed-up | efficiency | "
-                  "critical path (CPU s) | free-core speed-up | free-core efficiency |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| task | W | workers start | wall (s) | CPU (s) | rounds/s | speed-up | "
+                  "efficiency | critical path (CPU s) | free-core speed-up | "
+                  "free-core efficiency |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in out["speedup"]:
-            lines.append(f"| {r['task']} T={r['T']} | {r['W']} | {r['wall_s']:.1f} | "
+            lines.append(f"| {r['task']} T={r['T']} | {r['W']} | {r.get('start', 'spawn')} | "
+                         f"{r['wall_s']:.1f} | "
                          f"{r['cpu_s']:.1f} | {r['rounds_per_s']:.3f} | {r['speedup']:.2f} | "
                          f"{r['efficiency']:.2f} | {r['critical_path_cpu_s']:.1f} | "
                          f"{r['free_core_speedup']:.2f} | {r['free_core_efficiency']:.2f} |")
@@ -257,6 +264,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                     help="worker counts W to compare (the first is the baseline)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats (medians are quoted)")
+    ap.add_argument("--start", nargs="+", default=["fork"], choices=["fork", "spawn"],
+                    help="how parallel workers start: fork after one set-up, or spawn with "
+                         "a set-up each (several: compared side by side)")
     ap.add_argument("--out", type=Path, default=RESULTS / "bench_parallel.json",
                     help="JSON file to write (parts already there are kept)")
     args = ap.parse_args()
@@ -270,7 +280,8 @@ def main() -> None:
     if "profile" in args.part:
         out["profile"] = profile(args.tasks, args.rounds, args.repeats)
     if "speedup" in args.part:
-        out["speedup"] = speedup(args.tasks, args.rounds, args.workers, args.repeats)
+        out["speedup"] = speedup(args.tasks, args.rounds, args.workers, args.repeats,
+                                 tuple(args.start))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     print(table(out))

@@ -55,7 +55,7 @@ rnd = RoundRecord(p[0], (0, 1, 2), tuple(p[1:]), np.ones(3))
 rec = TrainingRecord(spec, 3, (rnd, rnd), p[0])
 sets = [(rng.normal(size=(5, 3)), rng.integers(0, 2, 5)) for _ in range(3)]
 try:
-    shapley_in_parallel("nssv", rec, sets, workers=2)
+    shapley_in_parallel("nssv", rec, sets, workers=2, start_method="spawn")
 except RuntimeError as exc:
     print("raised:", exc)
 """

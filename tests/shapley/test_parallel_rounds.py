@@ -38,14 +38,29 @@ def test_nssv_estimator_in_parallel_equals_sequential(agnews_small) -> None:  # 
     assert par.models_tested == seq.models_tested
 
 
-def test_secsv_in_parallel_equals_sequential(agnews_small) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_secsv_in_parallel_equals_sequential(agnews_small, start) -> None:  # type: ignore[no-untyped-def]
     tr = agnews_small
     seq = secsv_shapley(tr.record, _sets(tr), sample_skip=True, schedule="paper")
     par = shapley_in_parallel("secsv", tr.record, _sets(tr), workers=2, sample_skip=True,
-                              schedule="paper")
+                              schedule="paper", start_method=start)
     np.testing.assert_array_equal(par.ssv, seq.ssv)  # exact shares: bit-identical
     assert par.protocol == "secsv" and par.skip.skipped == seq.skip.skipped
-    assert par.accounting.total_bytes > seq.accounting.total_bytes  # one key set-up per slice
+    setup = sum(v for (_s, _r, k), v in seq.accounting.bytes_by_message.items()
+                if k.startswith("keys/"))
+    if start == "spawn":  # one key set-up per worker
+        assert par.accounting.total_bytes >= seq.accounting.total_bytes + setup // 2
+    else:  # one set-up, copied into the workers, counted once (ciphertext sizes vary a
+        # little with SEAL's compression)
+        assert abs(par.accounting.total_bytes - seq.accounting.total_bytes) < setup // 2
+        def per_kind(acc):  # type: ignore[no-untyped-def]
+            out: dict[str, int] = {}
+            for (_s, _r, k), m in acc.messages.items():
+                out[k] = out.get(k, 0) + m
+            return out
+        # the same messages of each kind (which client decrypts which round is drawn
+        # at random, so not the same senders)
+        assert per_kind(par.accounting) == per_kind(seq.accounting)
     with pytest.raises(ValueError, match="protocol"):
         shapley_in_parallel("fast", tr.record, _sets(tr))
 
@@ -200,3 +215,31 @@ def test_hesv_workers_equal_nssv_and_warn_once(agnews_small) -> None:  # type: i
     assert par.error_to(ref) < 1e-3
     texts = [str(w.message) for w in caught]
     assert len(texts) == len(set(texts))  # each distinct warning once, not once per worker
+
+
+@pytest.mark.parametrize("how", ["raises", "dies"])
+def test_a_forked_worker_that_fails_mid_round_fails_the_run(agnews_small, monkeypatch,
+                                                            how) -> None:  # type: ignore[no-untyped-def]
+    """A forked worker whose round raises passes the error on; one that dies (no message)
+    makes the run raise instead of waiting for it."""
+    import os
+
+    import fedsec.shapley.fsv as fsv
+
+    tr = agnews_small
+    parent = os.getpid()
+    original = fsv._round_ssv
+
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.getpid() != parent:
+            if how == "dies":
+                os._exit(3)
+            raise ArithmeticError("a round failed in a worker")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fsv, "_round_ssv", flaky)
+    expected = RuntimeError if how == "dies" else ArithmeticError
+    with pytest.raises(expected, match="worker|failed"):
+        shapley_in_parallel("nssv", tr.record, _sets(tr), workers=2, start_method="fork")
+    with pytest.raises(ValueError, match="start_method"):
+        shapley_in_parallel("nssv", tr.record, _sets(tr), workers=2, start_method="thread")

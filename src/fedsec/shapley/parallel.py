@@ -20,6 +20,7 @@ Each worker is pinned to one BLAS/torch thread so that ``workers`` processes use
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -34,7 +35,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["BACKENDS", "default_workers", "map_ordered", "round_costs", "shapley_in_parallel"]
+__all__ = ["BACKENDS", "START_METHODS", "default_start_method", "default_workers", "map_ordered",
+           "round_costs", "shapley_in_parallel"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -328,6 +330,187 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
     return [parts[w] for w in sorted(parts)], caught
 
 
+START_METHODS: tuple[str, ...] = ("fork", "spawn")
+
+
+def default_start_method() -> str:
+    """``"fork"`` on Linux (one set-up, copied into every worker), else ``"spawn"``."""
+    ok = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    return "fork" if ok else "spawn"
+
+
+def _rounds_forked(protocol: str, record: Any, test_sets: Any, n: int,
+                   progress: Callable[[str], None] | None, kwargs: dict[str, Any]
+                   ) -> tuple[list[tuple[Any, list[int]]], list[Caught], Any]:
+    """Run the protocol's set-up once in this process, then fork ``n`` workers that take
+    the rounds from a queue; return every worker's (result, rounds played), the warnings
+    raised (the set-up's and the workers') and this process's own result (the set-up's
+    accounting, no rounds: every worker's accounting starts from a copy of it).
+
+    Each worker is a copy of this process after the set-up: the same keys, contexts, plans
+    and uploaded test data, so a worker costs a ``fork`` instead of an interpreter start
+    and a set-up of its own. What must differ between the copies does: every encryption,
+    mask and share draws from the operating system (``os.urandom``, SEAL's per-encryption
+    seeds) at the moment it is made, never from a stream held in a role, and each copy's
+    replay watermark only sees the increasing rounds it is handed. Workers never run
+    PyTorch (whose OpenMP pool does not survive a fork): secure Shapley evaluates models
+    with NumPy and SEAL.
+    """
+    import multiprocessing.connection as mpc
+
+    from fedsec.shapley.rounds import RoundTimer, format_seconds, round_source
+
+    costs = round_costs(record, kwargs.get("estimator", "exact"), kwargs.get("budget"))
+    ctx = multiprocessing.get_context("fork")
+    tasks = ctx.SimpleQueue()  # no feeder thread: nothing of it is live at the fork
+    for t in range(record.n_rounds):
+        tasks.put(t)
+    for _ in range(n):
+        tasks.put(None)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(n)]  # (reader, writer) per worker
+    me = [0]  # 0 in this process, the worker's number in a forked copy
+    pids: list[int] = []
+    played: list[int] = []
+    started = [0.0]
+    t0 = time.perf_counter()
+    forked = [t0]
+
+    def send(msg: tuple[Any, ...]) -> None:
+        pipes[me[0] - 1][1].send(msg)
+
+    def source(n_rounds: int) -> Any:
+        setup = time.perf_counter() - t0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        forked[0] = time.perf_counter()
+        for w in range(1, n + 1):
+            pid = os.fork()
+            if pid == 0:
+                me[0] = w
+                break
+            pids.append(pid)
+        if me[0] == 0:  # this process plays no round: it reports and joins
+            if progress is not None:
+                progress(f"set-up done in {format_seconds(setup)}; {n} workers forked "
+                         "from it take the rounds as they free up")
+            return
+        _one_thread()
+        for r, wr in pipes:  # keep only this worker's writer
+            r.close()
+            if wr is not pipes[me[0] - 1][1]:
+                wr.close()
+        send(("ready", me[0], 0.0))
+        while (t := tasks.get()) is not None:
+            if not 0 <= t < n_rounds:  # pragma: no cover - this process sends valid rounds
+                raise RuntimeError(f"round {t} is not one of the record's {n_rounds}")
+            played.append(t)
+            started[0] = time.perf_counter()
+            yield t
+
+    def on_round(_message: str) -> None:
+        if me[0]:
+            send(("round", me[0], played[-1], time.perf_counter() - started[0]))
+
+    records: list[warnings.WarningMessage] = []
+    error: BaseException | None = None
+    trace = ""
+    result: Any = None
+    try:
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            with round_source(source):
+                result = _protocol_fn(protocol)(record, test_sets, progress=on_round,
+                                                 **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - a worker reports it; here it is re-raised
+        error, trace = exc, traceback.format_exc()
+    if me[0]:  # a forked worker: report and leave without running this process's exit code
+        try:
+            if error is None:
+                send(("done", me[0], result, played, _caught(records), time.process_time()))
+            else:
+                send(("error", me[0], _picklable(error), trace, _caught(records)))
+        finally:
+            os._exit(0)
+    caught = _caught(records)  # the set-up's warnings
+    if error is not None:
+        _reap(pids, kill=True)
+        _reissue(caught)
+        raise error
+    for _, wr in pipes:
+        wr.close()
+    readers: dict[Any, int] = {r: w + 1 for w, (r, _) in enumerate(pipes)}
+    timer = RoundTimer(record.n_rounds, n, costs=costs)
+    parts: dict[int, tuple[Any, list[int]]] = {}
+    try:
+        while len(parts) < n:
+            # a worker that exits closes its pipe: its last message, then EOF (a worker
+            # killed mid-round gives EOF without "done", below)
+            ready = mpc.wait(list(readers), timeout=1.0)
+            conn: Any
+            for conn in ready:
+                try:
+                    msg: Any = conn.recv()
+                except EOFError:
+                    worker = readers.pop(conn)
+                    if worker not in parts:
+                        raise RuntimeError(f"parallel worker {worker} exited before "
+                                           "finishing its rounds") from None
+                    continue
+                kind, worker = msg[0], msg[1]
+                if kind == "ready":
+                    if progress is not None:
+                        progress(f"worker {worker} ready "
+                                 f"{format_seconds(time.perf_counter() - forked[0])} after "
+                                 "the fork")
+                elif kind == "round":
+                    took = timer.done(msg[3], msg[2])
+                    if progress is not None:
+                        progress(timer.line(msg[2], took, worker=worker))
+                elif kind == "done":
+                    parts[worker] = (msg[2], msg[3])
+                    caught += msg[4]
+                    if progress is not None:
+                        progress(f"worker {worker} done: {len(msg[3])} rounds, "
+                                 f"{format_seconds(msg[5])} of CPU")
+                else:  # "error": the first failure stops the run, as it would serially
+                    _reissue(caught + msg[4])
+                    raise msg[2]
+    finally:
+        _reap(pids, kill=len(parts) < n)
+        for r, _ in pipes:
+            r.close()
+    return [parts[w] for w in sorted(parts)], caught, result
+
+
+def _count_setup_once(joined: Any, base: Any, copies: int) -> None:
+    """``joined``'s accounting holds the set-up ``copies`` times (every forked worker's
+    accounting started from a copy of ``base``'s): keep it once."""
+    if base is None or not hasattr(base, "accounting") or copies <= 1:
+        return
+    acc, b = joined.accounting, base.accounting
+    extra = copies - 1
+    for k, v in b.bytes_by_message.items():
+        acc.bytes_by_message[k] = acc.bytes_by_message.get(k, 0) - extra * v
+    for k, m in b.messages.items():
+        acc.messages[k] = acc.messages.get(k, 0) - extra * m
+    for kind, sec in b.seconds.items():
+        acc.seconds[kind] = acc.seconds.get(kind, 0.0) - extra * sec
+    for table in (acc.bytes_by_message, acc.messages):
+        for k in [k for k, v in table.items() if v == 0]:
+            del table[k]
+
+
+def _reap(pids: Sequence[int], *, kill: bool) -> None:
+    import signal
+
+    for pid in pids:
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
 def _join(protocol: str, record: Any, parts: Sequence[tuple[Any, Sequence[int]]],
           seconds: float) -> Any:
     """One result from the workers' results (each worker's rows for the rounds it played)."""
@@ -378,21 +561,28 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
                         workers: int | None = None, backend: str = "process",
                         ray_address: str | None = None,
                         progress: Callable[[str], None] | None = None,
+                        start_method: str | None = None,
                         **kwargs: Any) -> Any:
     """Federated Shapley values with the rounds spread over workers (Zheng et al., Sec. 6.2.2).
 
-    With the ``"process"`` backend, ``workers`` spawn processes each run the protocol
-    (``"nssv"``, ``"hesv"``, ``"secsv"`` or ``"secretsv"``, with ``kwargs``) on the whole
-    record: its own key set-up and test-data upload once (a run of its own: no keys are
-    shared between processes, so the set-up is sent once per worker), then it evaluates
-    the rounds handed out to it one at a time, in order, as workers free up; a worker
-    whose set-up is slow, or whose rounds cost more, simply takes fewer rounds. The
-    results are joined: per-round SSVs in round order, FSV their sum, costs and accounting
-    added. Every worker plans its fixed point from the whole record, as the sequential run
-    does, and estimators draw each round's coalitions from a stream derived from the
-    round's position (:func:`fedsec.shapley.fsv.round_rng`), so the FSVs equal the
-    sequential run's (exactly for NSSV, SecSV and SecretSV; HESV's CKKS noise may differ
-    on near-tie predictions, as between two sequential runs).
+    With the ``"process"`` backend and ``start_method="fork"`` (the default on Linux), this
+    process runs the protocol's set-up once (key set-up, contexts, test data, the
+    fixed-point plan), then forks ``workers`` copies of itself that take the rounds one at
+    a time from a queue as they free up; a worker costs a fork, not a set-up of its own
+    (see :func:`_rounds_forked` for why the copies stay independent where they must).
+
+    With ``start_method="spawn"`` (the default elsewhere), ``workers`` spawn processes each
+    run the protocol (``"nssv"``, ``"hesv"``, ``"secsv"`` or ``"secretsv"``, with
+    ``kwargs``) on the whole record: its own key set-up and test-data upload once (a run of
+    its own: no keys are shared between processes, so the set-up is sent once per worker),
+    then it evaluates the rounds handed out to it one at a time, in order, as workers free
+    up; a worker whose set-up is slow, or whose rounds cost more, simply takes fewer rounds.
+    Either way the results are joined: per-round SSVs in round order, FSV their sum, costs
+    and accounting added. Every worker plans its fixed point from the whole record, as the
+    sequential run does, and estimators draw each round's coalitions from a stream derived
+    from the round's position (:func:`fedsec.shapley.fsv.round_rng`), so the FSVs equal the
+    sequential run's (exactly for NSSV, SecSV and SecretSV; HESV's CKKS noise may differ on
+    near-tie predictions, as between two sequential runs).
 
     The ``"ray"`` backend cuts the rounds into ``workers`` contiguous slices
     (:meth:`~fedsec.learning.record.TrainingRecord.slice`), one task each.
@@ -401,7 +591,9 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     its time, the rounds done and an ETA weighted by :func:`round_costs`). Warnings raised
     in the workers (e.g. a :class:`~fedsec.errors.PrivacyWarning`) are raised again here,
     each distinct one once.
-    ``workers=1`` or ``backend="serial"`` runs in this process.
+    ``workers=1`` or ``backend="serial"`` runs in this process. ``start_method`` is
+    ``"fork"`` or ``"spawn"`` (default :func:`default_start_method`; ``"process"`` backend
+    only).
     """
     from fedsec.shapley.rounds import format_seconds
     from fedsec.shapley.secure_common import PROTOCOLS
@@ -410,11 +602,22 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
         raise ValueError(f"The 'protocol' parameter of shapley_in_parallel must be one of "
                          f"{PROTOCOLS}. Got {protocol!r} instead.")
     _check_pool(backend, workers, "shapley_in_parallel")
+    start = default_start_method() if start_method is None else start_method
+    if start not in START_METHODS or (start == "fork" and "fork" not in
+                                      multiprocessing.get_all_start_methods()):
+        raise ValueError(f"The 'start_method' parameter of shapley_in_parallel must be one "
+                         f"of {START_METHODS} (fork where the platform has it). Got "
+                         f"{start_method!r} instead.")
     n = min(workers or default_workers(), record.n_rounds)
     if n == 1 or backend == "serial":  # in this process, with per-round progress
         return _protocol_fn(protocol)(record, test_sets, progress=progress, **kwargs)
     t0 = time.perf_counter()
-    if backend == "process":
+    if backend == "process" and start == "fork":
+        if progress is not None:
+            progress(f"evaluating {record.n_rounds} rounds in {n} parallel workers "
+                     "(forked after one set-up; each takes rounds as it frees up)")
+        parts, caught, base = _rounds_forked(protocol, record, test_sets, n, progress, kwargs)
+    elif backend == "process":
         if progress is not None:
             progress(f"evaluating {record.n_rounds} rounds in {n} parallel workers "
                      f"({backend}); each worker sets up once, then takes rounds as it "
@@ -437,7 +640,10 @@ def shapley_in_parallel(protocol: str, record: Any, test_sets: Any, *,
     if progress is not None:
         progress(f"{record.n_rounds} rounds evaluated by {len(parts)} workers in "
                  f"{format_seconds(seconds)}")
-    return _join(protocol, record, parts, seconds)
+    out = _join(protocol, record, parts, seconds)
+    if backend == "process" and start == "fork":
+        _count_setup_once(out, base, len(parts))
+    return out
 
 
 def _unslice(result: Any, start: int, record: Any) -> Any:
