@@ -31,6 +31,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from os import _exit as _exit_now
 from typing import Any, TypeVar
 
 import numpy as np
@@ -430,7 +431,7 @@ def _rounds_forked(protocol: str, record: Any, test_sets: Any, n: int,
             else:
                 send(("error", me[0], _picklable(error), trace, _caught(records)))
         finally:
-            os._exit(0)
+            _exit_now(0)  # no atexit handlers, no flush of the parent's buffers
     caught = _caught(records)  # the set-up's warnings
     if error is not None:
         _reap(pids, kill=True)
