@@ -115,6 +115,7 @@ from fedsec.auc.common import (
     MAX_DECISION_POINTS,
     AggregatorInfo,
     BoundConfig,
+    RunningSums,
     SecureAUCResult,
     apply_score_transform,
     bytes_per_party,
@@ -804,6 +805,7 @@ class MaliciousAggregator(AggregatorInfo):
         self._participants: list[int] = []
         self._rejected: dict[int, str] = {}
         self._timing: dict[str, float] = {}
+        self.begin()
 
     @property
     def participants(self) -> list[int]:
@@ -846,32 +848,54 @@ class MaliciousAggregator(AggregatorInfo):
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
                                 f"{max(2, self._min_parties)} are required")
         self._participants = sorted(entries)
+        self.begin()
         meta = self._binding.bind({}, step="start", to=BROADCAST)
         return wire.encode("fhauc-m/start", meta, [entries[i] for i in self._participants])
 
-    def _load(self, submissions: Sequence[bytes]) -> list[Any]:
-        """Return the participants' sum for every chunk."""
-        chunks = self._config.n_chunks
-        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
-        seen = []
-        for raw in submissions:
-            msg = wire.decode(raw, expect="fhauc-m/submit")
+    def begin(self) -> None:
+        """Start collecting submissions afresh (the participants stay those of
+        :meth:`start`)."""
+        self._running = RunningSums(self._context, self._config.n_chunks)
+        self._seen: list[int] = []
+        self._load_s = 0.0
+
+    def add(self, submission: bytes) -> int:
+        """Check one participant's submission and add it into the running sums as it
+        arrives (it is not kept: memory does not grow with the parties); return its index.
+
+        :meth:`aggregate` is this over a batch followed by :meth:`finish`."""
+        t0 = time.perf_counter()
+        with self.clock("other"):
+            chunks = self._config.n_chunks
+            msg = wire.decode(submission, expect="fhauc-m/submit")
             idx = party_index(msg.meta, len(self._names))
             check_bound(self._binding, msg.meta, step="submit",
                         sender=party_role(self._names[idx]), what="a submission")
-            if idx not in self._participants or idx in seen:
+            if idx not in self._participants or idx in self._seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
-            seen.append(idx)
-            for c in range(chunks):
-                per_chunk[c].append(self._context.deserialize(
-                    msg.blobs[c], at_top=True, scale=self._context.scale))
-        if sorted(seen) != self._participants:
+            ctx = self._context
+            cts = [ctx.deserialize(b, at_top=True, scale=ctx.scale) for b in msg.blobs]
+            self._running.add(cts)
+            self._seen.append(idx)
+        self._load_s += time.perf_counter() - t0
+        return idx
+
+    def finish(self) -> bytes:
+        """Steps 9-11 on the submissions added since :meth:`begin`: the masked answer."""
+        if sorted(self._seen) != self._participants:
             raise ProtocolError("missing submissions: malicious FHAUC needs every party that "
                                 "started (their zero-sum masks must cancel); restart with "
                                 "the parties still present")
-        return [self._context.add_many(c) for c in per_chunk]
+        t1 = time.perf_counter()
+        with self.clock("arithmetic"):
+            blob = self._context.serialize(self.mask(self.combine(self._running.sums())))
+        t2 = time.perf_counter()
+        self._timing = {"deserialize_s": self._load_s, "compute_s": t2 - t1,
+                        "total_s": self._load_s + t2 - t1}
+        self.begin()
+        return self.result_message(blob)
 
     def combine(self, chunk_sums: Sequence[Any]) -> Any:
         """Steps 9-10 for all runs at once: slot class ``2k`` holds ``4i(r0 num + r1
@@ -905,17 +929,12 @@ class MaliciousAggregator(AggregatorInfo):
 
     @receives("fhauc-m/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
-        """Steps 9-11: combine every participant's submission and return the masked
-        answer (one ciphertext, every run)."""
-        t0 = time.perf_counter()
-        with self.clock("other"):
-            sums = self._load(submissions)
-        t1 = time.perf_counter()
-        with self.clock("arithmetic"):
-            blob = self._context.serialize(self.mask(self.combine(sums)))
-        t2 = time.perf_counter()
-        self._timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        return self.result_message(blob)
+        """Steps 9-11: add every participant's submission as it comes (:meth:`add`) and
+        return the masked answer (one ciphertext, every run; :meth:`finish`)."""
+        self.begin()
+        for raw in submissions:
+            self.add(raw)
+        return self.finish()
 
     def result_message(self, blob: bytes, parties: Sequence[int] | None = None) -> bytes:
         """The answer message for one serialized ciphertext, bound to this evaluation

@@ -286,6 +286,13 @@ class CKKSContext:
             self._evaluator.add(a, b, out)
         return out
 
+    def add_inplace(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        """``a += b`` in place (no new ciphertext); returns ``a``. For running sums: an
+        aggregator adds each submission as it arrives and drops it."""
+        with refuse_transparent():
+            self._evaluator.add_inplace(a, b)
+        return a
+
     def add_many(self, cts: Sequence[Ciphertext]) -> Ciphertext:
         if not cts:
             raise ValueError("nothing to add")
