@@ -239,7 +239,7 @@ def _refuse_nested_compression(buf: Any, start: int, end: int, what: str) -> Non
     version bytes: SEAL accepts more than one minor version)."""
     at = buf.find(_NESTED, start, end)
     while at >= 0:
-        if buf[at + 4:at + 5] in (b"\x01", b"\x02"):  # zlib, zstd
+        if buf[at + 5:at + 6] in (b"\x01", b"\x02"):  # zlib, zstd
             raise ProtocolError(f"invalid {what}: compressed object nested inside")
         at = buf.find(_NESTED, at + 1, end)
 
