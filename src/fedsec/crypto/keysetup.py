@@ -843,8 +843,12 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     # 4. deliver / confirm
     roles = [party_role(n) for n in agg.names]
     deliveries = net.scatter(AGGREGATOR, roles, agg.accept(offer))
-    confirms = net.gather(roles, AGGREGATOR, [by_name[n].receive(d) for n, d
-                                              in zip(agg.names, deliveries, strict=True)])
+    del offer, got
+    answers = []
+    for i, n in enumerate(agg.names):
+        answers.append(by_name[n].receive(deliveries[i]))
+        deliveries[i] = b""  # read: dropped (each carries every hello and a key box)
+    confirms = net.gather(roles, AGGREGATOR, answers)
     # 5. confirmed: every confirmation to every party
     bundles = net.broadcast(AGGREGATOR, roles, agg.confirm(confirms))
     keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}
