@@ -53,7 +53,7 @@ def test_compressed_seed_header_inside_a_seeded_ciphertext_is_refused(ctx: CKKSC
 
 
 @pytest.mark.parametrize("minor", [0, 1, 2, 3, 255])
-def test_nested_compression_is_refused_whatever_its_version_bytes(ctx: CKKSContext,
+def test_nested_compression_where_seal_reads_is_refused_whatever_its_version_bytes(ctx: CKKSContext,
                                                                    minor: int) -> None:
     outer_minor = ctx.serialize(ctx.encrypt([1.0]))[4]
     raw = bytearray(raw_ciphertext(ctx.encrypt([1.0]), minor=outer_minor))
@@ -61,16 +61,32 @@ def test_nested_compression_is_refused_whatever_its_version_bytes(ctx: CKKSConte
     raw[16 + 73 + 5] = 2
     with pytest.raises(ProtocolError, match="nested"):
         ctx.deserialize(bytes(raw))
+    struct.pack_into("<Q", raw, 16 + 73 + 16, 7)  # and when the array's size is wrong
+    with pytest.raises(ProtocolError, match="nested"):
+        ctx.deserialize(bytes(raw))
+
+
+def test_random_data_that_looks_like_a_header_with_another_version_is_not_refused(
+        ctx: CKKSContext) -> None:
+    """Only the outer header's exact version bytes mark a nested object in the scan, so
+    honest random data (Galois keys are ~16 MB of it) is not refused by chance."""
+    raw = bytearray(raw_ciphertext(ctx.encrypt([1.0]), minor=ctx.serialize(
+        ctx.encrypt([1.0]))[4]))
+    other = (raw[4] + 1) % 256
+    # inside the data array, where SEAL parses nothing
+    raw[16 + 73 + 24 + 800:16 + 73 + 24 + 806] = struct.pack("<HBBBB", 0xA15E, 16, 4,
+                                                               other, 2)
+    assert ctx.deserialize(bytes(raw)).size() == 2  # loaded (the value is garbage)
 
 
 def test_a_layout_that_does_not_parse_falls_back_to_the_full_scan(ctx: CKKSContext) -> None:
-    raw = bytearray(raw_ciphertext(ctx.encrypt([1.0]), minor=ctx.serialize(
-        ctx.encrypt([1.0]))[4]))
+    minor = ctx.serialize(ctx.encrypt([1.0]))[4]
+    raw = bytearray(raw_ciphertext(ctx.encrypt([1.0]), minor=minor))
     # the data array's element count no longer matches its header: the layout check
     # gives up; a compressed header planted in the data is still found by the scan
     struct.pack_into("<Q", raw, 16 + 73 + 16, 7)
     plant = 16 + 73 + 24 + 800
-    raw[plant:plant + 6] = struct.pack("<HBBBB", 0xA15E, 16, 4, 1, 2)
+    raw[plant:plant + 6] = struct.pack("<HBBBB", 0xA15E, 16, 4, minor, 2)
     with pytest.raises(ProtocolError, match="nested"):
         ctx.deserialize(bytes(raw))
 

@@ -212,6 +212,16 @@ def _hex(meta: Any, key: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A checked request: its hellos in order, the transcript hash, the names and each
+    name's position."""
+    hellos: tuple[_Hello, ...]
+    transcript: bytes
+    names: tuple[str, ...]
+    index: dict[str, int]
+
+
 def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
     return _h(b"hello", roster, spec, name.encode(), x25519, nonce)
 
@@ -453,38 +463,40 @@ class KeySetupParty:
             return compute()
         return self._cache.check(key, compute)
 
-    def _checked_request(self, request: bytes) -> tuple[tuple[_Hello, ...], bytes]:
+    def _checked_request(self, request: bytes) -> _Request:
         """Decode a relayed request and check every hello in it (a function of its bytes
         and of this party's roster, spec, quorum and size limit only)."""
         spec = self._spec.digest()
 
-        def compute() -> tuple[tuple[_Hello, ...], bytes]:
+        def compute() -> _Request:
             msg = wire.decode(request, expect="keys/request",
                               max_bytes=self._max_message_bytes)
             hellos = _check_hellos(list(msg.blobs), self._roster, spec, self._min_parties)
-            return tuple(hellos), _transcript(self._roster, spec, hellos)
+            names = tuple(h.name for h in hellos)
+            return _Request(tuple(hellos), _transcript(self._roster, spec, hellos), names,
+                            {n: i for i, n in enumerate(names)})
 
-        out: tuple[tuple[_Hello, ...], bytes] = self._checked(
+        out: _Request = self._checked(
             ("request", self._roster.digest(), spec, self._min_parties,
              self._max_message_bytes, bytes(request)), compute)
         return out
 
-    def _verify_request(self, request: bytes) -> tuple[tuple[_Hello, ...], bytes]:
-        hellos, transcript = self._checked_request(request)
+    def _verify_request(self, request: bytes) -> _Request:
+        req = self._checked_request(request)
         if self._hello is None:
             raise ProtocolError("hello() was not called")
-        mine = [h for h in hellos if h.name == self.name]
-        if not mine or mine[0].raw != self._hello:
+        me = req.index.get(self.name)
+        if me is None or req.hellos[me].raw != self._hello:
             raise TamperingDetected("the key set-up does not carry this party's own hello",
                                     check="own-hello")
-        return hellos, transcript
+        return req
 
     # -------------------------------------------------------------- round 3 (holder)
     @receives("keys/request")
     def offer(self, request: bytes) -> bytes:
         """Generate the key set (this party is the transcript's key holder)."""
-        hellos, transcript = self._verify_request(request)
-        names = [h.name for h in hellos]
+        req = self._verify_request(request)
+        hellos, transcript, names = req.hellos, req.transcript, list(req.names)
         if names[_pick_holder(self._spec, transcript, names)] != self.name:
             raise ProtocolError("this party is not the transcript's key holder")
         spec = self._spec
@@ -520,8 +532,8 @@ class KeySetupParty:
         if len(msg.blobs) != (5 if fixed else 4):
             raise ProtocolError("malformed key delivery")
         request, header, sig, box = msg.blobs[:4]
-        hellos, transcript = self._verify_request(request)
-        names = tuple(h.name for h in hellos)
+        req = self._verify_request(request)
+        hellos, transcript, names = req.hellos, req.transcript, req.names
         m = len(hellos)
         t_hash, holder, _public_hash, box_hashes = self._checked(
             ("header", m, int(fixed), header), lambda: _parse_header(header, m, int(fixed)))
@@ -537,7 +549,7 @@ class KeySetupParty:
         except ProtocolError:
             raise TamperingDetected("the key holder's signature on the offer does not "
                                     "verify", check="offer-signature") from None
-        me = names.index(self.name)
+        me = req.index[self.name]
         if hashlib.sha256(box).digest() != box_hashes[me]:
             raise TamperingDetected("this party's sealed box is not the one the key holder "
                                     "signed", check="box")

@@ -229,19 +229,16 @@ def _address(data: bytes) -> int:
     return addr
 
 
-#: What every nested SEAL header starts with (magic and header size); its compression
-#: byte follows the two version bytes.
-_NESTED = struct.pack("<HB", SEAL_MAGIC, SEAL_HEADER.size)
-
-
 def _refuse_nested_compression(buf: Any, start: int, end: int, what: str) -> None:
-    """Refuse a compressed SEAL header anywhere in ``buf[start:end]`` (whatever its
-    version bytes: SEAL accepts more than one minor version)."""
-    at = buf.find(_NESTED, start, end)
+    """Refuse a compressed SEAL header (same magic, size and version as the outer one,
+    the only headers SEAL would parse) anywhere in ``buf[start:end]``. ``buf`` starts
+    with the outer header."""
+    nested = bytes(buf[0:5])
+    at = buf.find(nested, start, end)
     while at >= 0:
         if buf[at + 5:at + 6] in (b"\x01", b"\x02"):  # zlib, zstd
             raise ProtocolError(f"invalid {what}: compressed object nested inside")
-        at = buf.find(_NESTED, at + 1, end)
+        at = buf.find(nested, at + 1, end)
 
 
 #: A ciphertext's members before its data array: parms_id (32), NTT flag (1), size,
@@ -249,29 +246,38 @@ def _refuse_nested_compression(buf: Any, start: int, end: int, what: str) -> Non
 _CT_MEMBERS = 32 + 1 + 8 * 5
 
 
-def _ciphertext_layout_uncompressed(buf: Any, start: int, end: int) -> bool:
-    """Whether ``buf[start:end]`` (a ciphertext's members) has exactly the layout SEAL
-    parses - the members, one data array, then optionally the seed of a seeded
-    ciphertext - with **uncompressed** nested headers where SEAL reads them.
+def _nested_header_at(buf: Any, pos: int, end: int, what: str) -> tuple[int, int] | None:
+    """The (compression, size) of a SEAL header at ``pos``, whatever its version bytes;
+    ``ProtocolError`` if it claims compression; ``None`` if there is no header there."""
+    if pos + SEAL_HEADER.size > end:
+        return None
+    magic, hsize, _major, _minor, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
+    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size:
+        return None
+    if compr in (1, 2):  # zlib, zstd
+        raise ProtocolError(f"invalid {what}: compressed object nested inside")
+    return compr, size
 
-    Those two are the only nested headers SEAL parses in a ciphertext, so when this
-    holds the scan of every byte is not needed; when it does not, the caller scans."""
+
+def _ciphertext_nested_headers(buf: Any, start: int, end: int, what: str) -> bool:
+    """Check the nested headers of a ciphertext (its members in ``buf[start:end]``) where
+    SEAL parses them - the data array's after the members and, after the array, a seeded
+    ciphertext's seed - whatever their version bytes; ``ProtocolError`` if one claims
+    compression. Return whether the layout is exactly that (members, one uncompressed
+    array, optionally the seed, nothing else): then these are the only nested headers
+    SEAL reads and the scan of every byte is not needed; otherwise the caller scans."""
     pos = start + _CT_MEMBERS
-    if pos + SEAL_HEADER.size + 8 > end:
+    array = _nested_header_at(buf, pos, end, what)
+    if array is None or array[0] != COMPR_NONE or pos + SEAL_HEADER.size + 8 > end:
         return False
-    magic, hsize, _ma, _mi, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
     (count,) = struct.unpack_from("<Q", buf, pos + SEAL_HEADER.size)
-    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size or compr != COMPR_NONE or \
-            count > end or size != SEAL_HEADER.size + 8 + 8 * count:
-        return False
-    pos += size
+    if count > end or array[1] != SEAL_HEADER.size + 8 + 8 * count:
+        return False  # SEAL refuses the array's size; nothing after it is parsed
+    pos += array[1]
     if pos == end:
         return True
-    if pos + SEAL_HEADER.size > end:
-        return False
-    magic, hsize, _ma, _mi, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
-    return bool(magic == SEAL_MAGIC and hsize == SEAL_HEADER.size and compr == COMPR_NONE
-                and pos + size == end)
+    seed = _nested_header_at(buf, pos, end, what)
+    return seed is not None and seed[0] == COMPR_NONE and pos + seed[1] == end
 
 
 @functools.cache
@@ -308,9 +314,10 @@ def plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANS
         body = buf.raw[:declared]
     else:
         body = bytes(data[SEAL_HEADER.size:])
-    _refuse_nested_compression(body, 0, len(body), what)
     header = SEAL_HEADER.pack(SEAL_MAGIC, hsize, major, minor, COMPR_NONE, 0,
                                SEAL_HEADER.size + len(body))
+    _refuse_nested_compression(header + body, SEAL_HEADER.size, SEAL_HEADER.size + len(body),
+                               what)
     return header, body
 
 
@@ -337,7 +344,7 @@ def load(obj: Any, context: Any, data: bytes, what: str) -> Any:
     else:
         buf[SEAL_HEADER.size:total] = memoryview(data)[SEAL_HEADER.size:]
     if not (isinstance(obj, seal.Ciphertext) and
-            _ciphertext_layout_uncompressed(buf, SEAL_HEADER.size, total)):
+            _ciphertext_nested_headers(buf, SEAL_HEADER.size, total, what)):
         _refuse_nested_compression(buf, SEAL_HEADER.size, total, what)
     try:
         obj.load(context, scratch.load_path)
