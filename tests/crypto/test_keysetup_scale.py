@@ -131,3 +131,20 @@ def test_many_parties_aggregate_as_they_arrive() -> None:
     streamed = agg.finish()
     assert parties[0].finalize(batch) == pytest.approx(parties[1].finalize(streamed),
                                                        rel=1e-8)
+
+
+def test_malicious_mode_verifies_each_commit_a_constant_number_of_times(
+        verifications: list[int]) -> None:
+    n = 60
+    g = np.random.default_rng(11)
+    data = [(g.integers(0, 2, 20), g.random(20)) for _ in range(n)]
+    res = secure_auc(data, decision_points=20, security="malicious", splits=2,
+                     min_bound_bits=0.0, preset="INSECURE_TEST_N4096_DEPTH1_S50",
+                     allow_insecure=True)
+    y = np.concatenate([d[0] for d in data])
+    s = np.concatenate([d[1] for d in data])
+    assert res.extra["verified"] is True
+    assert abs(res.auc - trapezoid_auc(y, s, 20)) <= 1e-6
+    # key set-up ~5 per party, the commits twice (aggregator, once for all parties); a
+    # party checking every commit alone would add n * n = 3,600
+    assert verifications[0] <= 8 * n

@@ -152,7 +152,7 @@ from fedsec.auc.policy import (
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
+from fedsec.crypto.keysetup import KeySpec, PartyKeys, VerificationCache, run_key_setup
 from fedsec.crypto.params import MALICIOUS_PRESET, get_preset
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.metrics import (
@@ -456,11 +456,18 @@ class MaliciousParty:
     policy : PartyPolicy, optional
         This party's limits: quorum (default: the whole roster), tolerance ceiling,
         minimum cheating bound, decision points, presets, message sizes.
+    verification_cache : VerificationCache, optional
+        Shared by the simulated parties of one in-process run
+        (:func:`secure_auc_malicious`): the start message that all of them receive is
+        then decoded and its commits verified once (see
+        :class:`~fedsec.crypto.keysetup.VerificationCache`). Never set for a party on its
+        own machine.
     """
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
                  config: MaliciousConfig, identity: Identity, roster: Roster,
-                 policy: PartyPolicy | None = None, nonce: bytes | None = None) -> None:
+                 policy: PartyPolicy | None = None, nonce: bytes | None = None,
+                 verification_cache: VerificationCache | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
         if keys.context.params.name != config.preset:
@@ -496,6 +503,7 @@ class MaliciousParty:
         self.clock = Clock()
         self._verification: dict[str, Any] = {}
         self._finalized = False
+        self._cache = verification_cache
 
     @property
     def error_bound(self) -> float:
@@ -539,24 +547,38 @@ class MaliciousParty:
         meta = self._binding.bind({"name": name}, step="commit", to=AGGREGATOR)
         return wire.encode("fhauc-m/commit", meta, [self._nonce, sig])
 
+    def _checked(self, key: tuple[Any, ...], compute: Any) -> Any:
+        return compute() if self._cache is None else self._cache.check(key, compute)
+
     def _read_start(self, start: bytes) -> None:
-        msg = wire.decode(start, expect="fhauc-m/start",
-                          max_bytes=self._policy.max_message_bytes)
         cfg, session = self._config.digest(), self._keys.session
+        max_bytes = self._policy.max_message_bytes
+        # decoding and verifying the commits depend on the bytes, the roster, the key
+        # set-up's names and session, the configuration and the size limit only
+        key = (self._roster.digest(), self._keys.names, session, cfg, max_bytes,
+               bytes(start))
+        msg = self._checked(("fhauc-m/start",) + key, lambda: wire.decode(
+            start, expect="fhauc-m/start", max_bytes=max_bytes))
         check_bound(self._binding, msg.meta, step="start", sender=AGGREGATOR, broadcast=True,
                     what="start message")
-        entries: dict[int, bytes] = {}
-        for raw in msg.blobs:
-            try:
-                idx, nonce = parse_commit(raw, roster=self._roster, names=self._keys.names,
-                                          session=session, config=cfg)
-            except ProtocolError as exc:
-                raise TamperingDetected(f"the start message carries a bad commit ({exc})",
-                                        check="commits") from None
-            if idx in entries:
-                raise TamperingDetected("the start message lists a party twice",
-                                        check="commits")
-            entries[idx] = nonce
+
+        def commits() -> dict[int, bytes]:
+            entries: dict[int, bytes] = {}
+            for raw in msg.blobs:
+                try:
+                    idx, nonce = parse_commit(raw, roster=self._roster,
+                                              names=self._keys.names, session=session,
+                                              config=cfg)
+                except ProtocolError as exc:
+                    raise TamperingDetected(f"the start message carries a bad commit "
+                                            f"({exc})", check="commits") from None
+                if idx in entries:
+                    raise TamperingDetected("the start message lists a party twice",
+                                            check="commits")
+                entries[idx] = nonce
+            return entries
+
+        entries: dict[int, bytes] = self._checked(("fhauc-m/commits",) + key, commits)
         me = self._keys.index
         if entries.get(me) != self._nonce:
             raise TamperingDetected("the start message does not carry this party's commit",
@@ -1015,7 +1037,11 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     assert ks_agg.context is not None
     agg = MaliciousAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session,
                               roster=roster)
-    roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol)
+    # one cache for this run's simulated parties: the start message is decoded and its
+    # commits verified once, not once per party
+    cache = VerificationCache()
+    roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol,
+                            verification_cache=cache)
              for (y, s), k, i in zip(data, keys, identities, strict=True)]
     on_net = [party_role(k.name) for k in keys]
     bits = cfg.cheat_bound_bits()
