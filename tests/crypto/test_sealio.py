@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+from fedsec.crypto import sealio
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.sealio import SEAL_HEADER, plain_seal_bytes
 from fedsec.errors import ProtocolError
@@ -150,3 +151,17 @@ def test_serialize_round_trips_every_key_kind(ctx: CKKSContext) -> None:
     ct = pub.encrypt(np.arange(4.0))
     assert ctx.decrypt(ctx.deserialize(pub.serialize(ct)))[:4].real == \
         pytest.approx([0, 1, 2, 3], abs=1e-6)
+
+
+@pytest.mark.skipif(sealio._scratch() is None, reason="no in-memory files here")
+def test_large_objects_do_not_keep_their_memory() -> None:
+    big = CKKSContext.generate("CKKS_128_N8192_DEPTH1", rotations=[1 << k for k in range(10)])
+    public = big.public_bytes()
+    assert len(public) > sealio._KEEP_BYTES  # Galois keys
+    loaded = CKKSContext.from_public_bytes(public)
+    assert loaded.rotations == big.rotations
+    scratch = sealio._scratch()
+    assert scratch is not None
+    assert scratch.capacity <= sealio._KEEP_BYTES
+    assert os.fstat(scratch.load_fd).st_size <= sealio._KEEP_BYTES
+    assert os.fstat(scratch.save_fd).st_size <= sealio._KEEP_BYTES

@@ -28,7 +28,7 @@ from fedsec.protocol import fields
 from fedsec.protocol.accounting import Accounting
 from fedsec.protocol.binding import Binding, ReplayRefused
 
-__all__ = ["AggregatorInfo", "BoundConfig", "SecureAUCResult", "check_party_inputs",
+__all__ = ["AggregatorInfo", "BoundConfig", "RunningSums", "SecureAUCResult", "check_party_inputs",
            "prepare_federation",
            "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
            "DEFAULT_MAX_TOTAL_SAMPLES", "AGGREGATOR", "party_role", "evaluation_binding",

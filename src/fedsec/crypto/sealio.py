@@ -113,10 +113,29 @@ class _Scratch:
         assert self.map is not None
         return self.map
 
+    def release_if_large(self) -> None:
+        """Give the load file's memory back after a large object (keys): only objects up
+        to :data:`_KEEP_BYTES` (ciphertexts) keep their pages between loads."""
+        if self.capacity > _KEEP_BYTES:
+            self._anchor = None
+            if self.map is not None:
+                self.map.close()
+                self.map = None
+            os.ftruncate(self.load_fd, 0)
+            self.capacity = self.size = 0
+            self.address = 0
+
     def save(self, obj: Any) -> bytes:
         obj.save(self.save_path)   # SEAL opens it with truncation
         size = os.fstat(self.save_fd).st_size
-        return os.pread(self.save_fd, size, 0)
+        out = os.pread(self.save_fd, size, 0)
+        if size > _KEEP_BYTES:
+            os.ftruncate(self.save_fd, 0)
+        return out
+
+
+#: Objects up to this size keep the in-memory files' pages for the next one.
+_KEEP_BYTES = 8 << 20
 
 
 _LOCAL = threading.local()
@@ -337,20 +356,23 @@ def load(obj: Any, context: Any, data: bytes, what: str) -> Any:
     declared = _inflated_size(data, what, _MAX_EXPANSION) if compr == COMPR_ZSTD \
         else body_len
     total = SEAL_HEADER.size + declared
-    buf = scratch.buffer(total)
-    SEAL_HEADER.pack_into(buf, 0, SEAL_MAGIC, hsize, major, minor, COMPR_NONE, 0, total)
-    if compr == COMPR_ZSTD:
-        _inflate_into(scratch.address + SEAL_HEADER.size, declared, data, what)
-    else:
-        buf[SEAL_HEADER.size:total] = memoryview(data)[SEAL_HEADER.size:]
-    if not (isinstance(obj, seal.Ciphertext) and
-            _ciphertext_nested_headers(buf, SEAL_HEADER.size, total, what)):
-        _refuse_nested_compression(buf, SEAL_HEADER.size, total, what)
     try:
-        obj.load(context, scratch.load_path)
-    except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
-        raise ProtocolError(f"invalid {what}: {exc}") from None
-    return obj
+        buf = scratch.buffer(total)
+        SEAL_HEADER.pack_into(buf, 0, SEAL_MAGIC, hsize, major, minor, COMPR_NONE, 0, total)
+        if compr == COMPR_ZSTD:
+            _inflate_into(scratch.address + SEAL_HEADER.size, declared, data, what)
+        else:
+            buf[SEAL_HEADER.size:total] = memoryview(data)[SEAL_HEADER.size:]
+        if not (isinstance(obj, seal.Ciphertext) and
+                _ciphertext_nested_headers(buf, SEAL_HEADER.size, total, what)):
+            _refuse_nested_compression(buf, SEAL_HEADER.size, total, what)
+        try:
+            obj.load(context, scratch.load_path)
+        except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+            raise ProtocolError(f"invalid {what}: {exc}") from None
+        return obj
+    finally:
+        scratch.release_if_large()
 
 
 def _load_via_tempfile(obj: Any, context: Any, data: bytes, what: str) -> Any:
