@@ -165,3 +165,15 @@ def test_large_objects_do_not_keep_their_memory() -> None:
     assert scratch.capacity <= sealio._KEEP_BYTES
     assert os.fstat(scratch.load_fd).st_size <= sealio._KEEP_BYTES
     assert os.fstat(scratch.save_fd).st_size <= sealio._KEEP_BYTES
+
+
+def test_without_in_memory_files_temporary_files_do_the_same(
+        ctx: CKKSContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sealio, "_MEMFD", False)
+    assert sealio._scratch() is None
+    blob = ctx.encrypt_bytes([2.5])
+    assert ctx.decrypt(ctx.deserialize(blob))[0].real == pytest.approx(2.5, abs=1e-6)
+    raw = _plain(blob)
+    raw[16 + 73 + 5] = 2
+    with pytest.raises(ProtocolError, match="nested"):
+        ctx.deserialize(bytes(raw))

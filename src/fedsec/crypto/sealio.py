@@ -143,16 +143,31 @@ _MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
 def _scratch() -> _Scratch | None:
-    """This thread's :class:`_Scratch` (``None`` where the platform has no memfd)."""
+    """This thread's :class:`_Scratch` (``None`` where the platform has no memfd or its
+    ``/proc/self/fd`` paths cannot be opened: then temporary files are used)."""
+    global _MEMFD
     if not _MEMFD:
         return None
     s = getattr(_LOCAL, "scratch", None)
     if s is None or s.pid != os.getpid():
         if s is not None:  # inherited through fork: the parent's files, not ours
             s.close()
-        s = _Scratch()
-        _LOCAL.scratch = s
-        weakref.finalize(threading.current_thread(), s.close)
+        fresh: _Scratch | None = None
+        try:
+            fresh = _Scratch()
+            os.pwrite(fresh.save_fd, b"fedsec", 0)
+            with open(fresh.save_path, "rb") as fh:  # SEAL opens files by this path
+                ok = fh.read() == b"fedsec"
+            os.ftruncate(fresh.save_fd, 0)
+        except OSError:
+            ok = False
+        if fresh is None or not ok:
+            if fresh is not None:
+                fresh.close()
+            _MEMFD = False
+            return None
+        _LOCAL.scratch = s = fresh
+        weakref.finalize(threading.current_thread(), fresh.close)
     return s
 
 
