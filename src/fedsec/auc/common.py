@@ -28,7 +28,7 @@ from fedsec.protocol import fields
 from fedsec.protocol.accounting import Accounting
 from fedsec.protocol.binding import Binding, ReplayRefused
 
-__all__ = ["AggregatorInfo", "BoundConfig", "SecureAUCResult", "check_party_inputs",
+__all__ = ["AggregatorInfo", "BoundConfig", "RunningSums", "SecureAUCResult", "check_party_inputs",
            "prepare_federation",
            "finish_auc", "finish_error_bound", "apply_score_transform", "local_federation",
            "DEFAULT_MAX_TOTAL_SAMPLES", "AGGREGATOR", "party_role", "evaluation_binding",
@@ -365,6 +365,55 @@ def bytes_per_party(acc: Accounting, kinds: Sequence[str],
 
 # re-exported for the AUC roles
 _ = (AGGREGATOR, party_role)
+
+
+class RunningSums:
+    """Per-chunk running sums of the parties' ciphertexts: an aggregator adds each
+    submission's ciphertexts as it arrives and keeps none of them, so its memory does not
+    grow with the number of parties.
+
+    Parameters
+    ----------
+    context : CKKSContext
+        The aggregator's public context (additions only).
+    chunks : int
+        Ciphertexts per submission.
+    """
+
+    def __init__(self, context: CKKSContext, chunks: int) -> None:
+        self._context = context
+        self._sums: list[Any] = [None] * int(chunks)
+        #: Submissions added so far.
+        self.count = 0
+        self._failed = False
+
+    def add(self, ciphertexts: Sequence[Any]) -> None:
+        """Add one submission's ciphertexts (one per chunk, already checked)."""
+        if len(ciphertexts) != len(self._sums):
+            raise ValueError("one ciphertext per chunk")
+        if self._failed:
+            raise ProtocolError("an earlier submission could not be added")
+        try:
+            for c, ct in enumerate(ciphertexts):
+                if self._sums[c] is None:
+                    self._sums[c] = ct
+                else:
+                    self._context.add_inplace(self._sums[c], ct)
+        except BaseException:
+            self._failed = True  # some chunks hold it, others not: unusable
+            raise
+        self.count += 1
+
+    def sums(self) -> list[Any]:
+        """The sum per chunk (``ProtocolError`` if nothing was added; a single
+        submission is returned as its own sum, checked as any sum)."""
+        if self._failed:
+            raise ProtocolError("an earlier submission could not be added")
+        if self.count == 0:
+            raise ProtocolError("no submissions")
+        if self.count == 1:
+            return [self._context.add_many([ct]) for ct in self._sums]
+        return list(self._sums)
 
 
 class AggregatorInfo:

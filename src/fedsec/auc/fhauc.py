@@ -38,6 +38,7 @@ from fedsec.auc.common import (
     MAX_DECISION_POINTS,
     AggregatorInfo,
     BoundConfig,
+    RunningSums,
     SecureAUCResult,
     apply_score_transform,
     bytes_per_party,
@@ -379,29 +380,56 @@ class FHAUCAggregator(AggregatorInfo):
         self.clock = Clock()
         self._min_parties = len(self._names) if min_parties is None else int(min_parties)
         self._timing: dict[str, float] = {}
+        self.begin()
 
-    def _load(self, submissions: Sequence[bytes]) -> tuple[list[Any], list[int]]:
-        """Per chunk, the sum of the submissions; and the parties that submitted."""
-        chunks = self._config.n_chunks
-        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
-        seen: list[int] = []
-        for raw in submissions:
-            msg = wire.decode(raw, expect="fhauc/submit")
+    def begin(self) -> None:
+        """Start a new evaluation: forget the submissions added so far."""
+        self._running = RunningSums(self._context, self._config.n_chunks)
+        self._seen: list[int] = []
+        self._load_s = 0.0
+
+    def add(self, submission: bytes) -> int:
+        """Check one party's submission and add it into the running sums as it arrives
+        (it is not kept: memory does not grow with the parties); return its index.
+
+        :meth:`aggregate` is this over a batch followed by :meth:`finish`; a runtime that
+        receives submissions one by one calls :meth:`begin`, then this per submission."""
+        t0 = time.perf_counter()
+        with self.clock("other"):
+            chunks = self._config.n_chunks
+            msg = wire.decode(submission, expect="fhauc/submit")
             idx = party_index(msg.meta, len(self._names))
             check_bound(self._binding, msg.meta, step="submit",
                         sender=party_role(self._names[idx]), what="a submission")
-            if idx in seen:
+            if idx in self._seen:
                 raise ProtocolError(f"invalid or duplicate party index {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
-            for c in range(chunks):
-                per_chunk[c].append(self._context.deserialize(
-                    msg.blobs[c], at_top=True, scale=self._context.scale))
-            seen.append(idx)
+            ctx = self._context
+            cts = [ctx.deserialize(b, at_top=True, scale=ctx.scale) for b in msg.blobs]
+            self._running.add(cts)
+            self._seen.append(idx)
+        self._load_s += time.perf_counter() - t0
+        return idx
+
+    def finish(self) -> bytes:
+        """Steps 5-8 on the submissions added since :meth:`begin`: the masked result."""
+        seen = list(self._seen)
         if len(seen) < max(1, self._min_parties):
             raise ProtocolError(f"only {len(seen)} submissions; at least {self._min_parties} "
                                 "are required")
-        return [self._context.add_many(c) for c in per_chunk], seen
+        t1 = time.perf_counter()
+        with self.clock("arithmetic"):
+            q, rot = self.combine(self._running.sums())
+            out, ratio = self.mask(q, rot)
+            blob = self._context.serialize(out)
+        t2 = time.perf_counter()
+        self._timing = {"deserialize_s": self._load_s, "compute_s": t2 - t1,
+                        "total_s": self._load_s + t2 - t1}
+        self.begin()
+        meta = self._binding.bind({"parties": sorted(seen), "ratio": ratio}, step="result",
+                                  to=BROADCAST)
+        return wire.encode("fhauc/result", meta, [blob])
 
     def combine(self, z: Any) -> tuple[Any, Any]:
         """Steps 5-7 on the summed ciphertext(s) (one or a list of chunk sums).
@@ -468,20 +496,12 @@ class FHAUCAggregator(AggregatorInfo):
 
     @receives("fhauc/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
-        """Steps 5-8: combine the submissions and return the masked result."""
-        t0 = time.perf_counter()
-        with self.clock("other"):
-            sums, idx = self._load(submissions)
-        t1 = time.perf_counter()
-        with self.clock("arithmetic"):
-            q, rot = self.combine(sums)
-            out, ratio = self.mask(q, rot)
-            blob = self._context.serialize(out)
-        t2 = time.perf_counter()
-        self._timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        meta = self._binding.bind({"parties": sorted(idx), "ratio": ratio}, step="result",
-                                  to=BROADCAST)
-        return wire.encode("fhauc/result", meta, [blob])
+        """Steps 5-8: add the submissions as they come (:meth:`add`) and return the masked
+        result (:meth:`finish`)."""
+        self.begin()
+        for raw in submissions:
+            self.add(raw)
+        return self.finish()
 
 
 # ---------------------------------------------------------------------- in-process runner

@@ -42,6 +42,7 @@ from fedsec.auc.common import (
     MAX_DECISION_POINTS,
     AggregatorInfo,
     BoundConfig,
+    RunningSums,
     SecureAUCResult,
     apply_score_transform,
     bytes_per_party,
@@ -78,7 +79,7 @@ from fedsec.auc.policy import (
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.drbg import SeededRandomSource, SystemRandomSource
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.crypto.keysetup import KeySpec, PartyKeys, run_key_setup
+from fedsec.crypto.keysetup import KeySpec, PartyKeys, VerificationCache, run_key_setup
 from fedsec.crypto.params import MALICIOUS_PRESET, get_preset
 from fedsec.errors import ProtocolError, TamperingDetected, UndefinedMetricError
 from fedsec.metrics import (
@@ -382,11 +383,18 @@ class MaliciousParty:
     policy : PartyPolicy, optional
         This party's limits: quorum (default: the whole roster), tolerance ceiling,
         minimum cheating bound, decision points, presets, message sizes.
+    verification_cache : VerificationCache, optional
+        Shared by the simulated parties of one in-process run
+        (:func:`secure_auc_malicious`): the start message that all of them receive is
+        then decoded and its commits verified once (see
+        :class:`~fedsec.crypto.keysetup.VerificationCache`). Never set for a party on its
+        own machine.
     """
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: PartyKeys,
                  config: MaliciousConfig, identity: Identity, roster: Roster,
-                 policy: PartyPolicy | None = None, nonce: bytes | None = None) -> None:
+                 policy: PartyPolicy | None = None, nonce: bytes | None = None,
+                 verification_cache: VerificationCache | None = None) -> None:
         if not keys.context.has_secret_key:
             raise ValueError("an FHAUC party needs the CKKS secret key")
         if keys.context.params.name != config.preset:
@@ -422,6 +430,7 @@ class MaliciousParty:
         self.clock = Clock()
         self._verification: dict[str, Any] = {}
         self._finalized = False
+        self._cache = verification_cache
 
     @property
     def error_bound(self) -> float:
@@ -465,24 +474,38 @@ class MaliciousParty:
         meta = self._binding.bind({"name": name}, step="commit", to=AGGREGATOR)
         return wire.encode("fhauc-m/commit", meta, [self._nonce, sig])
 
+    def _checked(self, key: tuple[Any, ...], compute: Any) -> Any:
+        return compute() if self._cache is None else self._cache.check(key, compute)
+
     def _read_start(self, start: bytes) -> None:
-        msg = wire.decode(start, expect="fhauc-m/start",
-                          max_bytes=self._policy.max_message_bytes)
         cfg, session = self._config.digest(), self._keys.session
+        max_bytes = self._policy.max_message_bytes
+        # decoding and verifying the commits depend on the bytes, the roster, the key
+        # set-up's names and session, the configuration and the size limit only
+        key = (self._roster.digest(), self._keys.names, session, cfg, max_bytes,
+               bytes(start))
+        msg = self._checked(("fhauc-m/start",) + key, lambda: wire.decode(
+            start, expect="fhauc-m/start", max_bytes=max_bytes))
         check_bound(self._binding, msg.meta, step="start", sender=AGGREGATOR, broadcast=True,
                     what="start message")
-        entries: dict[int, bytes] = {}
-        for raw in msg.blobs:
-            try:
-                idx, nonce = parse_commit(raw, roster=self._roster, names=self._keys.names,
-                                          session=session, config=cfg)
-            except ProtocolError as exc:
-                raise TamperingDetected(f"the start message carries a bad commit ({exc})",
-                                        check="commits") from None
-            if idx in entries:
-                raise TamperingDetected("the start message lists a party twice",
-                                        check="commits")
-            entries[idx] = nonce
+
+        def commits() -> dict[int, bytes]:
+            entries: dict[int, bytes] = {}
+            for raw in msg.blobs:
+                try:
+                    idx, nonce = parse_commit(raw, roster=self._roster,
+                                              names=self._keys.names, session=session,
+                                              config=cfg)
+                except ProtocolError as exc:
+                    raise TamperingDetected(f"the start message carries a bad commit "
+                                            f"({exc})", check="commits") from None
+                if idx in entries:
+                    raise TamperingDetected("the start message lists a party twice",
+                                            check="commits")
+                entries[idx] = nonce
+            return entries
+
+        entries: dict[int, bytes] = self._checked(("fhauc-m/commits",) + key, commits)
         me = self._keys.index
         if entries.get(me) != self._nonce:
             raise TamperingDetected("the start message does not carry this party's commit",
@@ -731,6 +754,7 @@ class MaliciousAggregator(AggregatorInfo):
         self._participants: list[int] = []
         self._rejected: dict[int, str] = {}
         self._timing: dict[str, float] = {}
+        self.begin()
 
     @property
     def participants(self) -> list[int]:
@@ -773,32 +797,54 @@ class MaliciousAggregator(AggregatorInfo):
             raise ProtocolError(f"only {len(entries)} parties committed; at least "
                                 f"{max(2, self._min_parties)} are required")
         self._participants = sorted(entries)
+        self.begin()
         meta = self._binding.bind({}, step="start", to=BROADCAST)
         return wire.encode("fhauc-m/start", meta, [entries[i] for i in self._participants])
 
-    def _load(self, submissions: Sequence[bytes]) -> list[Any]:
-        """Return the participants' sum for every chunk."""
-        chunks = self._config.n_chunks
-        per_chunk: list[list[Any]] = [[] for _ in range(chunks)]
-        seen = []
-        for raw in submissions:
-            msg = wire.decode(raw, expect="fhauc-m/submit")
+    def begin(self) -> None:
+        """Start collecting submissions afresh (the participants stay those of
+        :meth:`start`)."""
+        self._running = RunningSums(self._context, self._config.n_chunks)
+        self._seen: list[int] = []
+        self._load_s = 0.0
+
+    def add(self, submission: bytes) -> int:
+        """Check one participant's submission and add it into the running sums as it
+        arrives (it is not kept: memory does not grow with the parties); return its index.
+
+        :meth:`aggregate` is this over a batch followed by :meth:`finish`."""
+        t0 = time.perf_counter()
+        with self.clock("other"):
+            chunks = self._config.n_chunks
+            msg = wire.decode(submission, expect="fhauc-m/submit")
             idx = party_index(msg.meta, len(self._names))
             check_bound(self._binding, msg.meta, step="submit",
                         sender=party_role(self._names[idx]), what="a submission")
-            if idx not in self._participants or idx in seen:
+            if idx not in self._participants or idx in self._seen:
                 raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
             if len(msg.blobs) != chunks:
                 raise ProtocolError(f"a submission must hold {chunks} ciphertext(s)")
-            seen.append(idx)
-            for c in range(chunks):
-                per_chunk[c].append(self._context.deserialize(
-                    msg.blobs[c], at_top=True, scale=self._context.scale))
-        if sorted(seen) != self._participants:
+            ctx = self._context
+            cts = [ctx.deserialize(b, at_top=True, scale=ctx.scale) for b in msg.blobs]
+            self._running.add(cts)
+            self._seen.append(idx)
+        self._load_s += time.perf_counter() - t0
+        return idx
+
+    def finish(self) -> bytes:
+        """Steps 9-11 on the submissions added since :meth:`begin`: the masked answer."""
+        if sorted(self._seen) != self._participants:
             raise ProtocolError("missing submissions: malicious FHAUC needs every party that "
                                 "started (their zero-sum masks must cancel); restart with "
                                 "the parties still present")
-        return [self._context.add_many(c) for c in per_chunk]
+        t1 = time.perf_counter()
+        with self.clock("arithmetic"):
+            blob = self._context.serialize(self.mask(self.combine(self._running.sums())))
+        t2 = time.perf_counter()
+        self._timing = {"deserialize_s": self._load_s, "compute_s": t2 - t1,
+                        "total_s": self._load_s + t2 - t1}
+        self.begin()
+        return self.result_message(blob)
 
     def combine(self, chunk_sums: Sequence[Any]) -> Any:
         """Steps 9-10 for all runs at once: slot class ``2k`` holds ``4i(r0 num + r1
@@ -832,17 +878,12 @@ class MaliciousAggregator(AggregatorInfo):
 
     @receives("fhauc-m/submit")
     def aggregate(self, submissions: Sequence[bytes]) -> bytes:
-        """Steps 9-11: combine every participant's submission and return the masked
-        answer (one ciphertext, every run)."""
-        t0 = time.perf_counter()
-        with self.clock("other"):
-            sums = self._load(submissions)
-        t1 = time.perf_counter()
-        with self.clock("arithmetic"):
-            blob = self._context.serialize(self.mask(self.combine(sums)))
-        t2 = time.perf_counter()
-        self._timing = {"deserialize_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0}
-        return self.result_message(blob)
+        """Steps 9-11: add every participant's submission as it comes (:meth:`add`) and
+        return the masked answer (one ciphertext, every run; :meth:`finish`)."""
+        self.begin()
+        for raw in submissions:
+            self.add(raw)
+        return self.finish()
 
     def result_message(self, blob: bytes, parties: Sequence[int] | None = None) -> bytes:
         """The answer message for one serialized ciphertext, bound to this evaluation
@@ -923,7 +964,11 @@ def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     assert ks_agg.context is not None
     agg = MaliciousAggregator(ks_agg.context, cfg, names=ks_agg.names, session=ks_agg.session,
                               roster=roster)
-    roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol)
+    # one cache for this run's simulated parties: the start message is decoded and its
+    # commits verified once, not once per party
+    cache = VerificationCache()
+    roles = [MaliciousParty(y, s, keys=k, config=cfg, identity=i, roster=roster, policy=pol,
+                            verification_cache=cache)
              for (y, s), k, i in zip(data, keys, identities, strict=True)]
     on_net = [party_role(k.name) for k in keys]
     bits = cfg.cheat_bound_bits()

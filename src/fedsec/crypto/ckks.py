@@ -20,6 +20,7 @@ or a parameters id.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -43,6 +44,19 @@ def _is_plaintext(x: Any) -> bool:
     return isinstance(x, seal.Plaintext)
 
 
+@functools.lru_cache(maxsize=16)
+def _shared_encoder(ctx: Any) -> Any:
+    """One CKKS encoder per SEAL context (its tables are read-only after construction;
+    a simulation with many parties over one context holds one copy)."""
+    return seal.CKKSEncoder(ctx)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_evaluator(ctx: Any) -> Any:
+    """One evaluator per SEAL context (stateless)."""
+    return seal.Evaluator(ctx)
+
+
 
 class CKKSContext:
     """Encoding, encryption, decryption and evaluation over a role's :class:`CKKSKeys`.
@@ -56,13 +70,28 @@ class CKKSContext:
         self.keys = keys
         self.params = keys.params
         self._ctx = keys.seal_context
-        self._encoder = seal.CKKSEncoder(self._ctx)
-        self._evaluator = seal.Evaluator(self._ctx)
-        self._sym = seal.Encryptor(self._ctx, keys.secret_key) \
+        # encoder and evaluator are immutable and shared by every context over one SEAL
+        # context; encryptors and the decryptor each copy a key, so they are made when
+        # first used (a simulated party that never decrypts holds no decryptor)
+        self._encoder = _shared_encoder(self._ctx)
+        self._evaluator = _shared_evaluator(self._ctx)
+
+    @functools.cached_property
+    def _sym(self) -> Any:
+        keys = self.keys
+        return seal.Encryptor(self._ctx, keys.secret_key) \
             if keys.secret_key is not None else None
-        self._asym = seal.Encryptor(self._ctx, keys.public_key) \
+
+    @functools.cached_property
+    def _asym(self) -> Any:
+        keys = self.keys
+        return seal.Encryptor(self._ctx, keys.public_key) \
             if keys.public_key is not None else None
-        self._dec = seal.Decryptor(self._ctx, keys.secret_key) \
+
+    @functools.cached_property
+    def _dec(self) -> Any:
+        keys = self.keys
+        return seal.Decryptor(self._ctx, keys.secret_key) \
             if keys.secret_key is not None else None
 
     # ------------------------------------------------------------------ keys
@@ -285,6 +314,13 @@ class CKKSContext:
         with refuse_transparent():
             self._evaluator.add(a, b, out)
         return out
+
+    def add_inplace(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        """``a += b`` in place (no new ciphertext); returns ``a``. For running sums: an
+        aggregator adds each submission as it arrives and drops it."""
+        with refuse_transparent():
+            self._evaluator.add_inplace(a, b)
+        return a
 
     def add_many(self, cts: Sequence[Ciphertext]) -> Ciphertext:
         if not cts:

@@ -64,6 +64,7 @@ from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
 __all__ = ["KeySpec", "PartyKeys", "KeySetupParty", "KeySetupAggregator", "run_key_setup",
+           "VerificationCache",
            "party_role", "AGGREGATOR",
            "PARTY_MAX_MESSAGE_BYTES", "AGGREGATOR_MAX_MESSAGE_BYTES"]
 
@@ -211,6 +212,16 @@ def _hex(meta: Any, key: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A checked request: its hellos in order, the transcript hash, the names and each
+    name's position."""
+    hellos: tuple[_Hello, ...]
+    transcript: bytes
+    names: tuple[str, ...]
+    index: dict[str, int]
+
+
 def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
     return _h(b"hello", roster, spec, name.encode(), x25519, nonce)
 
@@ -292,6 +303,45 @@ def _confirm_payload(name: str, final: bytes) -> bytes:
     return _h(b"confirm", name.encode(), final)
 
 
+# ---------------------------------------------------------------------- simulation
+class VerificationCache:
+    """What the simulated parties of **one** in-process run have already checked.
+
+    In one process every simulated party receives the same relayed hellos and the same
+    bundle of confirmations, and each would decode and verify all of them: quadratic work
+    in the number of parties, where a real party does a linear share. A cache shared by
+    the parties of one run (:func:`run_key_setup` makes one per run and passes it to its
+    parties; nothing global) remembers the *result* of a check that succeeded, keyed by
+    the exact bytes checked and by everything else the check depends on (the roster's
+    digest, which covers every identity key; the key spec; the party's quorum and size
+    limit). A hit therefore means that these identical bytes passed these identical
+    checks, so no party accepts anything it would not have accepted alone; a failed check
+    is never stored and raises for every party that meets it. Checks that depend on the
+    party itself (its own hello is in the transcript, the offer's transcript is the one it
+    computed, its box, its keys, the confirmations name its own transcript) are never
+    cached. A party running on its own machine has no cache.
+    """
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[Any, ...], Any] = {}
+        #: Checks computed (misses) and answered from the cache (hits).
+        self.misses = 0
+        self.hits = 0
+
+    def check(self, key: tuple[Any, ...], compute: Any) -> Any:
+        """``compute()``'s result for ``key``, computed once (exceptions propagate and
+        are not stored)."""
+        try:
+            out = self._results[key]
+        except KeyError:
+            out = compute()
+            self._results[key] = out
+            self.misses += 1
+            return out
+        self.hits += 1
+        return out
+
+
 # ---------------------------------------------------------------------- the party
 class KeySetupParty:
     """A party's side of key set-up.
@@ -312,12 +362,17 @@ class KeySetupParty:
     state : bytes, optional
         This party's set-up state from :meth:`to_bytes`, to resume it between steps
         (:meth:`from_bytes` is the usual way); without it, a fresh X25519 key and nonce.
+    verification_cache : VerificationCache, optional
+        Shared by the simulated parties of one in-process run (:func:`run_key_setup`):
+        each distinct relayed message is then decoded and verified once for all of them.
+        Never set for a party on its own machine.
     """
 
     def __init__(self, identity: Identity, roster: Roster, spec: KeySpec, *,
                  min_parties: int | None = None,
                  max_message_bytes: int = PARTY_MAX_MESSAGE_BYTES,
-                 state: bytes | None = None) -> None:
+                 state: bytes | None = None,
+                 verification_cache: VerificationCache | None = None) -> None:
         if not isinstance(identity, Identity) or not isinstance(roster, Roster):
             raise TypeError("KeySetupParty needs an Identity and a Roster")
         if identity.name not in roster or roster.public_key(identity.name) != \
@@ -335,6 +390,7 @@ class KeySetupParty:
             raise ValueError(f"min_parties={self._min_parties} exceeds the roster's "
                              f"{len(roster)} parties")
         self._max_message_bytes = int(max_message_bytes)
+        self._cache = verification_cache
         self._x = X25519PrivateKey.generate()
         self._nonce = secrets.token_bytes(NONCE_BYTES)
         self._hello: bytes | None = None
@@ -402,23 +458,45 @@ class KeySetupParty:
                                   [x_pk, self._nonce, sig])
         return self._hello
 
-    def _verify_request(self, raws: Sequence[bytes]) -> tuple[list[_Hello], bytes]:
+    def _checked(self, key: tuple[Any, ...], compute: Any) -> Any:
+        if self._cache is None:
+            return compute()
+        return self._cache.check(key, compute)
+
+    def _checked_request(self, request: bytes) -> _Request:
+        """Decode a relayed request and check every hello in it (a function of its bytes
+        and of this party's roster, spec, quorum and size limit only)."""
+        spec = self._spec.digest()
+
+        def compute() -> _Request:
+            msg = wire.decode(request, expect="keys/request",
+                              max_bytes=self._max_message_bytes)
+            hellos = _check_hellos(list(msg.blobs), self._roster, spec, self._min_parties)
+            names = tuple(h.name for h in hellos)
+            return _Request(tuple(hellos), _transcript(self._roster, spec, hellos), names,
+                            {n: i for i, n in enumerate(names)})
+
+        out: _Request = self._checked(
+            ("request", self._roster.digest(), spec, self._min_parties,
+             self._max_message_bytes, bytes(request)), compute)
+        return out
+
+    def _verify_request(self, request: bytes) -> _Request:
+        req = self._checked_request(request)
         if self._hello is None:
             raise ProtocolError("hello() was not called")
-        hellos = _check_hellos(raws, self._roster, self._spec.digest(), self._min_parties)
-        mine = [h for h in hellos if h.name == self.name]
-        if not mine or mine[0].raw != self._hello:
+        me = req.index.get(self.name)
+        if me is None or req.hellos[me].raw != self._hello:
             raise TamperingDetected("the key set-up does not carry this party's own hello",
                                     check="own-hello")
-        return hellos, _transcript(self._roster, self._spec.digest(), hellos)
+        return req
 
     # -------------------------------------------------------------- round 3 (holder)
     @receives("keys/request")
     def offer(self, request: bytes) -> bytes:
         """Generate the key set (this party is the transcript's key holder)."""
-        msg = wire.decode(request, expect="keys/request", max_bytes=self._max_message_bytes)
-        hellos, transcript = self._verify_request(list(msg.blobs))
-        names = [h.name for h in hellos]
+        req = self._verify_request(request)
+        hellos, transcript, names = req.hellos, req.transcript, list(req.names)
         if names[_pick_holder(self._spec, transcript, names)] != self.name:
             raise ProtocolError("this party is not the transcript's key holder")
         spec = self._spec
@@ -454,11 +532,11 @@ class KeySetupParty:
         if len(msg.blobs) != (5 if fixed else 4):
             raise ProtocolError("malformed key delivery")
         request, header, sig, box = msg.blobs[:4]
-        req = wire.decode(request, expect="keys/request", max_bytes=self._max_message_bytes)
-        hellos, transcript = self._verify_request(list(req.blobs))
-        names = tuple(h.name for h in hellos)
+        req = self._verify_request(request)
+        hellos, transcript, names = req.hellos, req.transcript, req.names
         m = len(hellos)
-        t_hash, holder, _public_hash, box_hashes = _parse_header(header, m, int(fixed))
+        t_hash, holder, _public_hash, box_hashes = self._checked(
+            ("header", m, int(fixed), header), lambda: _parse_header(header, m, int(fixed)))
         if t_hash != transcript:
             raise TamperingDetected("the key offer belongs to another transcript",
                                     check="transcript")
@@ -471,7 +549,7 @@ class KeySetupParty:
         except ProtocolError:
             raise TamperingDetected("the key holder's signature on the offer does not "
                                     "verify", check="offer-signature") from None
-        me = names.index(self.name)
+        me = req.index[self.name]
         if hashlib.sha256(box).digest() != box_hashes[me]:
             raise TamperingDetected("this party's sealed box is not the one the key holder "
                                     "signed", check="box")
@@ -530,17 +608,17 @@ class KeySetupParty:
             raise ProtocolError("unconfirmed_keys() before receive()")
         return self._pending
 
-    @receives("keys/confirmed")
-    def finish(self, confirmed: bytes) -> PartyKeys:
-        """Check that every participant confirmed the same transcript; return the keys."""
-        if self._pending is None or self._final is None:
-            raise ProtocolError("finish() before receive()")
+    def _checked_confirmations(self, confirmed: bytes, names: Sequence[str]
+                               ) -> tuple[bytes, ...]:
+        """Decode the bundle of confirmations: one per participant, in order, each signed
+        by it; return the transcript hash each confirmed (a function of the bytes, the
+        roster, the participants and the size limit only)."""
         msg = wire.decode(confirmed, expect="keys/confirmed",
                           max_bytes=self._max_message_bytes)
-        names = self._pending.names
         if len(msg.blobs) != len(names):
             raise TamperingDetected("the confirmations do not cover exactly the key set-up's "
                                     "participants", check="transcript")
+        finals = []
         for name, raw in zip(names, msg.blobs, strict=True):
             c = wire.decode(raw, expect="keys/confirm", max_bytes=1 << 12)
             if _name(c.meta) != name or len(c.blobs) != 2:
@@ -552,6 +630,19 @@ class KeySetupParty:
             except ProtocolError:
                 raise TamperingDetected(f"the confirmation of {name!r} does not verify",
                                         check="transcript") from None
+            finals.append(final)
+        return tuple(finals)
+
+    @receives("keys/confirmed")
+    def finish(self, confirmed: bytes) -> PartyKeys:
+        """Check that every participant confirmed the same transcript; return the keys."""
+        if self._pending is None or self._final is None:
+            raise ProtocolError("finish() before receive()")
+        names = self._pending.names
+        finals = self._checked(
+            ("confirmed", self._roster.digest(), names, self._max_message_bytes,
+             bytes(confirmed)), lambda: self._checked_confirmations(confirmed, names))
+        for name, final in zip(names, finals, strict=True):
             if final != self._final:
                 raise TamperingDetected(f"{name!r} saw another key set-up transcript "
                                         "(equivocation)", check="transcript")
@@ -743,8 +834,12 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     traffic (tests and benchmarks play a cheating aggregator there).
     """
     net = network if network is not None else Network()
+    # one cache for this run's simulated parties (each distinct relayed message is
+    # decoded and verified once, not once per party); it ends with the run
+    cache = VerificationCache()
     parties = [KeySetupParty(i, roster, spec, min_parties=min_parties,
-                             max_message_bytes=party_max_message_bytes) for i in identities]
+                             max_message_bytes=party_max_message_bytes,
+                             verification_cache=cache) for i in identities]
     agg = KeySetupAggregator(roster, spec, min_parties=min_parties or 2,
                              max_message_bytes=max_offer_bytes)
     by_name = {p.name: p for p in parties}
@@ -760,8 +855,12 @@ def run_key_setup(identities: Sequence[Identity], roster: Roster, spec: KeySpec,
     # 4. deliver / confirm
     roles = [party_role(n) for n in agg.names]
     deliveries = net.scatter(AGGREGATOR, roles, agg.accept(offer))
-    confirms = net.gather(roles, AGGREGATOR, [by_name[n].receive(d) for n, d
-                                              in zip(agg.names, deliveries, strict=True)])
+    del offer, got
+    answers = []
+    for i, n in enumerate(agg.names):
+        answers.append(by_name[n].receive(deliveries[i]))
+        deliveries[i] = b""  # read: dropped (each carries every hello and a key box)
+    confirms = net.gather(roles, AGGREGATOR, answers)
     # 5. confirmed: every confirmation to every party
     bundles = net.broadcast(AGGREGATOR, roles, agg.confirm(confirms))
     keys = {n: by_name[n].finish(b) for n, b in zip(agg.names, bundles, strict=True)}

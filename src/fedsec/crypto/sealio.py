@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import mmap
 import os
 import struct
 import sys
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +34,17 @@ TMPDIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def save(obj: Any) -> bytes:
-    """Serialize a SEAL object (or a SEAL ``Serializable``) to bytes (SEAL's compression)."""
+    """Serialize a SEAL object (or a SEAL ``Serializable``) to bytes (SEAL's compression).
+
+    TenSEAL's bindings write to a path only: SEAL writes into this thread's in-memory
+    file (:class:`_Scratch`), never a file in a directory."""
+    scratch = _scratch()
+    if scratch is None:
+        return _save_via_tempfile(obj)
+    return scratch.save(obj)
+
+
+def _save_via_tempfile(obj: Any) -> bytes:
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=TMPDIR)
     os.close(fd)
     try:
@@ -40,6 +53,122 @@ def save(obj: Any) -> bytes:
             return fh.read()
     finally:
         os.unlink(path)
+
+
+class _Scratch:
+    """One thread's two in-memory files (``memfd``) through which SEAL, whose TenSEAL
+    bindings read and write paths only, reads and writes serialized objects.
+
+    The load file is mapped: zstd inflates another role's bytes straight into it, the
+    nested-header check reads them there and SEAL opens it by its ``/proc/self/fd``
+    path, so a loaded ciphertext is copied once on our side (by the inflation) and no
+    file is created, named or unlinked per object. Per thread (each has its own files)
+    and per process (a forked child makes new ones: a memfd is shared across fork).
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.load_fd = os.memfd_create("fedsec-seal-load", os.MFD_CLOEXEC)
+        self.save_fd = os.memfd_create("fedsec-seal-save", os.MFD_CLOEXEC)
+        self.load_path = f"/proc/self/fd/{self.load_fd}"
+        self.save_path = f"/proc/self/fd/{self.save_fd}"
+        self.capacity = 0
+        self.size = 0
+        self.map: mmap.mmap | None = None
+        self._anchor: Any = None
+        self.address = 0
+        self.closed = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._anchor = None
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        for fd in (self.load_fd, self.save_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def buffer(self, size: int) -> mmap.mmap:
+        """The load file, resized to exactly ``size`` bytes and mapped (grown as
+        needed; never shrunk below what is mapped)."""
+        if size > self.capacity:
+            self._anchor = None
+            if self.map is not None:
+                self.map.close()
+            cap = max(size, 2 * self.capacity, 1 << 16)
+            os.ftruncate(self.load_fd, cap)
+            self.map = mmap.mmap(self.load_fd, cap)
+            self._anchor = ctypes.c_char.from_buffer(self.map)
+            self.address = ctypes.addressof(self._anchor)
+            self.capacity = cap
+            self.size = cap
+        if size != self.size:
+            # SEAL reads a file to its end where a size field is inconsistent: the file
+            # is exactly the object, never an earlier object's tail.
+            os.ftruncate(self.load_fd, size)
+            self.size = size
+        assert self.map is not None
+        return self.map
+
+    def release_if_large(self) -> None:
+        """Give the load file's memory back after a large object (keys): only objects up
+        to :data:`_KEEP_BYTES` (ciphertexts) keep their pages between loads."""
+        if self.capacity > _KEEP_BYTES:
+            self._anchor = None
+            if self.map is not None:
+                self.map.close()
+                self.map = None
+            os.ftruncate(self.load_fd, 0)
+            self.capacity = self.size = 0
+            self.address = 0
+
+    def save(self, obj: Any) -> bytes:
+        obj.save(self.save_path)   # SEAL opens it with truncation
+        size = os.fstat(self.save_fd).st_size
+        out = os.pread(self.save_fd, size, 0)
+        if size > _KEEP_BYTES:
+            os.ftruncate(self.save_fd, 0)
+        return out
+
+
+#: Objects up to this size keep the in-memory files' pages for the next one.
+_KEEP_BYTES = 8 << 20
+
+
+_LOCAL = threading.local()
+_MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def _scratch() -> _Scratch | None:
+    """This thread's :class:`_Scratch` (``None`` where the platform has no memfd or its
+    ``/proc/self/fd`` paths cannot be opened: then temporary files are used)."""
+    global _MEMFD
+    if not _MEMFD:
+        return None
+    s = getattr(_LOCAL, "scratch", None)
+    if s is None or s.pid != os.getpid():
+        if s is not None:  # inherited through fork: the parent's files, not ours
+            s.close()
+        fresh: _Scratch | None = None
+        try:
+            fresh = _Scratch()
+            os.pwrite(fresh.save_fd, b"fedsec", 0)
+            with open(fresh.save_path, "rb") as fh:  # SEAL opens files by this path
+                ok = fh.read() == b"fedsec"
+            os.ftruncate(fresh.save_fd, 0)
+        except OSError:
+            ok = False
+        if fresh is None or not ok:
+            if fresh is not None:
+                fresh.close()
+            _MEMFD = False
+            return None
+        _LOCAL.scratch = s = fresh
+        weakref.finalize(threading.current_thread(), fresh.close)
+    return s
 
 
 #: What SEAL (built with ``SEAL_THROW_ON_TRANSPARENT_CIPHERTEXT``, as TenSEAL builds it)
@@ -96,6 +225,110 @@ def zstd() -> Any:
     return lib
 
 
+def _outer_header(data: bytes, what: str) -> tuple[int, int, int, int, int]:
+    """Check a SEAL object's outer header: ``(hsize, major, minor, compr, body size)``."""
+    if len(data) < SEAL_HEADER.size:
+        raise ProtocolError(f"invalid {what}: truncated SEAL header")
+    magic, hsize, major, minor, compr, _rsvd, size = SEAL_HEADER.unpack_from(data)
+    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size or size != len(data):
+        raise ProtocolError(f"invalid {what}: bad SEAL header")
+    if compr not in (COMPR_NONE, COMPR_ZSTD):
+        raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
+    return hsize, major, minor, compr, len(data) - SEAL_HEADER.size
+
+
+def _inflated_size(data: bytes, what: str, max_expansion: int) -> int:
+    """The declared size of the zstd frame after the header, bounded."""
+    body_len = len(data) - SEAL_HEADER.size
+    limit = max_expansion * body_len + (1 << 16)
+    lib = _zstd_by_address()
+    declared = lib.ZSTD_getFrameContentSize(_address(data) + SEAL_HEADER.size, body_len)
+    if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
+        raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")
+    return int(declared)
+
+
+def _inflate_into(dst: int, declared: int, data: bytes, what: str) -> None:
+    lib = _zstd_by_address()
+    body_len = len(data) - SEAL_HEADER.size
+    n = lib.ZSTD_decompress(dst, declared, _address(data) + SEAL_HEADER.size, body_len)
+    if lib.ZSTD_isError(n) or n != declared:
+        raise ProtocolError(f"invalid {what}: corrupt zstd data")
+
+
+def _address(data: bytes) -> int:
+    """Address of a ``bytes`` object's buffer (valid while ``data`` is alive)."""
+    addr = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    assert addr is not None
+    return addr
+
+
+def _refuse_nested_compression(buf: Any, start: int, end: int, what: str) -> None:
+    """Refuse a compressed SEAL header (same magic, size and version as the outer one,
+    the only headers SEAL would parse) anywhere in ``buf[start:end]``. ``buf`` starts
+    with the outer header."""
+    nested = bytes(buf[0:5])
+    at = buf.find(nested, start, end)
+    while at >= 0:
+        if buf[at + 5:at + 6] in (b"\x01", b"\x02"):  # zlib, zstd
+            raise ProtocolError(f"invalid {what}: compressed object nested inside")
+        at = buf.find(nested, at + 1, end)
+
+
+#: A ciphertext's members before its data array: parms_id (32), NTT flag (1), size,
+#: ring degree, number of primes, scale and correction factor (8 each).
+_CT_MEMBERS = 32 + 1 + 8 * 5
+
+
+def _nested_header_at(buf: Any, pos: int, end: int, what: str) -> tuple[int, int] | None:
+    """The (compression, size) of a SEAL header at ``pos``, whatever its version bytes;
+    ``ProtocolError`` if it claims compression; ``None`` if there is no header there."""
+    if pos + SEAL_HEADER.size > end:
+        return None
+    magic, hsize, _major, _minor, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
+    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size:
+        return None
+    if compr in (1, 2):  # zlib, zstd
+        raise ProtocolError(f"invalid {what}: compressed object nested inside")
+    return compr, size
+
+
+def _ciphertext_nested_headers(buf: Any, start: int, end: int, what: str) -> bool:
+    """Check the nested headers of a ciphertext (its members in ``buf[start:end]``) where
+    SEAL parses them - the data array's after the members and, after the array, a seeded
+    ciphertext's seed - whatever their version bytes; ``ProtocolError`` if one claims
+    compression. Return whether the layout is exactly that (members, one uncompressed
+    array, optionally the seed, nothing else): then these are the only nested headers
+    SEAL reads and the scan of every byte is not needed; otherwise the caller scans."""
+    pos = start + _CT_MEMBERS
+    array = _nested_header_at(buf, pos, end, what)
+    if array is None or array[0] != COMPR_NONE or pos + SEAL_HEADER.size + 8 > end:
+        return False
+    (count,) = struct.unpack_from("<Q", buf, pos + SEAL_HEADER.size)
+    if count > end or array[1] != SEAL_HEADER.size + 8 + 8 * count:
+        return False  # SEAL refuses the array's size; nothing after it is parsed
+    pos += array[1]
+    if pos == end:
+        return True
+    seed = _nested_header_at(buf, pos, end, what)
+    return seed is not None and seed[0] == COMPR_NONE and pos + seed[1] == end
+
+
+@functools.cache
+def _zstd_by_address() -> Any:
+    """The same zstd, called with raw addresses (its own handle: :func:`zstd`'s
+    prototypes take ``bytes``)."""
+    lib = ctypes.CDLL(sys.modules[seal.Ciphertext.__module__].__file__)
+    lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                    ctypes.c_size_t]
+    lib.ZSTD_isError.restype = ctypes.c_uint
+    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    return lib
+
+
 def plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANSION
                       ) -> tuple[bytes, bytes]:
     """Check a SEAL object's framing and return it uncompressed (header, members), or
@@ -105,41 +338,60 @@ def plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANS
     on some corrupt *compressed* input: the inflating stream buffer's destructor throws
     while the parse error unwinds. So SEAL never inflates bytes another role chose: we
     inflate zstd here, bounded, refuse compressed objects nested inside (their headers
-    are the only ones SEAL would parse: same magic, size and version), and hand SEAL the
-    plain members.
+    are the only ones SEAL would parse) and hand SEAL the plain members.
     """
-    if len(data) < SEAL_HEADER.size:
-        raise ProtocolError(f"invalid {what}: truncated SEAL header")
-    magic, hsize, major, minor, compr, _rsvd, size = SEAL_HEADER.unpack_from(data)
-    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size or size != len(data):
-        raise ProtocolError(f"invalid {what}: bad SEAL header")
-    body = data[SEAL_HEADER.size:]
+    hsize, major, minor, compr, body_len = _outer_header(data, what)
     if compr == COMPR_ZSTD:
-        lib = zstd()
-        limit = max_expansion * len(body) + (1 << 16)
-        declared = lib.ZSTD_getFrameContentSize(body, len(body))
-        if declared >= _ZSTD_CONTENTSIZE_ERROR or declared > limit:
-            raise ProtocolError(f"invalid {what}: bad or oversized zstd frame")
+        declared = _inflated_size(data, what, max_expansion)
         buf = ctypes.create_string_buffer(max(1, declared))
-        n = lib.ZSTD_decompress(buf, declared, body, len(body))
-        if lib.ZSTD_isError(n) or n != declared:
-            raise ProtocolError(f"invalid {what}: corrupt zstd data")
-        body = buf.raw[:n]
-    elif compr != COMPR_NONE:
-        raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
-    nested = struct.pack("<HBBB", SEAL_MAGIC, hsize, major, minor)
-    at = body.find(nested)
-    while at >= 0:
-        if body[at + len(nested):at + len(nested) + 1] in (b"\x01", b"\x02"):  # zlib, zstd
-            raise ProtocolError(f"invalid {what}: compressed object nested inside")
-        at = body.find(nested, at + 1)
-    header = SEAL_HEADER.pack(magic, hsize, major, minor, COMPR_NONE, 0,
+        _inflate_into(ctypes.addressof(buf), declared, data, what)
+        body = buf.raw[:declared]
+    else:
+        body = bytes(data[SEAL_HEADER.size:])
+    header = SEAL_HEADER.pack(SEAL_MAGIC, hsize, major, minor, COMPR_NONE, 0,
                                SEAL_HEADER.size + len(body))
+    _refuse_nested_compression(header + body, SEAL_HEADER.size, SEAL_HEADER.size + len(body),
+                               what)
     return header, body
 
 
 def load(obj: Any, context: Any, data: bytes, what: str) -> Any:
-    header, body = plain_seal_bytes(bytes(data), what)
+    """Load another role's serialized SEAL object into ``obj``, or raise ProtocolError.
+
+    The checks of :func:`plain_seal_bytes` (bounded zstd inflation done here, never by
+    SEAL; no compressed object nested inside), then SEAL's own load and validity check.
+    The object is inflated straight into this thread's in-memory file, which SEAL reads
+    (TenSEAL's bindings load from a path only); no temporary file is created.
+    """
+    data = bytes(data)
+    scratch = _scratch()
+    if scratch is None:
+        return _load_via_tempfile(obj, context, data, what)
+    hsize, major, minor, compr, body_len = _outer_header(data, what)
+    declared = _inflated_size(data, what, _MAX_EXPANSION) if compr == COMPR_ZSTD \
+        else body_len
+    total = SEAL_HEADER.size + declared
+    try:
+        buf = scratch.buffer(total)
+        SEAL_HEADER.pack_into(buf, 0, SEAL_MAGIC, hsize, major, minor, COMPR_NONE, 0, total)
+        if compr == COMPR_ZSTD:
+            _inflate_into(scratch.address + SEAL_HEADER.size, declared, data, what)
+        else:
+            buf[SEAL_HEADER.size:total] = memoryview(data)[SEAL_HEADER.size:]
+        if not (isinstance(obj, seal.Ciphertext) and
+                _ciphertext_nested_headers(buf, SEAL_HEADER.size, total, what)):
+            _refuse_nested_compression(buf, SEAL_HEADER.size, total, what)
+        try:
+            obj.load(context, scratch.load_path)
+        except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
+            raise ProtocolError(f"invalid {what}: {exc}") from None
+        return obj
+    finally:
+        scratch.release_if_large()
+
+
+def _load_via_tempfile(obj: Any, context: Any, data: bytes, what: str) -> Any:
+    header, body = plain_seal_bytes(data, what)
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=TMPDIR)
     try:
         with os.fdopen(fd, "wb") as fh:
