@@ -263,6 +263,33 @@ def _stop(procs: Sequence[Any]) -> None:
         p.join(timeout=5)
 
 
+def _on_message(msg: tuple[Any, ...], ready: str, timer: Any,
+                parts: dict[int, tuple[Any, list[int]]], caught: list[Caught],
+                progress: Callable[[str], None] | None) -> None:
+    """A worker's message to the runner: progress lines, its result into ``parts`` and
+    its warnings into ``caught``; its error is raised here (after the warnings so far).
+    ``ready`` is the text after "worker N ready"."""
+    from fedsec.shapley.rounds import format_seconds
+
+    kind, worker = msg[0], msg[1]
+    if kind == "ready":
+        if progress is not None:
+            progress(f"worker {worker} ready {ready}")
+    elif kind == "round":
+        took = timer.done(msg[3], msg[2])
+        if progress is not None:
+            progress(timer.line(msg[2], took, worker=worker))
+    elif kind == "done":
+        parts[worker] = (msg[2], msg[3])
+        caught += msg[4]
+        if progress is not None:
+            progress(f"worker {worker} done: {len(msg[3])} rounds, "
+                     f"{format_seconds(msg[5])} of CPU")
+    else:  # "error": the first failure stops the run, as it would serially
+        _reissue(caught + msg[4])
+        raise msg[2]
+
+
 def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                          progress: Callable[[str], None] | None, kwargs: dict[str, Any]
                          ) -> tuple[list[tuple[Any, list[int]]], list[Caught]]:
@@ -304,25 +331,9 @@ def _rounds_in_processes(protocol: str, record: Any, test_sets: Any, n: int,
                     raise RuntimeError(f"parallel worker {dead[0].name} exited with code "
                                        f"{dead[0].exitcode} before finishing its rounds") from None
                 continue
-            kind, worker = msg[0], msg[1]
-            if kind == "ready":
-                if progress is not None:
-                    progress(f"worker {worker} ready "
-                             f"{format_seconds(time.perf_counter() - launched)} after its "
-                             f"start (set-up {format_seconds(msg[2])})")
-            elif kind == "round":
-                took = timer.done(msg[3], msg[2])
-                if progress is not None:
-                    progress(timer.line(msg[2], took, worker=worker))
-            elif kind == "done":
-                parts[worker] = (msg[2], msg[3])
-                caught += msg[4]
-                if progress is not None:
-                    progress(f"worker {worker} done: {len(msg[3])} rounds, "
-                             f"{format_seconds(msg[5])} of CPU")
-            else:  # "error": the first failure stops the run, as it would serially
-                _reissue(caught + msg[4])
-                raise msg[2]
+            setup = f" (set-up {format_seconds(msg[2])})" if msg[0] == "ready" else ""
+            _on_message(msg, f"{format_seconds(time.perf_counter() - launched)} after its "
+                        f"start{setup}", timer, parts, caught, progress)
     finally:
         _stop(procs)
         for q in (jobs, tasks, results):
@@ -457,25 +468,8 @@ def _rounds_forked(protocol: str, record: Any, test_sets: Any, n: int,
                         raise RuntimeError(f"parallel worker {worker} exited before "
                                            "finishing its rounds") from None
                     continue
-                kind, worker = msg[0], msg[1]
-                if kind == "ready":
-                    if progress is not None:
-                        progress(f"worker {worker} ready "
-                                 f"{format_seconds(time.perf_counter() - forked[0])} after "
-                                 "the fork")
-                elif kind == "round":
-                    took = timer.done(msg[3], msg[2])
-                    if progress is not None:
-                        progress(timer.line(msg[2], took, worker=worker))
-                elif kind == "done":
-                    parts[worker] = (msg[2], msg[3])
-                    caught += msg[4]
-                    if progress is not None:
-                        progress(f"worker {worker} done: {len(msg[3])} rounds, "
-                                 f"{format_seconds(msg[5])} of CPU")
-                else:  # "error": the first failure stops the run, as it would serially
-                    _reissue(caught + msg[4])
-                    raise msg[2]
+                _on_message(msg, f"{format_seconds(time.perf_counter() - forked[0])} after "
+                            "the fork", timer, parts, caught, progress)
     finally:
         _reap(pids, kill=len(parts) < n)
         for r, _ in pipes:
