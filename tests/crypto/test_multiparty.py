@@ -169,3 +169,41 @@ def test_threshold_decryption_any_t_of_n(federation) -> None:
     lone = M._pack("mpckks/dec-share", {"preset": PRESET.name, "rows": c1.shape[0]},
                    [mp.mul(c1, holders[1]._sh[:c1.shape[0]])])
     assert np.abs(M.combine_decryption(ctx, ct, [lone]).real - x).max() > 1e3
+
+
+def test_rogue_key_share_and_the_commitments_that_stop_it(federation) -> None:
+    """A party that sees the others' shares first can make the collective key its own and
+    decrypt alone; committing to every share before any is revealed stops it."""
+    from fedsec.testing.multiparty import rogue_public_key_share
+
+    parties, _, _ = federation
+    seed = os.urandom(M.crs_seed_bytes())
+    honest = [p.public_key_share(seed) for p in parties[:2]]
+    attacker = parties[2]
+    rogue = rogue_public_key_share(PRESET, seed, attacker, honest)
+    pk = M.aggregate_public_key(PRESET, seed, [*honest, rogue])
+    ctx = CKKSContext(CKKSKeys(PRESET, public_key=pk))
+    x = np.linspace(-1, 1, ctx.slots)
+    ct = ctx.encrypt(x)
+    # the attacker decrypts alone with its own key share
+    alone = M.combine_decryption(ctx, ct, [attacker.decryption_share(ct, smudging=0)]).real
+    assert np.abs(alone - x).max() < 1e-6
+    # commit first: the attacker had to commit before it saw the others' shares, so its
+    # rogue share (a function of theirs) does not open its commitment
+    session = os.urandom(32)
+    names = ["a", "b", "c"]
+    committed = [*honest, attacker.public_key_share(seed)]
+    commitments = {n: M.commit_share(s, sender=n, session=session)
+                   for n, s in zip(names, committed, strict=True)}
+    revealed = dict(zip(names, [*honest, rogue], strict=True))
+    with pytest.raises(ProtocolError, match="'c'"):
+        M.open_commitments(revealed, commitments, session=session)
+    honest_open = M.open_commitments(dict(zip(names, committed, strict=True)), commitments,
+                                     session=session)
+    assert honest_open == committed
+    with pytest.raises(ProtocolError):  # a commitment of another session, or party missing
+        M.open_commitments(dict(zip(names, committed, strict=True)), commitments,
+                           session=os.urandom(32))
+    with pytest.raises(ProtocolError):
+        M.open_commitments(dict(zip(names[:2], committed[:2], strict=True)), commitments,
+                           session=session)

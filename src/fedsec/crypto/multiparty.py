@@ -44,6 +44,8 @@ the special one last) for keys and at a ciphertext's own primes for decryption.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import math
 import os
 import struct
@@ -65,7 +67,7 @@ from fedsec.protocol import wire
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
            "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
-           "ThresholdKeyShare", "MAX_PARTIES"]
+           "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments"]
 
 #: Largest party identifier of the t-out-of-N mode (Shamir points 1..MAX_PARTIES).
 MAX_PARTIES = 1 << 16
@@ -568,6 +570,43 @@ def _accumulate(mp: MultipartyParams, shares: Iterable[bytes], kind: str, rows: 
     if acc is None:
         raise ValueError(f"no {kind} shares")
     return acc
+
+
+def commit_share(share: bytes, *, sender: str, session: bytes) -> bytes:
+    """A binding commitment to a key share: ``SHA-256(session, sender, share)``.
+
+    Key shares are sent in two rounds: every party's commitment first, the shares once
+    every commitment is in. Without that order a party that sees the others' shares first
+    can choose its own as a function of them: ``p_i = p_own - sum of the others`` makes the
+    collective public key its own key, which it alone can decrypt (the rogue-key attack,
+    :mod:`fedsec.testing.multiparty`). The share itself hides ``s_i`` (an RLWE sample); the
+    commitment only fixes it before the others are seen.
+    """
+    if not isinstance(sender, str) or not sender:
+        raise ValueError("The 'sender' parameter of commit_share must be a non-empty str.")
+    h = hashlib.sha256()
+    for part in (b"fedsec/multiparty/commit", bytes(session), sender.encode("utf-8"),
+                 bytes(share)):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def open_commitments(shares: Mapping[str, bytes], commitments: Mapping[str, bytes], *,
+                     session: bytes) -> list[bytes]:
+    """The shares, in sender order, once each matches the commitment its sender made
+    before any share was revealed; ``ProtocolError`` otherwise (a missing, extra or changed
+    share)."""
+    if set(shares) != set(commitments):
+        raise ProtocolError("the revealed shares and the commitments name different parties")
+    out = []
+    for sender in sorted(shares):
+        want = commitments[sender]
+        got = commit_share(shares[sender], sender=sender, session=session)
+        if not isinstance(want, (bytes, bytearray)) or not hmac.compare_digest(got, bytes(want)):
+            raise ProtocolError(f"the key share of {sender!r} is not the one it committed to")
+        out.append(shares[sender])
+    return out
 
 
 def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Iterable[bytes]) -> Any:

@@ -1,4 +1,12 @@
-"""What a requester learns from a decryption share of a ciphertext it crafted.
+"""Two attacks on multiparty CKKS that the protocols must rule out.
+
+**A rogue key share.** A party that sees the others' public-key shares before sending its
+own sends ``p_own - sum of theirs``: the collective key is then ``(p_own, a)``, its own key,
+and it decrypts everything alone (:func:`rogue_public_key_share`). Commitments sent before
+any share (:func:`fedsec.crypto.multiparty.commit_share`) rule it out.
+
+**A crafted ciphertext.** What a requester learns from a decryption share of a ciphertext
+it crafted.
 
 :meth:`fedsec.crypto.multiparty.KeyShare.decryption_share` returns ``c1 s_i + E_i`` with
 smudging noise ``|E_i| <= 2^k``. If the requester chose ``c1 = C`` (a constant larger than
@@ -19,7 +27,7 @@ from fedsec.crypto import multiparty
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.rawpoly import ciphertext_from_polys, ciphertext_polys
 
-__all__ = ["crafted_ciphertext", "key_share_from_decryption_share"]
+__all__ = ["crafted_ciphertext", "key_share_from_decryption_share", "rogue_public_key_share"]
 
 
 def crafted_ciphertext(ctx: CKKSContext, constant: int) -> Any:
@@ -41,3 +49,16 @@ def key_share_from_decryption_share(ctx: CKKSContext, share: bytes, constant: in
     q = mp.primes[0]
     centred = [int(c) - q if int(c) > q // 2 else int(c) for c in coeffs]
     return np.array([round(c / constant) for c in centred], dtype=np.int64)
+
+
+def rogue_public_key_share(params: Any, crs_seed: bytes, own: multiparty.KeyShare,
+                           others: list[bytes]) -> bytes:
+    """The share that makes the collective public key ``own``'s alone: its honest share
+    minus every other party's (possible only for a party that sees them first)."""
+    mp = multiparty._mp(params)
+    mine = multiparty._unpack(mp, own.public_key_share(crs_seed), "mpckks/pk-share",
+                              len(mp.primes), 1)[0]
+    for share in others:
+        theirs = multiparty._unpack(mp, share, "mpckks/pk-share", len(mp.primes), 1)[0]
+        mine = mp.sub(mine, theirs)
+    return multiparty._pack("mpckks/pk-share", {"preset": params.name}, [mine])
