@@ -207,3 +207,31 @@ def test_rogue_key_share_and_the_commitments_that_stop_it(federation) -> None:
     with pytest.raises(ProtocolError):
         M.open_commitments(dict(zip(names[:2], committed[:2], strict=True)), commitments,
                            session=session)
+
+
+def test_known_answer_test_passes_honest_keys_and_catches_a_wrong_share(federation) -> None:
+    """Every party computes the same known-answer ciphertext itself; honest keys decrypt
+    it to the known values, a wrong Galois share (valid to SEAL) fails the check."""
+    from fedsec.crypto.sealio import save
+
+    parties, ctx, seed = federation
+    kat = os.urandom(M.crs_seed_bytes())
+    a, _ = M.known_answer_ciphertext(ctx, kat)
+    b, _ = M.known_answer_ciphertext(ctx, kat)
+    assert save(a) == save(b)  # the same bytes for every party: nothing to craft
+    shares = [M.known_answer_share(p, ctx, kat, smudging=0) for p in parties]
+    assert M.check_known_answer(ctx, kat, shares, tolerance=1e-3) < 1e-3
+    # one party's Galois share made with another key: SEAL loads the keys, the test fails
+    g = galois_element(STEPS[0], PRESET.poly_modulus_degree)
+    g4 = galois_element(STEPS[1], PRESET.poly_modulus_degree)
+    stranger = M.KeyShare(PRESET)
+    bad = M.aggregate_galois_keys(PRESET, seed, {
+        g: [stranger.galois_key_share(seed, g)] + [p.galois_key_share(seed, g)
+                                                  for p in parties[1:]],
+        g4: [p.galois_key_share(seed, g4) for p in parties]})
+    wrong = CKKSContext(CKKSKeys(PRESET, public_key=ctx.keys.public_key,
+                                 relin_keys=ctx.keys.relin_keys, galois_keys=bad,
+                                 rotations=STEPS))
+    shares = [M.known_answer_share(p, wrong, kat, smudging=0) for p in parties]
+    with pytest.raises(ProtocolError, match="known-answer"):
+        M.check_known_answer(wrong, kat, shares, tolerance=1e-3)

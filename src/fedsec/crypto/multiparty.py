@@ -67,7 +67,8 @@ from fedsec.protocol import wire
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
            "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
-           "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments"]
+           "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments",
+           "known_answer_ciphertext", "known_answer_share", "check_known_answer"]
 
 #: Largest party identifier of the t-out-of-N mode (Shamir points 1..MAX_PARTIES).
 MAX_PARTIES = 1 << 16
@@ -717,3 +718,76 @@ def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes], *,
     pt = plaintext_from_ntt(ctx, m.reshape(-1), level=level, scale=ciphertext.scale)
     out: NDArray[np.complex128] = ctx.decode(pt)
     return out
+
+
+# ----------------------------------------------------------------------------- known answer
+def _known_vector(seed: bytes, slots: int) -> NDArray[np.float64]:
+    src = SeededRandomSource(seed, b"fedsec/multiparty/known-answer/values")
+    raw = np.frombuffer(src.random_bytes(8 * slots), dtype="<u8").astype(np.float64)
+    out: NDArray[np.float64] = raw / float(1 << 64) * 2.0 - 1.0
+    return out
+
+
+def known_answer_ciphertext(ctx: Any, seed: bytes) -> tuple[Any, NDArray[np.float64]]:
+    """A ciphertext every party computes identically, and the values it must decrypt to.
+
+    SEAL checks a key's structure, not its correctness: a wrong share gives a "valid" wrong
+    key. This ciphertext exercises all of them: a public vector ``v`` (from ``seed``)
+    encrypted under the collective public key with randomness expanded from ``seed`` (so
+    every party gets the same bytes, and none is a ciphertext somebody crafted), then
+    every rotation and the conjugation of ``ctx``'s keys added, then multiplied by ``v``'s
+    encryption (relinearisation) where ``ctx`` has relinearisation keys. The expected
+    values are ``(v + sum_r roll(v, -r) [+ v]) * v``.
+    """
+    if not isinstance(seed, bytes) or len(seed) != CRS_SEED_BYTES:
+        raise ValueError(f"The 'seed' parameter must be {CRS_SEED_BYTES} bytes.")
+    params = ctx.params
+    parms = seal.EncryptionParameters(seal.SCHEME_TYPE.CKKS)
+    parms.set_poly_modulus_degree(params.poly_modulus_degree)
+    parms.set_coeff_modulus(seal.CoeffModulus.Create(params.poly_modulus_degree,
+                                                     list(params.coeff_mod_bit_sizes)))
+    words = [int.from_bytes(hashlib.sha256(seed + bytes([i])).digest()[:8], "little")
+             for i in range(8)]
+    parms.set_random_generator(seal.Blake2xbPRNGFactory(words))
+    level = seal.SEC_LEVEL_TYPE.TC128 if params.security_bits >= 128 else \
+        seal.SEC_LEVEL_TYPE.NONE
+    seeded = seal.SEALContext(parms, True, level)
+    if ctx.keys.public_key is None:
+        raise ValueError("the known-answer test needs the collective public key")
+    encryptor = seal.Encryptor(seeded, ctx.keys.public_key)
+    v = _known_vector(seed, ctx.slots)
+    ct = seal.Ciphertext()
+    encryptor.encrypt(ctx.encode(v), ct)
+    acc, want = ct, v.copy()
+    for r in ctx.rotations:
+        acc = ctx.add(acc, ctx.rotate(ct, r))
+        want = want + np.roll(v, -r)
+    if ctx.conjugate_key:
+        acc = ctx.add(acc, ctx.conjugate(ct))
+        want = want + v
+    if ctx.has_relin_keys:
+        acc = ctx.multiply(acc, ct)
+        want = want * v
+    return acc, want
+
+
+def known_answer_share(share: KeyShare, ctx: Any, seed: bytes, *, smudging: int) -> bytes:
+    """This party's decryption share of :func:`known_answer_ciphertext`, which it computes
+    itself (it never decrypts a ciphertext it was sent)."""
+    ct, _ = known_answer_ciphertext(ctx, seed)
+    return share.decryption_share(ct, smudging=smudging)
+
+
+def check_known_answer(ctx: Any, seed: bytes, shares: Iterable[bytes], *,
+                       tolerance: float) -> float:
+    """Combine every party's :func:`known_answer_share` and compare with the known
+    values; the largest error, or ``ProtocolError`` above ``tolerance`` (a wrong key
+    share, Galois or relinearisation share makes the error of the order of the values'
+    modulus, not of the noise)."""
+    ct, want = known_answer_ciphertext(ctx, seed)
+    got = combine_decryption(ctx, ct, shares).real
+    err = float(np.max(np.abs(got - want)))
+    if not err <= tolerance:
+        raise ProtocolError(f"the collective keys fail the known-answer test (error {err:.3g} "
+                            f"> {tolerance:.3g}): a key share is wrong")
+    return err
