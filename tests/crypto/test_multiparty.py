@@ -235,3 +235,25 @@ def test_known_answer_test_passes_honest_keys_and_catches_a_wrong_share(federati
     shares = [M.known_answer_share(p, wrong, kat, smudging=0) for p in parties]
     with pytest.raises(ProtocolError, match="known-answer"):
         M.check_known_answer(wrong, kat, shares, tolerance=1e-3)
+
+
+def test_collective_refresh_restores_the_levels(federation) -> None:
+    """A product at the last level, refreshed by every party without anyone decrypting
+    it, comes back at the top level with the same values and multiplies again."""
+    parties, ctx, seed = federation
+    x = np.linspace(-1, 1, ctx.slots)
+    cube = ctx.multiply(ctx.multiply(ctx.encrypt(x), ctx.encrypt(x)),
+                        ctx.mod_switch(ctx.encrypt(x), level=1))
+    assert ctx.level_of(cube) == 0
+    shares = [M.refresh_share(p, cube, seed, mask_bits=50, smudging=20) for p in parties]
+    fresh = M.combine_refresh(ctx, cube, seed, shares)
+    assert ctx.level_of(fresh) == ctx.top_level
+    assert np.abs(_decrypt(parties, ctx, fresh, 0) - x ** 3).max() < 1e-3
+    assert np.abs(_decrypt(parties, ctx, ctx.multiply(fresh, fresh), 0) - x ** 6).max() < 1e-2
+    with pytest.raises(ValueError, match="mask_bits"):  # masks that would wrap q0
+        M.refresh_share(parties[0], cube, seed, mask_bits=70, smudging=20)
+    with pytest.raises(ProtocolError):  # a share for a ciphertext at another level
+        M.combine_refresh(ctx, ctx.encrypt(x), seed, shares)
+    too_many = [M.refresh_share(parties[0], cube, seed, mask_bits=56, smudging=0)] * 5
+    with pytest.raises(ProtocolError, match="wrap"):  # 5 x 2^56 masks against q0 ~ 2^60
+        M.combine_refresh(ctx, cube, seed, too_many)

@@ -68,7 +68,8 @@ __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key"
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
            "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
            "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments",
-           "known_answer_ciphertext", "known_answer_share", "check_known_answer"]
+           "known_answer_ciphertext", "known_answer_share", "check_known_answer",
+           "refresh_share", "combine_refresh"]
 
 #: Largest party identifier of the t-out-of-N mode (Shamir points 1..MAX_PARTIES).
 MAX_PARTIES = 1 << 16
@@ -791,3 +792,137 @@ def check_known_answer(ctx: Any, seed: bytes, shares: Iterable[bytes], *,
         raise ProtocolError(f"the collective keys fail the known-answer test (error {err:.3g} "
                             f"> {tolerance:.3g}): a key share is wrong")
     return err
+
+
+# ----------------------------------------------------------------------------- refresh
+def _uniform_big(n: int, bits: int) -> list[int]:
+    """``n`` uniform integers in ``[-2^bits, 2^bits]`` from the OS CSPRNG (any ``bits``)."""
+    span = (1 << (bits + 1)) + 1
+    nbytes = (span.bit_length() + 7) // 8
+    top = 1 << (8 * nbytes)
+    limit = top - top % span  # rejection: no bias
+    out: list[int] = []
+    while len(out) < n:
+        raw = os.urandom(nbytes * (n - len(out)) * 2)
+        for i in range(0, len(raw), nbytes):
+            v = int.from_bytes(raw[i:i + nbytes], "little")
+            if v < limit:
+                out.append(v % span - (1 << bits))
+                if len(out) == n:
+                    break
+    return out
+
+
+def _from_big(mp: MultipartyParams, coeffs: Sequence[int], rows: int) -> U64:
+    """Signed integers of any size to NTT-form residues in the first ``rows`` primes."""
+    u = _util()
+    out = np.empty((rows, mp.n), dtype=np.uint64)
+    for r in range(rows):
+        q = mp.primes[r]
+        res = [c % q for c in coeffs]
+        out[r] = np.asarray(u.ntt_negacyclic_harvey(res, mp._tables[r]), dtype=np.uint64) \
+            % np.uint64(q)
+    return out
+
+
+def _top_rows(mp: MultipartyParams) -> int:
+    return len(mp.primes) - 1  # a fresh ciphertext's primes: all but the special one
+
+
+def refresh_share(share: KeyShare, ciphertext: Any, crs_seed: bytes, *, mask_bits: int,
+                  smudging: int) -> bytes:
+    """This party's share of the collective refresh of ``ciphertext`` (a size-2 CKKS
+    ciphertext at any level) into a fresh one at the top level, decrypted by nobody.
+
+    ``(c1 s_i + M_i + e0, -a s_i - M_i + e1)``: the first at the ciphertext's primes, the
+    second at the top level with the common polynomial ``a`` of ``crs_seed``; ``M_i`` is
+    uniform in ``[-2^mask_bits, 2^mask_bits]``, which hides the message (to about
+    ``2^-(mask_bits - log2 |m|)`` per coefficient) as long as the sum of the parties' masks
+    stays below half the ciphertext's modulus (:func:`combine_refresh` checks what it can).
+    As for decryption, only for a ciphertext the caller has checked is the agreed
+    computation's output: a crafted ``c1`` of large norm reveals ``s_i`` through the mask.
+    """
+    mp = share.mp
+    c = _ct_data(mp, ciphertext)
+    rows, top = c.shape[1], _top_rows(mp)
+    room = math.prod(mp.primes[:rows]).bit_length() - 3  # masks + message below Q/4
+    if isinstance(mask_bits, bool) or not isinstance(mask_bits, int) or \
+            not 1 <= mask_bits < room:
+        raise ValueError(f"The 'mask_bits' parameter must be an int in [1, {room}) for a "
+                         f"ciphertext with {rows} prime(s) (masks must not wrap its "
+                         f"modulus). Got {mask_bits!r} instead.")
+    m = _uniform_big(mp.n, mask_bits)
+    a = mp.crs(crs_seed, "refresh")[:top]
+    h0 = mp.add(mp.add(mp.mul(c[1], share._s[:rows]), _from_big(mp, m, rows)),
+                mp.from_signed(_uniform_signed(mp.n, smudging), rows))
+    h1 = mp.add(mp.sub(mp.neg(mp.mul(a, share._s[:top])), _from_big(mp, m, top)),
+                mp.from_signed(_cbd(mp.n), top))
+    return _pack("mpckks/refresh-share", {"preset": mp.params.name, "rows": rows,
+                                          "mask_bits": mask_bits}, [h0, h1])
+
+
+def combine_refresh(ctx: Any, ciphertext: Any, crs_seed: bytes, shares: Iterable[bytes]
+                    ) -> Any:
+    """The fresh top-level ciphertext from every party's :func:`refresh_share`.
+
+    ``c0 + sum h0`` is the masked plaintext ``m + sum M_i`` at the old primes; lifted to
+    integers (centred) and then to the top level, plus ``sum h1`` and with ``c1 = a``, it
+    encrypts ``m`` under the collective key at the old scale with every level back.
+
+    Raises
+    ------
+    ProtocolError
+        If a share is malformed.
+    """
+    mp = _mp(ctx.params)
+    c = _ct_data(mp, ciphertext)
+    rows, top = c.shape[1], _top_rows(mp)
+    metas: list[dict[str, Any]] = []
+    # h0 at `rows` primes and h1 at `top` primes travel in one message: decode by hand
+    sums: list[U64] | None = None
+    for blob in shares:
+        if not isinstance(blob, (bytes, bytearray)):
+            raise ProtocolError("invalid mpckks/refresh-share: not bytes")
+        msg = wire.decode(bytes(blob), expect="mpckks/refresh-share")
+        if msg.meta.get("preset") != ctx.params.name or msg.meta.get("rows") != rows:
+            raise ProtocolError("invalid mpckks/refresh-share: for another ciphertext")
+        if len(msg.blobs) != 2 or len(msg.blobs[0]) != 8 * rows * mp.n \
+                or len(msg.blobs[1]) != 8 * top * mp.n:
+            raise ProtocolError("invalid mpckks/refresh-share: wrong sizes")
+        h = [mp.check_residues(np.frombuffer(b, dtype="<u8").astype(np.uint64)
+                               .reshape(k, mp.n), k, "mpckks/refresh-share")
+             for b, k in zip(msg.blobs, (rows, top), strict=True)]
+        sums = h if sums is None else [mp.add(x, y) for x, y in zip(sums, h, strict=True)]
+        metas.append(dict(msg.meta))
+    if sums is None:
+        raise ValueError("no refresh shares")
+    bits: list[int] = []
+    for m_ in metas:
+        b = m_.get("mask_bits")
+        if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= 4096:
+            raise ProtocolError("invalid mpckks/refresh-share: mask_bits")
+        bits.append(b)
+    # the masks' sum must stay below a quarter of the old modulus, or the lift wraps
+    total = sum(1 << b for b in bits)
+    if 4 * total >= math.prod(mp.primes[:rows]):
+        raise ProtocolError("the parties' refresh masks could wrap the ciphertext's modulus; "
+                            "use fewer mask bits or refresh from a higher level")
+    masked = mp.to_coeffs(mp.add(c[0], sums[0]))  # m + sum M_i + noise, mod Q_old
+    primes = mp.primes[:rows]
+    big_q = math.prod(primes)
+    acc = [0] * mp.n
+    for r, q in enumerate(primes):  # CRT, then centre
+        qi = big_q // q
+        factor = qi * pow(qi, -1, q)
+        col = masked[r].tolist()
+        acc = [(x + int(v) * factor) % big_q for x, v in zip(acc, col, strict=True)]
+    centred = [x - big_q if x > big_q // 2 else x for x in acc]
+    c0 = mp.add(_from_big(mp, centred, top), sums[1])
+    a = mp.crs(crs_seed, "refresh")[:top]
+    from fedsec.crypto.rawpoly import ciphertext_from_polys, ciphertext_polys
+
+    template = ctx.encrypt([0.0], scale=ciphertext.scale)
+    header, prefix, layout = ciphertext_polys(template)
+    if layout.shape != (2, top, mp.n):  # pragma: no cover - a fresh ciphertext is at the top
+        raise RuntimeError("unexpected fresh ciphertext layout")
+    return ciphertext_from_polys(ctx, header, prefix, np.stack([c0, a]))
