@@ -397,3 +397,34 @@ def test_an_object_ending_at_a_page_boundary_does_not_crash_the_process() -> Non
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(got) == 8 and set(got.values()) == {"ProtocolError"}, got
+
+
+def _forked_short(short: bytes, secret: bytes, queue: Any) -> None:
+    c = CKKSContext.from_secret_bytes(secret, allow_insecure=True)
+    try:
+        c.deserialize(short)
+        queue.put("loaded")
+    except ProtocolError:
+        queue.put("ProtocolError")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_never_reads_the_parents_longer_object(ctx: CKKSContext) -> None:
+    """The parent's load file holds a long object; a forked child loads a shorter one
+    that promises more data: it fails at its own end (the child's own file), and the
+    parent's next load is unaffected by the child's."""
+    import multiprocessing
+
+    raw = _raw_ct(ctx)
+    ctx.deserialize(raw)
+    short = bytearray(raw[:-800])
+    struct.pack_into("<Q", short, 8, len(short))
+    mp = multiprocessing.get_context("fork")
+    queue = mp.Queue()
+    proc = mp.Process(target=_forked_short, args=(bytes(short), ctx.secret_bytes(), queue))
+    proc.start()
+    assert queue.get(timeout=60) == "ProtocolError"
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert ctx.decrypt(ctx.deserialize(ctx.encrypt_bytes([8.0])))[0].real == \
+        pytest.approx(8.0, abs=1e-6)
