@@ -46,8 +46,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -219,7 +220,7 @@ class _Request:
     hellos: tuple[_Hello, ...]
     transcript: bytes
     names: tuple[str, ...]
-    index: dict[str, int]
+    index: Mapping[str, int]  # read-only: one checked request is shared through the cache
 
 
 def _hello_payload(roster: bytes, spec: bytes, name: str, x25519: bytes, nonce: bytes) -> bytes:
@@ -474,7 +475,7 @@ class KeySetupParty:
             hellos = _check_hellos(list(msg.blobs), self._roster, spec, self._min_parties)
             names = tuple(h.name for h in hellos)
             return _Request(tuple(hellos), _transcript(self._roster, spec, hellos), names,
-                            {n: i for i, n in enumerate(names)})
+                            MappingProxyType({n: i for i, n in enumerate(names)}))
 
         out: _Request = self._checked(
             ("request", self._roster.digest(), spec, self._min_parties,

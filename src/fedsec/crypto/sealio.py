@@ -232,9 +232,20 @@ def _outer_header(data: bytes, what: str) -> tuple[int, int, int, int, int]:
     magic, hsize, major, minor, compr, _rsvd, size = SEAL_HEADER.unpack_from(data)
     if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size or size != len(data):
         raise ProtocolError(f"invalid {what}: bad SEAL header")
+    if (major, minor) != _seal_version():
+        # SEAL reads any header it does not accept as a SEAL 3.4 one, whose compression
+        # mode is byte 3 (our major): version 2.x would make SEAL inflate the body itself
+        raise ProtocolError(f"invalid {what}: unsupported SEAL version {major}.{minor}")
     if compr not in (COMPR_NONE, COMPR_ZSTD):
         raise ProtocolError(f"invalid {what}: unsupported compression mode {compr}")
     return hsize, major, minor, compr, len(data) - SEAL_HEADER.size
+
+
+@functools.cache
+def _seal_version() -> tuple[int, int]:
+    """The (major, minor) version this SEAL writes (and, exactly, the only one it reads)."""
+    data = save(seal.EncryptionParameters(seal.SCHEME_TYPE.CKKS))
+    return data[3], data[4]
 
 
 def _inflated_size(data: bytes, what: str, max_expansion: int) -> int:
@@ -270,7 +281,9 @@ def _refuse_nested_compression(buf: Any, start: int, end: int, what: str) -> Non
     nested = bytes(buf[0:5])
     at = buf.find(nested, start, end)
     while at >= 0:
-        if buf[at + 5:at + 6] in (b"\x01", b"\x02"):  # zlib, zstd
+        # never read past ``end``: ``buf`` may be the load file's mapping, longer than
+        # the file; a page past the file's end raises SIGBUS (the process dies)
+        if at + 6 <= end and buf[at + 5] in (1, 2):  # zlib, zstd
             raise ProtocolError(f"invalid {what}: compressed object nested inside")
         at = buf.find(nested, at + 1, end)
 
@@ -281,16 +294,25 @@ _CT_MEMBERS = 32 + 1 + 8 * 5
 
 
 def _nested_header_at(buf: Any, pos: int, end: int, what: str) -> tuple[int, int] | None:
-    """The (compression, size) of a SEAL header at ``pos``, whatever its version bytes;
-    ``ProtocolError`` if it claims compression; ``None`` if there is no header there."""
+    """The (compression, size) of a SEAL header at ``pos``; ``ProtocolError`` if it claims
+    compression, whatever its version bytes, or if SEAL would read it as a SEAL 3.4
+    header; ``None`` if SEAL refuses what is there.
+
+    SEAL 4.1 reads 16 bytes that are not a valid header of its own version as a SEAL 3.4
+    header (``magic, 0, compression, uint32 size``) and accepts them if byte 3 is a
+    compression mode it knows, magic or not: such a header could hide compression from
+    the checks here and from the scan, and SEAL 4.1 never writes one."""
     if pos + SEAL_HEADER.size > end:
         return None
-    magic, hsize, _major, _minor, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
-    if magic != SEAL_MAGIC or hsize != SEAL_HEADER.size:
-        return None
-    if compr in (1, 2):  # zlib, zstd
+    magic, hsize, major, minor, compr, _r, size = SEAL_HEADER.unpack_from(buf, pos)
+    ours = magic == SEAL_MAGIC and hsize == SEAL_HEADER.size
+    if ours and compr in (1, 2):  # zlib, zstd
         raise ProtocolError(f"invalid {what}: compressed object nested inside")
-    return compr, size
+    if ours and (major, minor) == _seal_version() and compr == COMPR_NONE:
+        return compr, size
+    if buf[pos + 3] in (0, 1, 2):  # SEAL would take it as a SEAL 3.4 header
+        raise ProtocolError(f"invalid {what}: SEAL 3.4 header nested inside")
+    return None  # SEAL refuses it
 
 
 def _ciphertext_nested_headers(buf: Any, start: int, end: int, what: str) -> bool:
@@ -312,6 +334,68 @@ def _ciphertext_nested_headers(buf: Any, start: int, end: int, what: str) -> boo
         return True
     seed = _nested_header_at(buf, pos, end, what)
     return seed is not None and seed[0] == COMPR_NONE and pos + seed[1] == end
+
+
+def _plaintext_nested_headers(buf: Any, start: int, end: int, what: str) -> bool:
+    """A plaintext's or secret key's one nested header (its data array after parms_id,
+    coefficient count and scale), as :func:`_ciphertext_nested_headers` does."""
+    pos = start + 32 + 8 + 8
+    array = _nested_header_at(buf, pos, end, what)
+    return array is not None and pos + array[1] == end
+
+
+#: Key-switching keys hold one list per Galois element index (at most the ring degree,
+#: 2^15 for SEAL's largest; relinearization keys one): a bound on the walk's steps.
+_MAX_KEY_LISTS = 1 << 16
+
+
+def _kswitch_nested_headers(buf: Any, start: int, end: int, what: str) -> None:
+    """Walk relinearization or Galois keys (parms_id, then counted lists of public keys,
+    each with its own header) and check every nested header SEAL parses; refuse any
+    other layout (SEAL would refuse it too: honest keys always have this one)."""
+    def bad() -> ProtocolError:
+        return ProtocolError(f"invalid {what}: malformed key-switching keys")
+    pos = start + 32
+    if pos + 8 > end:
+        raise bad()
+    (dim1,) = struct.unpack_from("<Q", buf, pos)
+    pos += 8
+    if dim1 > min((end - pos) // 8, _MAX_KEY_LISTS):
+        raise bad()
+    for _ in range(dim1):
+        if pos + 8 > end:
+            raise bad()
+        (dim2,) = struct.unpack_from("<Q", buf, pos)
+        pos += 8
+        if dim2 > (end - pos) // SEAL_HEADER.size:
+            raise bad()
+        for _ in range(dim2):
+            key = _nested_header_at(buf, pos, end, what)
+            if key is None or key[1] < SEAL_HEADER.size or pos + key[1] > end or \
+                    not _ciphertext_nested_headers(buf, pos + SEAL_HEADER.size,
+                                                   pos + key[1], what):
+                raise bad()
+            pos += key[1]
+    if pos != end:
+        raise bad()
+
+
+def _check_nested(obj: Any, buf: Any, start: int, end: int, what: str) -> None:
+    """Refuse compressed (or SEAL 3.4) headers wherever SEAL parses one inside an object
+    of ``obj``'s type, ``buf[start:end]`` being its members; where the layout is not the
+    one checked, SEAL refuses the object before any later header, and the full scan
+    runs as well."""
+    if isinstance(obj, (seal.RelinKeys, seal.GaloisKeys)):
+        _kswitch_nested_headers(buf, start, end, what)
+        return
+    if isinstance(obj, (seal.Ciphertext, seal.PublicKey)):
+        ok = _ciphertext_nested_headers(buf, start, end, what)
+    elif isinstance(obj, (seal.Plaintext, seal.SecretKey)):
+        ok = _plaintext_nested_headers(buf, start, end, what)
+    else:
+        ok = False
+    if not ok:
+        _refuse_nested_compression(buf, start, end, what)
 
 
 @functools.cache
@@ -378,9 +462,7 @@ def load(obj: Any, context: Any, data: bytes, what: str) -> Any:
             _inflate_into(scratch.address + SEAL_HEADER.size, declared, data, what)
         else:
             buf[SEAL_HEADER.size:total] = memoryview(data)[SEAL_HEADER.size:]
-        if not (isinstance(obj, seal.Ciphertext) and
-                _ciphertext_nested_headers(buf, SEAL_HEADER.size, total, what)):
-            _refuse_nested_compression(buf, SEAL_HEADER.size, total, what)
+        _check_nested(obj, buf, SEAL_HEADER.size, total, what)
         try:
             obj.load(context, scratch.load_path)
         except Exception as exc:  # SEAL raises ValueError/RuntimeError on bad data
@@ -392,6 +474,7 @@ def load(obj: Any, context: Any, data: bytes, what: str) -> Any:
 
 def _load_via_tempfile(obj: Any, context: Any, data: bytes, what: str) -> Any:
     header, body = plain_seal_bytes(data, what)
+    _check_nested(obj, header + body, SEAL_HEADER.size, SEAL_HEADER.size + len(body), what)
     fd, path = tempfile.mkstemp(prefix="fedsec-", dir=TMPDIR)
     try:
         with os.fdopen(fd, "wb") as fh:
