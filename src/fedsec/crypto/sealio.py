@@ -211,18 +211,23 @@ _MAX_EXPANSION = 4  # CKKS keys and ciphertexts are random data: zstd saves ~5% 
 _ZSTD_CONTENTSIZE_ERROR = (1 << 64) - 2
 
 
-@functools.cache
-def zstd() -> Any:
-    """zstd from the SEAL build TenSEAL ships (it exports the symbols SEAL itself uses)."""
+def _zstd_handle(source: Any) -> Any:
+    """A handle of its own on the zstd of the SEAL build TenSEAL ships (it exports the
+    symbols SEAL itself uses), its sources typed as ``source``."""
     lib = ctypes.CDLL(sys.modules[seal.Ciphertext.__module__].__file__)
     lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
-    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.ZSTD_getFrameContentSize.argtypes = [source, ctypes.c_size_t]
     lib.ZSTD_decompress.restype = ctypes.c_size_t
-    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
-                                    ctypes.c_size_t]
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, source, ctypes.c_size_t]
     lib.ZSTD_isError.restype = ctypes.c_uint
     lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
     return lib
+
+
+@functools.cache
+def zstd() -> Any:
+    """zstd from the SEAL build TenSEAL ships, called with ``bytes``."""
+    return _zstd_handle(ctypes.c_char_p)
 
 
 def _outer_header(data: bytes, what: str) -> tuple[int, int, int, int, int]:
@@ -402,15 +407,7 @@ def _check_nested(obj: Any, buf: Any, start: int, end: int, what: str) -> None:
 def _zstd_by_address() -> Any:
     """The same zstd, called with raw addresses (its own handle: :func:`zstd`'s
     prototypes take ``bytes``)."""
-    lib = ctypes.CDLL(sys.modules[seal.Ciphertext.__module__].__file__)
-    lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
-    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.ZSTD_decompress.restype = ctypes.c_size_t
-    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                    ctypes.c_size_t]
-    lib.ZSTD_isError.restype = ctypes.c_uint
-    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
-    return lib
+    return _zstd_handle(ctypes.c_void_p)
 
 
 def plain_seal_bytes(data: bytes, what: str, *, max_expansion: int = _MAX_EXPANSION
