@@ -296,8 +296,11 @@ class FHAUCParty:
     @receives("fhauc/result")
     def finalize(self, response: bytes) -> float:
         """Step 9: decrypt the masked pair and return the global AUC."""
-        msg = wire.decode(response, expect="fhauc/result",
-                          max_bytes=self._policy.max_message_bytes)
+        return self._finalize(response, "fhauc/result")
+
+    def _finalize(self, response: bytes, kind: str,
+                  expect_parties: Sequence[int] | None = None) -> float:
+        msg = wire.decode(response, expect=kind, max_bytes=self._policy.max_message_bytes)
         check_bound(self._binding, msg.meta, step="result", sender=AGGREGATOR,
                     broadcast=True, what="result")
         if len(msg.blobs) != 1:
@@ -315,6 +318,9 @@ class FHAUCParty:
             raise ProtocolError("result lists invalid party indices") from None
         if self._keys.index not in included:
             raise ProtocolError("the result does not include this party's submission")
+        if expect_parties is not None and sorted(included) != sorted(expect_parties):
+            raise ProtocolError("the result lists other parties than this party's key "
+                                "switch covered")
         self._policy.check_participants(len(included), "semi-honest", n, self._roster)
         self._included = tuple(self._keys.names[i] for i in included)
         ratio = float(ratio)
@@ -441,16 +447,7 @@ class FHAUCAggregator(AggregatorInfo):
         no partial sums remain. Key switches: one relinearization, one conjugation, one
         rotation per doubling of the class sum (10 on the default ring) and the rotation
         by 2."""
-        ctx = self._context
-        chunks = list(z) if isinstance(z, (list, tuple)) else [z]
-        q = None
-        for c in chunks:
-            sq = ctx.square(c, rescale=False)   # masked at the top prime (masking docs)
-            q = sq if q is None else ctx.add(q, sq)
-        assert q is not None
-        q = ctx.sub(q, ctx.conjugate(q))          # 4i * Im/2 of every square, per slot
-        q = ctx.sum_slots(q, stride=POINT_STRIDE)
-        return q, ctx.rotate(q, 2)
+        return combine_sums(self._context, z)
 
     def mask(self, q: Any, rot: Any, *, masks: Masks | None = None,
              noise: bool = True) -> tuple[Any, float]:
@@ -502,6 +499,20 @@ class FHAUCAggregator(AggregatorInfo):
         for raw in submissions:
             self.add(raw)
         return self.finish()
+
+
+def combine_sums(ctx: CKKSContext, z: Any) -> tuple[Any, Any]:
+    """:meth:`FHAUCAggregator.combine` over ``ctx``'s public keys: deterministic, so a
+    party of threshold mode recomputes exactly the aggregator's ciphertexts."""
+    chunks = list(z) if isinstance(z, (list, tuple)) else [z]
+    q = None
+    for c in chunks:
+        sq = ctx.square(c, rescale=False)   # masked at the top prime (masking docs)
+        q = sq if q is None else ctx.add(q, sq)
+    assert q is not None
+    q = ctx.sub(q, ctx.conjugate(q))          # 4i * Im/2 of every square, per slot
+    q = ctx.sum_slots(q, stride=POINT_STRIDE)
+    return q, ctx.rotate(q, 2)
 
 
 # ---------------------------------------------------------------------- in-process runner

@@ -66,7 +66,7 @@ from fedsec.protocol import wire
 
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
-           "combine_decryption", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
+           "combine_decryption", "combine_switch", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
            "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments",
            "known_answer_ciphertext", "known_answer_share", "check_known_answer",
            "refresh_share", "combine_refresh"]
@@ -377,9 +377,27 @@ class KeyShare:
         mp = self.mp
         c = _ct_data(mp, ciphertext)
         rows = c.shape[1]
-        e = mp.from_signed(_uniform_signed(mp.n, smudging), rows)
-        d = mp.add(mp.mul(c[1], self._s[:rows]), e)
+        d = mp.add(mp.mul(c[1], self._s[:rows]), _smudging_noise(mp, smudging, rows))
         return _pack("mpckks/dec-share", {"preset": mp.params.name, "rows": rows}, [d])
+
+    def switch_share(self, ciphertext: Any, target: KeyShare | None, *, smudging: int
+                     ) -> bytes:
+        """This party's share of the switch of ``ciphertext`` from the collective key to a
+        key ``t`` every party knows (collective key switching): ``c1 (s_i - t) + E_i`` for
+        the one party that passes ``target = t``, ``c1 s_i + E_i`` for the others.
+
+        ``(c0 + sum of shares, c1)`` then decrypts under ``t`` to what the ciphertext
+        decrypts to under the collective key, plus the smudging. Whoever adds the shares up
+        without ``t`` sees the result only as a ciphertext. The same rule as for
+        :meth:`decryption_share` holds: only for a ciphertext the caller has checked is
+        the agreed computation's output.
+        """
+        mp = self.mp
+        c = _ct_data(mp, ciphertext)
+        rows = c.shape[1]
+        key = self._s[:rows] if target is None else mp.sub(self._s[:rows], target._s[:rows])
+        d = mp.add(mp.mul(c[1], key), _smudging_noise(mp, smudging, rows))
+        return _pack("mpckks/switch-share", {"preset": mp.params.name, "rows": rows}, [d])
 
 
 # ----------------------------------------------------------------------------- t-out-of-N
@@ -721,6 +739,27 @@ def combine_decryption(ctx: Any, ciphertext: Any, shares: Iterable[bytes], *,
     return out
 
 
+def combine_switch(ctx: Any, ciphertext: Any, shares: Iterable[bytes]) -> Any:
+    """The ciphertext under the target key of :meth:`KeyShare.switch_share`: ``(c0 + sum of
+    every party's share, c1)``, a SEAL ciphertext at the same level and scale.
+
+    Raises
+    ------
+    ProtocolError
+        If a share is malformed or for another level.
+    """
+    mp = _mp(ctx.params)
+    c = _ct_data(mp, ciphertext)
+    rows = c.shape[1]
+    (d,) = _accumulate(mp, shares, "mpckks/switch-share", rows, 1,
+                       {"preset": ctx.params.name, "rows": rows})
+    from fedsec.crypto.rawpoly import ciphertext_from_polys, ciphertext_polys
+
+    header, prefix, _ = ciphertext_polys(ciphertext)
+    data = np.stack([mp.add(c[0], d), c[1]])
+    return ciphertext_from_polys(ctx, header, prefix, data)
+
+
 # ----------------------------------------------------------------------------- known answer
 def _known_vector(seed: bytes, slots: int) -> NDArray[np.float64]:
     src = SeededRandomSource(seed, b"fedsec/multiparty/known-answer/values")
@@ -796,6 +835,15 @@ def check_known_answer(ctx: Any, seed: bytes, shares: Iterable[bytes], *,
 
 
 # ----------------------------------------------------------------------------- refresh
+def _smudging_noise(mp: MultipartyParams, bits: int, rows: int) -> U64:
+    """Uniform smudging in ``[-2^bits, 2^bits]`` as NTT residues over ``rows`` primes."""
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 0 <= bits <= 1000:
+        raise ValueError(f"smudging needs 0 <= bits <= 1000; got {bits!r}")
+    if bits <= 60:
+        return mp.from_signed(_uniform_signed(mp.n, bits), rows)
+    return _from_big(mp, _uniform_big(mp.n, bits), rows)
+
+
 def _uniform_big(n: int, bits: int) -> list[int]:
     """``n`` uniform integers in ``[-2^bits, 2^bits]`` from the OS CSPRNG (any ``bits``)."""
     span = (1 << (bits + 1)) + 1

@@ -142,6 +142,18 @@ _PRESETS = [
         "allow.",
     ),
     CKKSParams(
+        "CKKS_128_N16384_DEPTH1_S58", 16384, (58, 58, 58, 60, 60), 58, 128,
+        "8192 complex slots; fresh scale 2^58; one ciphertext product (not rescaled, scale "
+        "2^116), then a real plaintext multiplication encoded at the 60-bit top prime and "
+        "rescaled. Threshold FHAUC's default: the collective key switch adds smudging "
+        "noise of about 2^80 to the aggregate, which the 2^116 scale keeps below 2^-22 "
+        "on the squared counts.",
+    ),
+    CKKSParams(
+        "INSECURE_TEST_N4096_DEPTH1_S58", 4096, (58, 58, 58, 60, 60), 58, 0,
+        "TESTS ONLY, NOT SECURE: threshold FHAUC's chain on a 4096 ring.",
+    ),
+    CKKSParams(
         "INSECURE_TEST_N4096_DEPTH1_S50", 4096, (48, 48, 48, 52, 60), 50, 0,
         "TESTS ONLY, NOT SECURE: malicious FHAUC's default chain on a 4096 ring.",
     ),
