@@ -182,7 +182,8 @@ def secure_auc(parties: Any, *, decision_points: int | str | Sequence[float] = 1
     progress : callable, optional
         Receives one line per protocol step.
     **kwargs
-        Further options of :func:`fedsec.auc.fhauc.secure_auc`: ``masking``, ``target``,
+        Further options of :func:`fedsec.auc.fhauc.secure_auc`: ``keys`` (``"single"``
+        or ``"threshold"``: no party holds the whole key), ``masking``, ``target``,
         ``max_points``, ``max_rounds``, ``network``; in malicious mode ``splits``,
         ``tolerance``, ``runs``, ``min_bound_bits``, ``policy``.
 

@@ -524,7 +524,7 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                allow_insecure: bool = False, scores: str = "probability",
                target: float | None = None, max_points: int | None = None,
                max_rounds: int = DEFAULT_MAX_ROUNDS, network: Network | None = None,
-               **kwargs: Any) -> SecureAUCResult:
+               keys: str = "single", **kwargs: Any) -> SecureAUCResult:
     """Run a whole federation in this process and return the secure global AUC.
 
     Parameters
@@ -559,6 +559,14 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         included) between ``"aggregator"`` and ``"party:<name>"``; pass one to count the
         bytes or to observe or intercept the traffic (tests, benchmarks). Default: a fresh
         one per run.
+    keys : {"single", "threshold"}
+        Who holds the decryption key. ``"single"`` (default, the papers' model): every party
+        holds the same key, so a party colluding with the aggregator can decrypt the
+        others' submissions. ``"threshold"``: each party holds a share of a collective key
+        that exists nowhere, and contributes to a decryption only of the aggregate it has
+        recomputed itself (:mod:`fedsec.auc.fhauc_threshold`); semi-honest aggregator and
+        fixed decision points, at about 2x the bytes and a longer key set-up (default
+        preset ``CKKS_128_N16384_DEPTH1_S60``).
     **kwargs
         Malicious mode's options (:func:`fedsec.auc.fhauc_malicious.secure_auc_malicious`).
 
@@ -575,6 +583,24 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     >>> data = [(rng.integers(0, 2, 50), rng.random(50)) for _ in range(3)]
     >>> res = secure_auc(data, decision_points=50)  # doctest: +SKIP
     """
+    if keys not in ("single", "threshold"):
+        raise ValueError(f"The 'keys' parameter must be 'single' or 'threshold'. "
+                         f"Got {keys!r} instead.")
+    if keys == "threshold":
+        if security != "semi-honest":
+            raise ValueError("keys='threshold' runs against a semi-honest aggregator only "
+                             "(malicious mode with threshold keys is not built yet)")
+        if kwargs:
+            raise TypeError(f"unexpected arguments for threshold FHAUC: {sorted(kwargs)}")
+        if wants_exact(decision_points, "secure_auc"):
+            raise ValueError("keys='threshold' takes fixed decision points; exact mode's "
+                             "refinement rounds are not built for it yet")
+        from fedsec.auc.fhauc_threshold import secure_auc_threshold
+
+        return secure_auc_threshold(apply_score_transform(parties, scores),
+                                    decision_points=decision_points, masking=masking,
+                                    preset=preset, names=names, progress=progress,
+                                    allow_insecure=allow_insecure, network=network)
     preset = preset if preset is not None else default_preset(security)
     if security == "malicious":
         from fedsec.auc.fhauc_malicious import secure_auc_malicious

@@ -63,6 +63,7 @@ from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.collective import CollectiveKeys, run_collective_key_setup
 from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, run_key_setup
+from fedsec.crypto.params import THRESHOLD_PRESET as _THRESHOLD_PRESET
 from fedsec.crypto.params import CKKSParams
 from fedsec.errors import ProtocolError
 from fedsec.protocol import wire
@@ -74,12 +75,13 @@ __all__ = ["ThresholdFHAUCParty", "ThresholdFHAUCAggregator", "secure_auc_thresh
            "switch_smudging_bits", "THRESHOLD_PRESET", "PROTOCOL", "RESULT_ERROR_BITS"]
 
 PROTOCOL = "fhauc-t"
-#: The default preset of threshold mode: a 2^14 ring with a 2^58 fresh scale, so that the
-#: key switch's smudging can be 2^40 times the aggregate's noise and the AUC keeps 1e-9.
-THRESHOLD_PRESET = "CKKS_128_N16384_DEPTH1_S58"
+#: The default preset of threshold mode: a 2^14 ring with a 2^60 fresh scale, so that the
+#: key switch's smudging can be about 2^40 times the aggregate's noise (times the ring
+#: degree) while the AUC keeps 1e-9.
+THRESHOLD_PRESET = _THRESHOLD_PRESET
 #: The switch's smudging is sized so that six standard deviations of its decoded error stay
 #: below ``2^-RESULT_ERROR_BITS`` on the squared counts (``num`` and ``denom``).
-RESULT_ERROR_BITS = 22
+RESULT_ERROR_BITS = 20
 _SIG_SUBMIT = "fedsec/fhauc-t/submit"
 _SHARES_PER_PARTY = 2
 
@@ -156,6 +158,11 @@ class ThresholdFHAUCParty(FHAUCParty):
         party's key-switch shares of it (to the result key)."""
         if not self._own:
             raise ProtocolError("a key-switch request before this party submitted")
+        if self._switched is not None:
+            # one share per evaluation: repeated shares of one ciphertext would let their
+            # smudging be averaged away
+            raise ProtocolError("this party already sent its key-switch shares for this "
+                                "evaluation")
         msg = wire.decode(request, expect="fhauc-t/switch",
                           max_bytes=self._policy.max_message_bytes)
         check_bound(self._binding, msg.meta, step="switch", sender=AGGREGATOR,

@@ -14,7 +14,7 @@ from typing import Any
 from fedsec._validation import check_int, check_real
 from fedsec.crypto.identity import Roster
 from fedsec.crypto.keysetup import PARTY_MAX_MESSAGE_BYTES
-from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET, get_preset
+from fedsec.crypto.params import DEFAULT_PRESET, MALICIOUS_PRESET, THRESHOLD_PRESET, get_preset
 from fedsec.errors import PolicyViolation
 
 __all__ = ["PartyPolicy", "DEFAULT_MAX_TOLERANCE", "DEFAULT_MIN_BOUND_BITS",
@@ -178,9 +178,9 @@ class PartyPolicy:
             return self.presets
         if allow_insecure:
             from fedsec.crypto.params import PRESETS
-            return (DEFAULT_PRESET, MALICIOUS_PRESET,
+            return (DEFAULT_PRESET, MALICIOUS_PRESET, THRESHOLD_PRESET,
                     *sorted(p for p in PRESETS if p.startswith("INSECURE_")))
-        return (DEFAULT_PRESET, MALICIOUS_PRESET)
+        return (DEFAULT_PRESET, MALICIOUS_PRESET, THRESHOLD_PRESET)
 
     def check_preset(self, config: Any) -> None:
         """Refuse a preset this party did not allow, or key material above its cap,

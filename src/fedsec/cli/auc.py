@@ -90,6 +90,8 @@ def _run(pairs: list[Any], names: list[str], args: argparse.Namespace,
             raise ValueError("--masking applies to --security semi-honest only")
     else:
         kwargs["masking"] = args.masking
+    if args.keys != "single":
+        kwargs["keys"] = args.keys
     if args.decision_points == "exact":
         if args.target is not None:
             kwargs["target"] = args.target
@@ -379,6 +381,10 @@ def register(sub: Any) -> None:
                         "fedsec.auc.exact)")
     p.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
                    help="threat model of the aggregator (default semi-honest)")
+    p.add_argument("--keys", choices=["single", "threshold"], default="single",
+                   help="who holds the decryption key: every party the same one (single, "
+                        "default) or each party a share of a collective key that exists "
+                        "nowhere (threshold; semi-honest, fixed decision points)")
     p.add_argument("--masking", choices=["single", "pair"], default="single",
                    help="semi-honest masking: single mask c (journal version) or the (c, d) "
                         "pair (conference version)")

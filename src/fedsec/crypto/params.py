@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import tenseal.sealapi as seal
 
-__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET", "MALICIOUS_PRESET",
+__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET", "MALICIOUS_PRESET", "THRESHOLD_PRESET",
            "default_preset"]
 
 
@@ -142,15 +142,15 @@ _PRESETS = [
         "allow.",
     ),
     CKKSParams(
-        "CKKS_128_N16384_DEPTH1_S58", 16384, (58, 58, 58, 60, 60), 58, 128,
-        "8192 complex slots; fresh scale 2^58; one ciphertext product (not rescaled, scale "
-        "2^116), then a real plaintext multiplication encoded at the 60-bit top prime and "
+        "CKKS_128_N16384_DEPTH1_S60", 16384, (60, 60, 60, 60, 60), 60, 128,
+        "8192 complex slots; fresh scale 2^60; one ciphertext product (not rescaled, scale "
+        "2^120), then a real plaintext multiplication encoded at the 60-bit top prime and "
         "rescaled. Threshold FHAUC's default: the collective key switch adds smudging "
-        "noise of about 2^80 to the aggregate, which the 2^116 scale keeps below 2^-22 "
+        "noise of about 2^88 to the aggregate, which the 2^120 scale keeps below 2^-22 "
         "on the squared counts.",
     ),
     CKKSParams(
-        "INSECURE_TEST_N4096_DEPTH1_S58", 4096, (58, 58, 58, 60, 60), 58, 0,
+        "INSECURE_TEST_N4096_DEPTH1_S60", 4096, (60, 60, 60, 60, 60), 60, 0,
         "TESTS ONLY, NOT SECURE: threshold FHAUC's chain on a 4096 ring.",
     ),
     CKKSParams(
@@ -236,6 +236,9 @@ PRESETS: dict[str, CKKSParams] = {p.name: p.check() for p in _PRESETS}
 DEFAULT_PRESET = "CKKS_128_N8192_DEPTH1_S39"
 #: Malicious-aggregator FHAUC's default (ring 2^14; see the preset's description).
 MALICIOUS_PRESET = "CKKS_128_N16384_DEPTH1_S50"
+#: Threshold-key FHAUC's default (``fedsec.auc.fhauc_threshold``): the scale leaves room for
+#: the collective key switch's smudging.
+THRESHOLD_PRESET = "CKKS_128_N16384_DEPTH1_S60"
 
 
 def default_preset(security: str) -> str:

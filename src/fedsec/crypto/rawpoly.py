@@ -105,7 +105,7 @@ def secret_key_coeffs(ctx: CKKSContext) -> NDArray[np.int64]:
     n = ctx.params.poly_modulus_degree
     q0 = ctx.level_primes(ctx.parms_id_at_level(0))[0]
     sk_ntt = _split(save(ctx._sk), _PT_MEMBERS, "secret key")[2][:n]  # residues mod q0
-    tmpl = ctx.mod_switch(ctx.encrypt([0.0]), level=0)
+    tmpl = ctx.mod_switch(ctx.encrypt([0.0], scale=2.0 ** 20), level=0)  # any chain
     header, prefix, data = ciphertext_polys(tmpl)
     data = np.ones_like(data)  # c1 = 1 (SEAL refuses a transparent ciphertext)
     data[0, 0] = sk_ntt
