@@ -120,7 +120,7 @@ def _kat_tolerance(ctx: CKKSContext, ct: Any, n_parties: int, smudging: int) -> 
     polynomials), plus the scheme's own error."""
     n = ctx.params.poly_modulus_degree
     sd = 2.0 ** smudging * math.sqrt(n_parties / 3.0) * math.sqrt(n / 2.0) / ct.scale
-    return 6.0 * sd + 1e-3
+    return float(6.0 * sd + 1e-3)
 
 
 @dataclass

@@ -66,7 +66,8 @@ from fedsec.protocol import wire
 
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
-           "combine_decryption", "combine_switch", "smudging_bits", "crs_seed_bytes", "deal_threshold_shares",
+           "combine_decryption", "combine_switch", "smudging_bits", "crs_seed_bytes",
+           "deal_threshold_shares",
            "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments",
            "known_answer_ciphertext", "known_answer_share", "check_known_answer",
            "refresh_share", "combine_refresh"]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import tenseal.sealapi as seal
 
-__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET", "MALICIOUS_PRESET", "THRESHOLD_PRESET",
-           "default_preset"]
+__all__ = ["CKKSParams", "PRESETS", "get_preset", "DEFAULT_PRESET", "MALICIOUS_PRESET",
+           "THRESHOLD_PRESET", "default_preset"]
 
 
 @dataclass(frozen=True)
