@@ -19,6 +19,8 @@ from fedsec.auc.dpauc import DPAUCClient, DPAUCServer, RRClient, dpauc
 from fedsec.auc.exact import BinPairsAggregator, BinPairsParty
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCParty, secure_auc
 from fedsec.auc.fhauc_malicious import MaliciousAggregator, MaliciousParty
+from fedsec.auc.fhauc_threshold import ThresholdFHAUCAggregator, ThresholdFHAUCParty
+from fedsec.crypto.collective import CollectiveKeyAggregator, CollectiveKeyParty
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, run_key_setup
 from fedsec.errors import PrivacyWarning
 from fedsec.learning.model import LayerSpec, ModelSpec
@@ -44,6 +46,7 @@ from fedsec.shapley.secsv import AuxiliaryServer, PrincipalServer, SecSVClient, 
 from fedsec.testing.netfuzz import Fuzzable
 
 AUC_PRESET = "INSECURE_TEST_N4096_DEPTH1_S39"
+THRESHOLD_TEST_PRESET = "INSECURE_TEST_N4096_DEPTH1_S60"
 HESV_PRESET = "INSECURE_TEST_N2048_DEPTH2_S24"
 PFL_PRESET = "INSECURE_TEST_N4096_DEPTH19"
 
@@ -108,6 +111,18 @@ def fhauc() -> Fuzzable:
 
     return Fuzzable("fhauc", run, {"party": (KeySetupParty, FHAUCParty),
                                    "aggregator": (KeySetupAggregator, FHAUCAggregator)},
+                    oracle=_auc_oracle(1e-6))
+
+
+def fhauc_threshold() -> Fuzzable:
+    def run(net: Network) -> Any:
+        return secure_auc(_auc_data(), decision_points=8, keys="threshold",
+                          preset=THRESHOLD_TEST_PRESET, allow_insecure=True, network=net)
+
+    return Fuzzable("fhauc-t", run,
+                    {"party": (KeySetupParty, CollectiveKeyParty, ThresholdFHAUCParty),
+                     "aggregator": (KeySetupAggregator, CollectiveKeyAggregator,
+                                    ThresholdFHAUCAggregator)},
                     oracle=_auc_oracle(1e-6))
 
 
@@ -210,5 +225,5 @@ def pfl() -> Fuzzable:
 
 
 def all_protocols() -> list[Fuzzable]:
-    return [key_setup(), fhauc(), fhauc_malicious(), fhauc_exact(), dp_auc(), hesv(), secsv(),
+    return [key_setup(), fhauc(), fhauc_threshold(), fhauc_malicious(), fhauc_exact(), dp_auc(), hesv(), secsv(),
             secsv_derived(), secretsv(), pfl()]

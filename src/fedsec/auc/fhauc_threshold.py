@@ -138,7 +138,12 @@ class ThresholdFHAUCParty(FHAUCParty):
                                            self._role)
         self._own: bytes = b""
         self._switched: list[int] | None = None
-        self.smudging_bits = switch_smudging_bits(keys.context.params, keys.n_parties)
+        self._smudging_bits = switch_smudging_bits(keys.context.params, keys.n_parties)
+
+    @property
+    def smudging_bits(self) -> int:
+        """The key switch's smudging (:func:`switch_smudging_bits`)."""
+        return self._smudging_bits
 
     def submit(self) -> bytes:
         """Encrypt the slot vectors under the collective public key and sign them."""
@@ -195,7 +200,7 @@ class ThresholdFHAUCParty(FHAUCParty):
             q, rot = combine_sums(ctx, sums)
         target = ck.result_share() if ck.index == min(included) else None
         with self.clock("decryption"):
-            shares = [ck.share.switch_share(ct, target, smudging=self.smudging_bits)
+            shares = [ck.share.switch_share(ct, target, smudging=self._smudging_bits)
                       for ct in (q, rot)]
         self._switched = sorted(included)
         meta = self._binding.bind({"party": ck.index, "parties": self._switched},
@@ -336,7 +341,8 @@ class ThresholdFHAUCAggregator(FHAUCAggregator):
                                   to=BROADCAST)
         return wire.encode("fhauc-t/result", meta, [blob])
 
-    def aggregate(self, submissions: Sequence[bytes]) -> bytes:  # pragma: no cover
+    @receives()
+    def aggregate(self, submissions: Sequence[bytes]) -> bytes:
         raise ProtocolError("threshold mode needs the parties' key-switch shares: call "
                             "add, switch_request and finish_shares")
 

@@ -26,7 +26,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def receives(*kinds: str) -> Callable[[F], F]:
-    """Mark a role method as the one that decodes messages of ``kinds``."""
+    """Mark a role method as the one that decodes messages of ``kinds`` (no kind: an
+    override that receives nothing its base method received)."""
     for k in kinds:
         if not valid_kind(k):
             raise ValueError(f"not a message kind: {k!r}")
@@ -41,13 +42,20 @@ def receives(*kinds: str) -> Callable[[F], F]:
 def handlers(cls: type) -> dict[str, str]:
     """``{message kind: method name}`` of a role class (its own and inherited marks);
     ``ValueError`` if two methods claim one kind."""
-    out: dict[str, str] = {}
+    # a marked override replaces the base method's kinds (``@receives()`` with no kind:
+    # the override receives nothing); an unmarked override keeps them
+    by_name: dict[str, tuple[str, ...]] = {}
     for klass in reversed(cls.__mro__):
         for name, attr in vars(klass).items():
             fn = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
-            for kind in getattr(fn, RECEIVES, ()):
-                if kind in out and out[kind] != name and klass is cls:
-                    raise ValueError(f"{cls.__name__}: {kind!r} is received by both "
-                                     f"{out[kind]} and {name}")
-                out[kind] = name
+            marks = getattr(fn, RECEIVES, None)
+            if marks is not None:
+                by_name[name] = tuple(marks)
+    out: dict[str, str] = {}
+    for name, marks in by_name.items():
+        for kind in marks:
+            if kind in out and out[kind] != name:
+                raise ValueError(f"{cls.__name__}: {kind!r} is received by both "
+                                 f"{out[kind]} and {name}")
+            out[kind] = name
     return out
