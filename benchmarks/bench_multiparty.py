@@ -9,7 +9,7 @@ Every party does the same work, so a party's time is measured on one party (medi
 produced party by party (a generator: the aggregator holds one share at a time) and whose
 production is not counted in the aggregator's time.
 
-    python benchmarks/bench_multiparty.py [--parties 3 10 100] [--repeats 3]
+    python benchmarks/bench_multiparty.py [--parties 3 10 100] [--repeats 3] [--preset P]
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class _Stream:
             yield share
 
 
-def run(n_parties: int, repeats: int) -> dict[str, Any]:
-    config = FHAUCConfig.create(100)
+def run(n_parties: int, repeats: int, preset: str | None = None) -> dict[str, Any]:
+    config = FHAUCConfig.create(100) if preset is None else FHAUCConfig.create(100,
+                                                                              preset=preset)
     params = get_preset(config.preset)
     rotations = config.rotations()
     nring = params.poly_modulus_degree
@@ -169,12 +170,15 @@ def main() -> None:
     ap.add_argument("--parties", type=int, nargs="+", default=[3, 10, 100],
                     help="federation sizes")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of one party's work")
+    ap.add_argument("--preset", default=None,
+                    help="CKKS preset (default: FHAUC's single-key default; threshold "
+                         "mode's is CKKS_128_N16384_DEPTH1_S60)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/bench_multiparty.json"),
                     help="where to write the JSON results")
     args = ap.parse_args()
     rows = []
     for n in args.parties:
-        row = run(n, args.repeats)
+        row = run(n, args.repeats, args.preset)
         rows.append(row)
         print(json.dumps(row, indent=1), flush=True)
     out = {"command": "python benchmarks/bench_multiparty.py " + " ".join(sys.argv[1:]),

@@ -57,6 +57,21 @@ def test_auc_json_semi_honest(party_files: list[Path], capsys: pytest.CaptureFix
     assert out["bytes_up_per_party"] > 0 and out["aggregator_seconds"] > 0
 
 
+def test_auc_json_threshold_keys(party_files: list[Path],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--keys threshold``: no party holds the whole key; the AUC is the same."""
+    code = main(["auc", *map(str, party_files[:3]), "-N", "32", "--keys", "threshold",
+                 "--json", "-q"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    y, s = _pooled(party_files[:3])
+    ref = trapezoid_auc_from_counts(*confusion_counts(y, s, 32))
+    assert abs(out["auc"] - ref) <= 1e-9 * ref
+    assert out["preset"] == "CKKS_128_N16384_DEPTH1_S60"
+    assert main(["auc", *map(str, party_files[:2]), "--keys", "threshold",
+                 "--security", "malicious"]) == 2
+
+
 def test_auc_json_malicious(party_files: list[Path], capsys: pytest.CaptureFixture[str]
                             ) -> None:
     code = main(["auc", *map(str, party_files), "-N", "50", "--security", "malicious",
