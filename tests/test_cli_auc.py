@@ -69,7 +69,7 @@ def test_auc_json_threshold_keys(party_files: list[Path],
     assert abs(out["auc"] - ref) <= 1e-9 * ref
     assert out["preset"] == "CKKS_128_N16384_DEPTH1_S60"
     assert main(["auc", *map(str, party_files[:2]), "--keys", "threshold",
-                 "--security", "malicious"]) == 2
+                 "--decision-points", "exact"]) == 2
 
 
 def test_auc_json_malicious(party_files: list[Path], capsys: pytest.CaptureFixture[str]

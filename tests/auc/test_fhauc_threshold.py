@@ -222,7 +222,90 @@ def test_threshold_mode_options_are_checked() -> None:
     data = _data(6, 10)
     with pytest.raises(ValueError, match="keys"):
         secure_auc(data, keys="shamir")
-    with pytest.raises(ValueError, match="semi-honest"):
-        secure_auc(data, keys="threshold", security="malicious")
+    with pytest.raises(ValueError, match="security"):
+        secure_auc(data, keys="threshold", security="paranoid")
     with pytest.raises(ValueError, match="fixed decision points"):
         secure_auc(data, keys="threshold", decision_points="exact")
+
+
+# ------------------------------------------------------------------ malicious aggregator
+def _malicious_run(net=None):  # type: ignore[no-untyped-def]
+    data = _data(11, 40)
+    res = secure_auc(data, decision_points=20, security="malicious", keys="threshold",
+                     preset=PRESET, allow_insecure=True, network=net)
+    return data, res
+
+
+def test_malicious_threshold_verifies_and_equals_plaintext() -> None:
+    data, res = _malicious_run()
+    y = np.concatenate([d[0] for d in data])
+    s = np.concatenate([d[1] for d in data])
+    assert res.verified and res.extra["keys"] == "threshold"
+    assert abs(res.auc - trapezoid_auc(y, s, 20)) <= 1e-6
+
+
+def test_malicious_threshold_refuses_a_substituted_submission() -> None:
+    """The aggregator relays a colluder's submission with the honest ciphertexts in it:
+    the honest party raises before it sends any share."""
+    from fedsec.errors import TamperingDetected
+    from fedsec.protocol.network import Network
+
+    net = Network()
+
+    def swap(envs):  # type: ignore[no-untyped-def]
+        out = []
+        for env in envs:
+            if env.kind == "fhauc-mt/switch":
+                msg = wire.decode(env.payload)
+                a, b = wire.decode(msg.blobs[0]), wire.decode(msg.blobs[1])
+                forged = wire.encode("fhauc-mt/submit", b.meta, [*a.blobs[:-1], b.blobs[-1]])
+                env = env.with_payload(wire.encode("fhauc-mt/switch", msg.meta,
+                                                   [msg.blobs[0], forged, *msg.blobs[2:]]))
+            out.append(env)
+        return out
+
+    net.intercept(swap)
+    with pytest.raises(TamperingDetected, match="submission"):
+        _malicious_run(net)
+
+
+def test_malicious_threshold_detects_a_changed_answer() -> None:
+    """The answer shifted (a quarter added to every slot's numerator channel): verification
+    fails as in single-key mode - the key switch changes who can decrypt, not what is
+    checked."""
+    from fedsec.errors import TamperingDetected
+    from fedsec.protocol.network import Network
+
+    net = Network()
+    state: dict = {}
+
+    def grab(envs):  # type: ignore[no-untyped-def]
+        out = []
+        for env in envs:
+            if env.kind == "fhauc-mt/result":
+                msg = wire.decode(env.payload)
+                if "ct" not in state:
+                    ctx = CKKS_FOR_TAMPER
+                    ct = ctx.deserialize(msg.blobs[0])
+                    state["ct"] = ctx.serialize(ctx.add_plain(
+                        ct, np.full(ctx.slots, 0.25j)))
+                env = env.with_payload(wire.encode("fhauc-mt/result", msg.meta,
+                                                   [state["ct"]]))
+            out.append(env)
+        return out
+
+    net.intercept(grab)
+    with pytest.raises(TamperingDetected):
+        _malicious_run(net)
+
+
+CKKS_FOR_TAMPER = None  # set below (a public context of the preset, for the tamperer)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tamper_context():  # type: ignore[no-untyped-def]
+    from fedsec.crypto.ckks import CKKSContext
+
+    global CKKS_FOR_TAMPER
+    CKKS_FOR_TAMPER = CKKSContext.generate(PRESET, allow_insecure=True)
+    yield

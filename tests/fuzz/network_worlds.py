@@ -19,7 +19,12 @@ from fedsec.auc.dpauc import DPAUCClient, DPAUCServer, RRClient, dpauc
 from fedsec.auc.exact import BinPairsAggregator, BinPairsParty
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCParty, secure_auc
 from fedsec.auc.fhauc_malicious import MaliciousAggregator, MaliciousParty
-from fedsec.auc.fhauc_threshold import ThresholdFHAUCAggregator, ThresholdFHAUCParty
+from fedsec.auc.fhauc_threshold import (
+    ThresholdFHAUCAggregator,
+    ThresholdFHAUCParty,
+    ThresholdMaliciousAggregator,
+    ThresholdMaliciousParty,
+)
 from fedsec.crypto.collective import CollectiveKeyAggregator, CollectiveKeyParty
 from fedsec.crypto.keysetup import KeySetupAggregator, KeySetupParty, KeySpec, run_key_setup
 from fedsec.errors import PrivacyWarning
@@ -126,6 +131,19 @@ def fhauc_threshold() -> Fuzzable:
                     oracle=_auc_oracle(1e-6))
 
 
+def fhauc_threshold_malicious() -> Fuzzable:
+    def run(net: Network) -> Any:
+        return secure_auc(_auc_data(), decision_points=8, keys="threshold",
+                          security="malicious", preset=THRESHOLD_TEST_PRESET,
+                          allow_insecure=True, network=net)
+
+    return Fuzzable("fhauc-mt", run,
+                    {"party": (KeySetupParty, CollectiveKeyParty, ThresholdMaliciousParty),
+                     "aggregator": (KeySetupAggregator, CollectiveKeyAggregator,
+                                    ThresholdMaliciousAggregator)},
+                    oracle=_auc_oracle(1e-3))
+
+
 def fhauc_malicious() -> Fuzzable:
     def run(net: Network) -> Any:
         return secure_auc(_auc_data(), decision_points=8, security="malicious",
@@ -225,5 +243,6 @@ def pfl() -> Fuzzable:
 
 
 def all_protocols() -> list[Fuzzable]:
-    return [key_setup(), fhauc(), fhauc_threshold(), fhauc_malicious(), fhauc_exact(), dp_auc(), hesv(), secsv(),
+    return [key_setup(), fhauc(), fhauc_threshold(), fhauc_threshold_malicious(),
+            fhauc_malicious(), fhauc_exact(), dp_auc(), hesv(), secsv(),
             secsv_derived(), secretsv(), pfl()]

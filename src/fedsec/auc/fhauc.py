@@ -564,9 +564,9 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         holds the same key, so a party colluding with the aggregator can decrypt the
         others' submissions. ``"threshold"``: each party holds a share of a collective key
         that exists nowhere, and contributes to a decryption only of the aggregate it has
-        recomputed itself (:mod:`fedsec.auc.fhauc_threshold`); semi-honest aggregator and
-        fixed decision points, at about 2x the bytes and a longer key set-up (default
-        preset ``CKKS_128_N16384_DEPTH1_S60``).
+        recomputed itself (:mod:`fedsec.auc.fhauc_threshold`); both security modes, fixed
+        decision points, at about 10x the bytes and a longer key set-up (default preset
+        ``CKKS_128_N16384_DEPTH1_S60``).
     **kwargs
         Malicious mode's options (:func:`fedsec.auc.fhauc_malicious.secure_auc_malicious`).
 
@@ -587,14 +587,25 @@ def secure_auc(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         raise ValueError(f"The 'keys' parameter must be 'single' or 'threshold'. "
                          f"Got {keys!r} instead.")
     if keys == "threshold":
-        if security != "semi-honest":
-            raise ValueError("keys='threshold' runs against a semi-honest aggregator only "
-                             "(malicious mode with threshold keys is not built yet)")
-        if kwargs:
-            raise TypeError(f"unexpected arguments for threshold FHAUC: {sorted(kwargs)}")
+        if security not in ("semi-honest", "malicious"):
+            raise ValueError(f"The 'security' parameter must be 'semi-honest' or "
+                             f"'malicious'. Got {security!r} instead.")
         if wants_exact(decision_points, "secure_auc"):
             raise ValueError("keys='threshold' takes fixed decision points; exact mode's "
                              "refinement rounds are not built for it yet")
+        if security == "malicious":
+            from fedsec.auc.fhauc_threshold import secure_auc_threshold_malicious
+
+            allowed = {"splits", "tolerance", "runs", "min_bound_bits"}
+            if set(kwargs) - allowed:
+                raise TypeError(f"unexpected arguments for threshold malicious FHAUC: "
+                                f"{sorted(set(kwargs) - allowed)}")
+            return secure_auc_threshold_malicious(
+                apply_score_transform(parties, scores), decision_points=decision_points,
+                preset=preset, names=names, progress=progress,
+                allow_insecure=allow_insecure, network=network, **kwargs)
+        if kwargs:
+            raise TypeError(f"unexpected arguments for threshold FHAUC: {sorted(kwargs)}")
         from fedsec.auc.fhauc_threshold import secure_auc_threshold
 
         return secure_auc_threshold(apply_score_transform(parties, scores),

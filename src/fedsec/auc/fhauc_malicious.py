@@ -580,6 +580,17 @@ class MaliciousParty:
     def submit(self, start: bytes) -> bytes:
         """Round 2 (step 8): every run packed into the same ciphertext(s) - run ``k`` in
         slot class ``2k`` (positions) and ``2k + 1`` (denominator pair) - and encrypted."""
+        ctx = self._keys.context
+        blobs = []
+        for vec in self._submission_vectors(start):
+            with self.clock("encryption"):
+                blobs.append(ctx.encrypt_bytes(vec))
+        meta = self._binding.bind({"party": self._keys.index, "chunks": len(blobs)},
+                                  step="submit", to=AGGREGATOR)
+        return wire.encode("fhauc-m/submit", meta, blobs)
+
+    def _submission_vectors(self, start: bytes) -> list[np.ndarray]:
+        """The slot vectors :meth:`submit` encrypts (one per chunk)."""
         self._read_start(start)
         assert self._runs is not None
         cfg = self._config
@@ -593,8 +604,7 @@ class MaliciousParty:
             bruns = [self._positions(rb, row, bound_channel=True)[0]
                      for rb in self._bound_runs]
         per, stride, first_b = cfg.positions_per_chunk, cfg.stride, 2 * cfg.runs
-        ctx = self._keys.context
-        blobs = []
+        vecs = []
         for c in range(cfg.n_chunks):
             vec = np.zeros(cfg.params_slots(), dtype=np.complex128)
             for k, (permuted, dpair) in enumerate(runs):
@@ -605,11 +615,8 @@ class MaliciousParty:
                 part_b = bruns[k][c * per:(c + 1) * per]
                 j = first_b + 2 * k
                 vec[j:j + stride * part_b.size:stride] = part_b
-            with self.clock("encryption"):
-                blobs.append(ctx.encrypt_bytes(vec))
-        meta = self._binding.bind({"party": self._keys.index, "chunks": cfg.n_chunks},
-                                  step="submit", to=AGGREGATOR)
-        return wire.encode("fhauc-m/submit", meta, blobs)
+            vecs.append(vec)
+        return vecs
 
     @receives("fhauc-m/result")
     def finalize(self, response: bytes) -> float:
@@ -621,6 +628,9 @@ class MaliciousParty:
         aggregator that learns many verdicts on one evaluation's randomness can search
         for a forgery that passes, see :func:`fedsec.testing.auc.adaptive_blind_shift`).
         """
+        return self._finalize(response, "fhauc-m/result")
+
+    def _finalize(self, response: bytes, kind: str) -> float:
         if self._runs is None:
             raise ProtocolError("finalize() before submit()")
         if self._finalized:
@@ -630,8 +640,7 @@ class MaliciousParty:
                                 "start a new evaluation (fresh nonce)")
         self._finalized = True
         try:
-            msg = wire.decode(response, expect="fhauc-m/result",
-                              max_bytes=self._policy.max_message_bytes)
+            msg = wire.decode(response, expect=kind, max_bytes=self._policy.max_message_bytes)
         except ProtocolError as exc:
             raise TamperingDetected(f"unreadable result: {exc}", check="format") from None
         check_bound(self._binding, msg.meta, step="result", sender=AGGREGATOR,
@@ -849,14 +858,7 @@ class MaliciousAggregator(AggregatorInfo):
     def combine(self, chunk_sums: Sequence[Any]) -> Any:
         """Steps 9-10 for all runs at once: slot class ``2k`` holds ``4i(r0 num + r1
         denom)`` of run ``k``, class ``2k + 1`` holds ``4i r2 denom``."""
-        ctx = self._context
-        q = None
-        for z in chunk_sums:
-            sq = ctx.square(z, rescale=False)   # masked at the top prime (masking docs)
-            q = sq if q is None else ctx.add(q, sq)
-        assert q is not None
-        q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
-        return ctx.sum_slots(q, stride=self._config.stride)
+        return combine_runs(self._context, chunk_sums, self._config.stride)
 
     def mask(self, q: Any, *, masks: tuple[float, float] | None = None,
              noise: bool = True) -> Any:
@@ -885,13 +887,26 @@ class MaliciousAggregator(AggregatorInfo):
             self.add(raw)
         return self.finish()
 
-    def result_message(self, blob: bytes, parties: Sequence[int] | None = None) -> bytes:
+    def result_message(self, blob: bytes, parties: Sequence[int] | None = None, *,
+                       kind: str = "fhauc-m/result") -> bytes:
         """The answer message for one serialized ciphertext, bound to this evaluation
         (``parties``: the participant list it claims, default the participants)."""
         meta = self._binding.bind(
             {"parties": list(self._participants if parties is None else parties)},
             step="result", to=BROADCAST)
-        return wire.encode("fhauc-m/result", meta, [blob])
+        return wire.encode(kind, meta, [blob])
+
+
+def combine_runs(ctx: CKKSContext, chunk_sums: Sequence[Any], stride: int) -> Any:
+    """:meth:`MaliciousAggregator.combine` over ``ctx``'s public keys: deterministic, so a
+    party of threshold mode recomputes exactly the aggregator's ciphertext."""
+    q = None
+    for z in chunk_sums:
+        sq = ctx.square(z, rescale=False)   # masked at the top prime (masking docs)
+        q = sq if q is None else ctx.add(q, sq)
+    assert q is not None
+    q = ctx.sub(q, ctx.conjugate(q))          # 4i * T * F per slot
+    return ctx.sum_slots(q, stride=stride)
 
 
 def secure_auc_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,

@@ -52,8 +52,18 @@ from fedsec.auc.common import (
     prepare_federation,
 )
 from fedsec.auc.fhauc import FHAUCAggregator, FHAUCConfig, FHAUCParty, combine_sums
+from fedsec.auc.fhauc_malicious import (
+    DEFAULT_RUNS,
+    DEFAULT_TOLERANCE,
+    MaliciousAggregator,
+    MaliciousConfig,
+    MaliciousParty,
+    combine_runs,
+)
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
+    DEFAULT_MAX_TOLERANCE,
+    DEFAULT_MIN_BOUND_BITS,
     DEFAULT_MIN_DECISION_POINTS,
     IN_PROCESS_MAX_KEY_BYTES,
     PartyPolicy,
@@ -62,16 +72,18 @@ from fedsec.crypto import multiparty as mpc
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.collective import CollectiveKeys, run_collective_key_setup
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.crypto.keysetup import KeySpec, run_key_setup
+from fedsec.crypto.keysetup import KeySpec, PartyKeys, VerificationCache, run_key_setup
 from fedsec.crypto.params import THRESHOLD_PRESET as _THRESHOLD_PRESET
 from fedsec.crypto.params import CKKSParams
-from fedsec.errors import ProtocolError
+from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.protocol import wire
 from fedsec.protocol.binding import BROADCAST
 from fedsec.protocol.network import Network
 from fedsec.protocol.roles import receives
 
 __all__ = ["ThresholdFHAUCParty", "ThresholdFHAUCAggregator", "secure_auc_threshold",
+           "ThresholdMaliciousParty", "ThresholdMaliciousAggregator",
+           "secure_auc_threshold_malicious",
            "switch_smudging_bits", "THRESHOLD_PRESET", "PROTOCOL", "RESULT_ERROR_BITS"]
 
 PROTOCOL = "fhauc-t"
@@ -215,16 +227,17 @@ class ThresholdFHAUCParty(FHAUCParty):
         return self._finalize(response, "fhauc-t/result", expect_parties=self._switched)
 
 
-def _check_submission(raw: bytes, session: str, config: FHAUCConfig, names: Sequence[str],
-                      roster: Roster, n: int) -> tuple[int, list[bytes]]:
+def _check_submission(raw: bytes, session: str, config: Any, names: Sequence[str],
+                      roster: Roster, n: int, *, kind: str = "fhauc-t/submit",
+                      protocol: str = PROTOCOL) -> tuple[int, list[bytes]]:
     """A relayed submission: its index and ciphertext bytes, once its binding and its
     sender's signature check."""
     from fedsec.protocol.binding import Binding, ReplayRefused
 
-    msg = wire.decode(raw, expect="fhauc-t/submit")
+    msg = wire.decode(raw, expect=kind)
     idx = party_index(msg.meta, n)
     try:
-        Binding(session, PROTOCOL, AGGREGATOR).check(
+        Binding(session, protocol, AGGREGATOR).check(
             msg.meta, step="submit", sender=party_role(names[idx]), what="a submission")
     except ReplayRefused as exc:
         raise ProtocolError(f"a submission belongs to another configuration or session "
@@ -416,4 +429,278 @@ def secure_auc_threshold(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                "aggregator_deserialize_s": agg.timing["deserialize_s"],
                "aggregator_compute_s": agg.timing["compute_s"],
                "party_seconds": max(sum(r.clock.seconds.values()) for r in roles)},
+    )
+
+
+# ------------------------------------------------------------------ malicious aggregator
+def _as_result_keys(keys: CollectiveKeys) -> PartyKeys:
+    """The result key under the collective session (every message binds to it)."""
+    r = keys.result
+    return PartyKeys(keys.session, r.names, r.index, r.context, r.seed)
+
+
+class ThresholdMaliciousParty(MaliciousParty):
+    """A party of malicious-aggregator FHAUC holding only a share of the key its
+    statistics are encrypted under.
+
+    As :class:`~fedsec.auc.fhauc_malicious.MaliciousParty` (commit, start, the runs and
+    every check of the answer), with the submission encrypted under the collective key and
+    signed, and one more round: :meth:`share`, where it checks every participant's signed
+    submission, recomputes the aggregate of every run and returns its key-switch share of
+    it (to the result key). The aggregator then masks and answers as in single-key mode,
+    and the party verifies the answer as there.
+    """
+
+    def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: CollectiveKeys,
+                 config: MaliciousConfig, identity: Identity, roster: Roster,
+                 policy: PartyPolicy | None = None,
+                 verification_cache: VerificationCache | None = None) -> None:
+        if keys.context.params.name != config.preset:
+            raise ValueError("the collective keys and the configuration use different "
+                             "presets")
+        super().__init__(y_true, y_score, keys=_as_result_keys(keys), config=config,
+                         identity=identity, roster=roster, policy=policy,
+                         verification_cache=verification_cache)
+        self._ck = keys
+        self._own = b""
+        self._switched = False
+        self._smudging_bits = switch_smudging_bits(keys.context.params, keys.n_parties)
+
+    def submit(self, start: bytes) -> bytes:
+        """Round 2: every run encrypted under the collective public key, signed."""
+        ctx = self._ck.context
+        blobs = []
+        for vec in self._submission_vectors(start):
+            with self.clock("encryption"):
+                blobs.append(ctx.serialize(ctx.encrypt(vec)))
+        sig = self._identity.sign(_SIG_SUBMIT, _submission_payload(
+            self._binding.session, self._ck.name, blobs))
+        meta = self._binding.bind({"party": self._ck.index, "chunks": len(blobs)},
+                                  step="submit", to=AGGREGATOR)
+        self._own = wire.encode("fhauc-mt/submit", meta, [*blobs, sig])
+        return self._own
+
+    @receives("fhauc-mt/switch")
+    def share(self, request: bytes) -> bytes:
+        """Check every participant's signed submission (this party's unchanged), recompute
+        the aggregate of every run and return this party's key-switch share of it."""
+        if not self._own:
+            raise ProtocolError("a key-switch request before this party submitted")
+        if self._switched:
+            raise ProtocolError("this party already sent its key-switch share for this "
+                                "evaluation")
+        try:
+            msg = wire.decode(request, expect="fhauc-mt/switch",
+                              max_bytes=self._policy.max_message_bytes)
+        except ProtocolError as exc:
+            raise TamperingDetected(f"unreadable key-switch request: {exc}",
+                                    check="format") from None
+        check_bound(self._binding, msg.meta, step="switch", sender=AGGREGATOR,
+                    broadcast=True, what="the key-switch request", tampering=True)
+        ck, cfg = self._ck, self._config
+        ctx = ck.context
+        seen: list[int] = []
+        sums: list[Any] = [None] * cfg.n_chunks
+        with self.clock("other"):
+            for raw in msg.blobs:
+                try:
+                    idx, blobs = _check_submission(
+                        raw, self._binding.session, cfg, ck.names, self._roster,
+                        ck.n_parties, kind="fhauc-mt/submit", protocol="fhauc-m")
+                except ProtocolError as exc:
+                    raise TamperingDetected(f"a relayed submission does not check ({exc})",
+                                            check="submissions") from None
+                if idx in seen or (idx == ck.index and raw != self._own):
+                    raise TamperingDetected("a submission is repeated or this party's was "
+                                            "changed", check="submissions")
+                seen.append(idx)
+                for c, blob in enumerate(blobs):
+                    ct = ctx.deserialize(blob, at_top=True, scale=ctx.scale)
+                    sums[c] = ct if sums[c] is None else ctx.add(sums[c], ct)
+            if sorted(seen) != self._participants:
+                raise TamperingDetected("the key-switch request does not cover exactly the "
+                                        "parties that started", check="participants")
+        with self.clock("arithmetic"):
+            q = combine_runs(ctx, sums, cfg.stride)
+        target = ck.result_share() if ck.index == min(seen) else None
+        with self.clock("decryption"):
+            share = ck.share.switch_share(q, target, smudging=self._smudging_bits)
+        self._switched = True
+        meta = self._binding.bind({"party": ck.index, "parties": sorted(seen)}, step="share",
+                                  to=AGGREGATOR)
+        return wire.encode("fhauc-mt/share", meta, [share])
+
+    @receives("fhauc-mt/result")
+    def finalize(self, response: bytes) -> float:
+        """Decrypt the answer with the result key and verify it (as in single-key mode)."""
+        if not self._switched:
+            raise ProtocolError("an answer before this party's key switch")
+        return self._finalize(response, "fhauc-mt/result")
+
+
+class ThresholdMaliciousAggregator(MaliciousAggregator):
+    """The aggregator of malicious-aggregator FHAUC over collective keys: it asks every
+    participant for its key-switch share of the aggregate before it can mask it."""
+
+    def __init__(self, context: CKKSContext, config: MaliciousConfig, *,
+                 names: Sequence[str], session: str, roster: Roster,
+                 min_parties: int | None = None) -> None:
+        super().__init__(context, config, names=names, session=session, roster=roster,
+                         min_parties=min_parties)
+        self._roster_t = roster
+        self._raw: dict[int, bytes] = {}
+        self._pending: tuple[Any, list[int]] | None = None
+
+    def begin(self) -> None:
+        super().begin()
+        self._raw = {}
+        self._pending = None
+
+    @receives("fhauc-mt/submit")
+    def add(self, submission: bytes) -> int:
+        """Check one participant's signed submission and add it into the running sums."""
+        t0 = time.perf_counter()
+        with self.clock("other"):
+            idx, blobs = _check_submission(submission, self._binding.session, self._config,
+                                           self._names, self._roster_t, len(self._names),
+                                           kind="fhauc-mt/submit", protocol="fhauc-m")
+            if idx not in self._participants or idx in self._seen:
+                raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
+            ctx = self._context
+            self._running.add([ctx.deserialize(b, at_top=True, scale=ctx.scale)
+                               for b in blobs])
+            self._seen.append(idx)
+            self._raw[idx] = submission
+        self._load_s += time.perf_counter() - t0
+        return idx
+
+    def switch_request(self) -> bytes:
+        """The aggregate of every run, and the request (every submission) each participant
+        answers with its key-switch share."""
+        if sorted(self._seen) != self._participants:
+            raise ProtocolError("missing submissions: malicious FHAUC needs every party that "
+                                "started")
+        t1 = time.perf_counter()
+        with self.clock("arithmetic"):
+            q = self.combine(self._running.sums())
+        self._compute_s = time.perf_counter() - t1
+        seen = sorted(self._seen)
+        self._pending = (q, seen)
+        meta = self._binding.bind({"parties": seen}, step="switch", to=BROADCAST)
+        return wire.encode("fhauc-mt/switch", meta, [self._raw[i] for i in seen])
+
+    @receives("fhauc-mt/share")
+    def finish_shares(self, shares: Sequence[bytes]) -> bytes:
+        """Add every participant's share (the aggregate, now under the result key), mask
+        it and return the answer."""
+        if self._pending is None:
+            raise ProtocolError("key-switch shares before the request")
+        q, seen = self._pending
+        got: dict[int, bytes] = {}
+        for raw in shares:
+            msg = wire.decode(raw, expect="fhauc-mt/share")
+            idx = party_index(msg.meta, len(self._names))
+            check_bound(self._binding, msg.meta, step="share",
+                        sender=party_role(self._names[idx]), what="a key-switch share")
+            if idx in got or idx not in seen or msg.meta.get("parties") != seen \
+                    or len(msg.blobs) != 1:
+                raise ProtocolError(f"an unexpected key-switch share from party {idx}")
+            got[idx] = msg.blobs[0]
+        if sorted(got) != seen:
+            raise ProtocolError("a key-switch share is missing: every participant must "
+                                "answer")
+        ctx = self._context
+        t1 = time.perf_counter()
+        with self.clock("arithmetic"):
+            q_r = mpc.combine_switch(ctx, q, (got[i] for i in seen))
+            blob = ctx.serialize(self.mask(q_r))
+        t2 = time.perf_counter()
+        self._timing = {"deserialize_s": self._load_s,
+                        "compute_s": self._compute_s + t2 - t1,
+                        "total_s": self._load_s + self._compute_s + t2 - t1}
+        self.begin()
+        return self.result_message(blob, kind="fhauc-mt/result")
+
+    @receives()
+    def aggregate(self, submissions: Sequence[bytes]) -> bytes:
+        raise ProtocolError("threshold mode needs the parties' key-switch shares: call "
+                            "add, switch_request and finish_shares")
+
+
+def secure_auc_threshold_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
+                                   decision_points: Any = 100, splits: int | None = None,
+                                   tolerance: float = DEFAULT_TOLERANCE,
+                                   runs: int = DEFAULT_RUNS,
+                                   min_bound_bits: float = DEFAULT_MIN_BOUND_BITS,
+                                   preset: str | None = None,
+                                   names: Sequence[str] | None = None,
+                                   progress: Callable[[str], None] | None = None,
+                                   allow_insecure: bool = False,
+                                   network: Network | None = None) -> SecureAUCResult:
+    """Malicious-aggregator FHAUC in threshold mode, in this process (see
+    :func:`fedsec.auc.fhauc.secure_auc` with ``security="malicious", keys="threshold"``)."""
+    say = progress or (lambda _msg: None)
+    net = network if network is not None else Network()
+    before = dict(net.accounting.bytes_by_message)
+    cfg = MaliciousConfig.create(decision_points, splits=splits, tolerance=tolerance,
+                                 runs=runs, min_bound_bits=min_bound_bits,
+                                 preset=preset if preset is not None else THRESHOLD_PRESET,
+                                 allow_insecure=allow_insecure)
+    pol = PartyPolicy(max_tolerance=max(tolerance, DEFAULT_MAX_TOLERANCE),
+                      min_bound_bits=min_bound_bits,
+                      max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
+                      min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, cfg.n_points),
+                      presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
+    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
+    identities, roster = local_federation(party_names)
+    say(f"key set-up: {len(data)} parties, result key and collective keys ({cfg.preset})")
+    t0 = time.perf_counter()
+    result_spec = KeySpec.create(cfg.preset, [], False, allow_insecure=allow_insecure)
+    _, result_keys = run_key_setup(identities, roster, result_spec, network=net)
+    c_agg, keys = run_collective_key_setup(identities, roster, cfg.key_spec(), result_keys,
+                                           network=net)
+    setup_s = time.perf_counter() - t0
+    assert c_agg.context is not None
+    agg = ThresholdMaliciousAggregator(c_agg.context, cfg, names=c_agg.names,
+                                       session=c_agg.session, roster=roster)
+    by_name = {i.name: i for i in identities}
+    cache = VerificationCache()
+    roles = [ThresholdMaliciousParty(y, s, keys=k, config=cfg, identity=by_name[k.name],
+                                     roster=roster, policy=pol, verification_cache=cache)
+             for (y, s), k in zip(data, keys, strict=True)]
+    on_net = [party_role(k.name) for k in keys]
+    commits = net.gather(on_net, AGGREGATOR, [r.commit() for r in roles])
+    start = net.broadcast(AGGREGATOR, on_net, agg.start(commits))
+    say(f"parties encrypt {cfg.runs} runs under the collective key")
+    agg.begin()
+    for sub in net.gather(on_net, AGGREGATOR,
+                          [r.submit(st) for r, st in zip(roles, start, strict=True)]):
+        agg.add(sub)
+    say("every party recomputes the aggregate and sends its key-switch share")
+    requests = net.broadcast(AGGREGATOR, on_net, agg.switch_request())
+    shares = net.gather(on_net, AGGREGATOR,
+                        [r.share(q) for r, q in zip(roles, requests, strict=True)])
+    response = net.broadcast(AGGREGATOR, on_net, agg.finish_shares(shares))
+    say("parties decrypt with the result key and verify")
+    aucs = [r.finalize(resp) for r, resp in zip(roles, response, strict=True)]
+    if max(aucs) - min(aucs) > cfg.tolerance:
+        raise TamperingDetected("parties obtained different AUC values", check="agreement")
+    up, down = bytes_per_party(net.accounting, ("fhauc-m/commit", "fhauc-m/start",
+                                                "fhauc-mt/submit", "fhauc-mt/switch",
+                                                "fhauc-mt/share", "fhauc-mt/result"), before)
+    net.accounting.add_clock(agg.clock)
+    for r in roles:
+        net.accounting.add_clock(r.clock)
+    bits = cfg.cheat_bound_bits()
+    return SecureAUCResult(
+        auc=aucs[0], error_bound=roles[0].error_bound, verified=True, cheat_bound_bits=bits,
+        parties=len(roles), decision_points=cfg.n_points, security="malicious",
+        masking="single", preset=cfg.preset, bytes_up_per_party=up,
+        bytes_down_per_party=down, aggregator_seconds=agg.timing["total_s"],
+        setup_bytes_to_aggregator=0, setup_seconds=setup_s,
+        included=[c_agg.names[i] for i in agg.participants],
+        extra={"keys": "threshold", "verified": True, "cheat_bound_bits": bits,
+               "smudging_bits": switch_smudging_bits(c_agg.context.params, len(roles)),
+               "splits": cfg.splits, "runs": cfg.runs, "tolerance": cfg.tolerance,
+               "auc_runs": roles[0].verification.get("auc_runs")},
     )

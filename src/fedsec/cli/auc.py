@@ -384,7 +384,7 @@ def register(sub: Any) -> None:
     p.add_argument("--keys", choices=["single", "threshold"], default="single",
                    help="who holds the decryption key: every party the same one (single, "
                         "default) or each party a share of a collective key that exists "
-                        "nowhere (threshold; semi-honest, fixed decision points)")
+                        "nowhere (threshold; fixed decision points)")
     p.add_argument("--masking", choices=["single", "pair"], default="single",
                    help="semi-honest masking: single mask c (journal version) or the (c, d) "
                         "pair (conference version)")
