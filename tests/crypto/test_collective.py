@@ -13,8 +13,6 @@ import pytest
 
 from fedsec.auc.common import local_federation
 from fedsec.crypto import multiparty as mpc
-from fedsec.crypto.ckks import CKKSContext
-from fedsec.crypto.ckks_keys import CKKSKeys
 from fedsec.crypto.collective import (
     CollectiveKeyAggregator,
     CollectiveKeyParty,
@@ -116,42 +114,40 @@ def test_a_share_other_than_the_committed_one_is_refused(first) -> None:  # type
         _play(first, hook)
 
 
-def test_a_public_key_off_the_common_polynomial_is_refused(first, honest) -> None:  # type: ignore[no-untyped-def]
-    """The aggregator's own key pair in place of the collective one (``(-a' s' + e, a')``
-    for a secret ``s'`` it knows, here a random pair) is refused before anything is
-    encrypted under it: its random half is not the common polynomial."""
-    good_agg, _ = honest
-    ctx = good_agg.context
-    mp = mpc._mp(ctx.params)
-    own = mpc.KeyShare(ctx.params)
-    seed = bytes(range(32))
-    b = mpc._unpack(mp, own.public_key_share(seed), "mpckks/pk-share", len(mp.primes), 1)[0]
-    bad = CKKSContext(CKKSKeys(ctx.params,
-                               public_key=mpc._public_key(mp, b, mp.crs(seed, "pk")),
-                               relin_keys=ctx.keys.relin_keys,
-                               galois_keys=ctx.keys.galois_keys, rotations=ctx.rotations,
-                               conjugate=ctx.conjugate_key))
+def test_a_public_key_of_the_aggregators_choosing_fails(first) -> None:  # type: ignore[no-untyped-def]
+    """Only the keys' data halves travel; the aggregator replaces the public key's with one
+    of its own choosing. Each party rebuilds the random half itself (so ``(0, 0)`` or a
+    key pair of the aggregator's cannot be sent at all) and the known answer fails."""
+    mp = mpc._mp(SPEC_PARAMS)
 
     def hook(step: str, msgs: list[bytes]) -> list[bytes]:
         if step != "keys":
             return msgs
-        meta = wire.decode(msgs[0]).meta
-        return [wire.encode("mpkeys/keys", meta, [bad.public_bytes()])] * len(msgs)
+        outer = wire.decode(msgs[0])
+        inner = wire.decode(outer.blobs[0])
+        fake = mp.crs(bytes(range(32)), "pk")   # any polynomial: uniform residues
+        blobs = [np.ascontiguousarray(fake, dtype="<u8").tobytes(), *inner.blobs[1:]]
+        compact = wire.encode("mpckks/compact-keys", inner.meta, blobs)
+        return [wire.encode("mpkeys/keys", outer.meta, [compact])] * len(msgs)
 
-    with pytest.raises(TamperingDetected, match="common random"):
+    with pytest.raises(ProtocolError, match="known-answer"):
         _play(first, hook)
 
 
-def test_keys_shown_differently_to_one_party_are_caught(first, honest) -> None:  # type: ignore[no-untyped-def]
-    """Equivocation: party 0 receives another run's (working) collective keys."""
-    other_agg, _ = honest
+def test_keys_shown_differently_to_one_party_are_caught(first) -> None:  # type: ignore[no-untyped-def]
+    """Equivocation: party 0 receives keys whose data halves differ from the others'
+    (another polynomial in the public key's place)."""
+    mp = mpc._mp(SPEC_PARAMS)
 
     def hook(step: str, msgs: list[bytes]) -> list[bytes]:
         if step != "keys":
             return msgs
-        meta = wire.decode(msgs[0]).meta
-        return [wire.encode("mpkeys/keys", meta, [other_agg.context.public_bytes()]),
-                *msgs[1:]]
+        outer = wire.decode(msgs[0])
+        inner = wire.decode(outer.blobs[0])
+        fake = mp.crs(bytes(range(32)), "pk")
+        blobs = [np.ascontiguousarray(fake, dtype="<u8").tobytes(), *inner.blobs[1:]]
+        compact = wire.encode("mpckks/compact-keys", inner.meta, blobs)
+        return [wire.encode("mpkeys/keys", outer.meta, [compact]), *msgs[1:]]
 
     with pytest.raises((TamperingDetected, ProtocolError)):
         _play(first, hook)

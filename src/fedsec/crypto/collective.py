@@ -22,9 +22,11 @@ Rounds (protocol ``"mpkeys"``, bound to the first set-up's session and the key s
 3. **relin / relin2** - the aggregator checks each revealed share against its commitment,
    adds them up and sends the round-1 relinearisation sums; each party answers with its
    round-2 share.
-4. **keys / check** - the aggregator sends the collective public material. A party checks
-   that the public key's random half is the common polynomial (a public key of ``(0, 0)``
-   would encrypt in the clear and still decrypt "correctly") and computes its decryption
+4. **keys / check** - the aggregator sends the collective keys' data halves only
+   (:func:`fedsec.crypto.multiparty.aggregate_compact_keys`); each party rebuilds the keys
+   with random halves it expands itself from the common seed and the round-1 sums (so no
+   key can have a random half of the aggregator's choosing: a public key of ``(0, 0)``
+   would encrypt in the clear and still decrypt "correctly"), and computes its decryption
    share of a *known-answer* ciphertext that every party computes itself from the
    transcript (:func:`fedsec.crypto.multiparty.known_answer_ciphertext`: it exercises the
    public key, every Galois key and the relinearisation key). It signs the hash of the
@@ -50,8 +52,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fedsec.crypto import multiparty as mpc
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.ckks_keys import CKKSKeys
@@ -59,7 +59,7 @@ from fedsec.crypto.identity import Identity, Roster
 from fedsec.crypto.keysetup import KeySpec, PartyKeys, party_role
 from fedsec.crypto.params import get_preset
 from fedsec.crypto.rawpoly import secret_key_coeffs
-from fedsec.crypto.sealio import galois_element, plain_seal_bytes, save
+from fedsec.crypto.sealio import galois_element
 from fedsec.errors import ProtocolError, TamperingDetected
 from fedsec.protocol import wire
 from fedsec.protocol.binding import BROADCAST, Binding, ReplayRefused
@@ -302,11 +302,13 @@ class CollectiveKeyParty:
                what="the collective keys", broadcast=True)
         if len(msg.blobs) != 1:
             raise ProtocolError("malformed collective keys")
-        ctx = CKKSContext.from_public_bytes(msg.blobs[0],
-                                            allow_insecure=self._spec.allow_insecure)
-        if ctx.has_secret_key or not self._spec.matches(ctx):
-            raise ProtocolError("the collective keys are not the ones the spec asks for")
-        _check_public_key(ctx, _crs_seed(self.session))
+        # only the keys' data halves travel: the random halves are this party's own
+        # expansion of the common seed and the round-1 sums it received
+        pk, gk, rk = mpc.keys_from_compact(self._params, _crs_seed(self.session),
+                                           self._relin_sum, self._elts, msg.blobs[0])
+        ctx = CKKSContext(CKKSKeys(self._params, public_key=pk, relin_keys=rk,
+                                   galois_keys=gk, rotations=self._spec.rotations,
+                                   conjugate=self._spec.conjugate))
         self._context = ctx
         self._keys_hash = hashlib.sha256(msg.blobs[0]).digest()
         self._kat_seed = _h(b"fedsec/mpkeys/kat", self.session.encode(),
@@ -363,20 +365,6 @@ def _parse_check(raw: bytes, session: str, names: Sequence[str]) -> tuple[int, b
     return idx, msg.blobs[0], msg.blobs[1]
 
 
-def _check_public_key(ctx: CKKSContext, seed: bytes) -> None:
-    """The collective public key's second polynomial must be the common random one."""
-    pk = ctx.keys.public_key
-    mp = mpc._mp(ctx.params)
-    _, body = plain_seal_bytes(save(pk), "public key", max_expansion=1 << 16)
-    count = 2 * len(mp.primes) * mp.n
-    if len(body) < 8 * count:
-        raise ProtocolError("malformed collective public key")
-    arr = np.frombuffer(body[len(body) - 8 * count:], dtype="<u8").reshape(2, -1, mp.n)
-    if not np.array_equal(arr[1], mp.crs(seed, "pk")):
-        raise TamperingDetected("the collective public key is not over the common random "
-                                "polynomial", check="public-key")
-
-
 class CollectiveKeyAggregator:
     """The aggregator of the collective key set-up: it relays, adds public shares up and
     builds SEAL's key objects; it never holds a secret.
@@ -401,8 +389,7 @@ class CollectiveKeyAggregator:
         self._params = get_preset(spec.preset, allow_insecure=spec.allow_insecure)
         self._elts = _galois_elements(spec)
         self._commits: dict[int, bytes] = {}
-        self._pk: Any = None
-        self._gk: Any = None
+        self._key_sums = b""
         self._relin_sum: bytes | None = None
         self.context: CKKSContext | None = None
         self._kat_seed = b""
@@ -458,12 +445,10 @@ class CollectiveKeyAggregator:
                 raise ProtocolError(f"the shares of {self.names[idx]!r} are not the ones it "
                                     "committed to")
         order = sorted(msgs)
-        seed = _crs_seed(self.session)
         p = self._params
-        self._pk = mpc.aggregate_public_key(p, seed, (msgs[i].blobs[0] for i in order))
-        self._gk = mpc.aggregate_galois_keys(
-            p, seed, {g: [msgs[i].blobs[1 + k] for i in order]
-                      for k, g in enumerate(self._elts)})
+        self._key_sums = mpc.aggregate_key_sums(
+            p, self._elts, (msgs[i].blobs[0] for i in order),
+            {g: [msgs[i].blobs[1 + k] for i in order] for k, g in enumerate(self._elts)})
         self._relin_sum = mpc.aggregate_relin_round1(p, (msgs[i].blobs[-1] for i in order))
         meta = self._binding.bind({}, step="relin", to=BROADCAST)
         return wire.encode("mpkeys/relin", meta, [self._relin_sum])
@@ -478,16 +463,17 @@ class CollectiveKeyAggregator:
             if len(msg.blobs) != 1:
                 raise ProtocolError(f"malformed relinearisation share from "
                                     f"{self.names[idx]!r}")
-        rk = mpc.aggregate_relin_key(self._params, self._relin_sum,
-                                     (msgs[i].blobs[0] for i in sorted(msgs)))
-        self.context = CKKSContext(CKKSKeys(self._params, public_key=self._pk, relin_keys=rk,
-                                            galois_keys=self._gk,
-                                            rotations=self._spec.rotations,
+        compact = mpc.aggregate_compact_keys(self._params, self._key_sums,
+                                             (msgs[i].blobs[0] for i in sorted(msgs)))
+        pk, gk, rk = mpc.keys_from_compact(self._params, _crs_seed(self.session),
+                                           self._relin_sum, self._elts, compact)
+        self.context = CKKSContext(CKKSKeys(self._params, public_key=pk, relin_keys=rk,
+                                            galois_keys=gk, rotations=self._spec.rotations,
                                             conjugate=self._spec.conjugate))
         self._kat_seed = _h(b"fedsec/mpkeys/kat", self.session.encode(),
                             *[self._commits[i] for i in range(len(self.names))])
         meta = self._binding.bind({}, step="keys", to=BROADCAST)
-        return wire.encode("mpkeys/keys", meta, [self.context.public_bytes()])
+        return wire.encode("mpkeys/keys", meta, [compact])
 
     @receives("mpkeys/check")
     def confirm(self, raws: Sequence[bytes]) -> bytes:

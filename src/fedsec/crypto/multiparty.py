@@ -67,6 +67,7 @@ from fedsec.protocol import wire
 __all__ = ["MultipartyParams", "KeyShare", "RelinRound1", "aggregate_public_key",
            "aggregate_galois_keys", "aggregate_relin_round1", "aggregate_relin_key",
            "combine_decryption", "combine_switch", "smudging_bits", "crs_seed_bytes",
+           "aggregate_key_sums", "aggregate_compact_keys", "keys_from_compact",
            "deal_threshold_shares",
            "ThresholdKeyShare", "MAX_PARTIES", "commit_share", "open_commitments",
            "known_answer_ciphertext", "known_answer_share", "check_known_answer",
@@ -628,6 +629,85 @@ def open_commitments(shares: Mapping[str, bytes], commitments: Mapping[str, byte
             raise ProtocolError(f"the key share of {sender!r} is not the one it committed to")
         out.append(shares[sender])
     return out
+
+
+def aggregate_key_sums(params: CKKSParams, galois_elts: Sequence[int],
+                       pk_shares: Iterable[bytes],
+                       galois_shares: Mapping[int, Iterable[bytes]]) -> bytes:
+    """The data halves of the public and Galois keys (``sum p_i`` and every Galois key's
+    sums), packed; shares are added as they stream in."""
+    mp = _mp(params)
+    rows = len(mp.primes)
+    meta = {"preset": params.name}
+    elts = [_check_galois(g, mp.n) for g in galois_elts]
+    if sorted(set(elts)) != elts or set(elts) != set(galois_shares):
+        raise ValueError("the Galois elements must be sorted, distinct and match the shares")
+    polys = _accumulate(mp, pk_shares, "mpckks/pk-share", rows, 1, meta)
+    for g in elts:
+        polys += _accumulate(mp, galois_shares[g], "mpckks/galois-share", rows, mp.decomp,
+                             {**meta, "galois": g})
+    return _pack("mpckks/key-sums", {**meta, "galois": elts}, polys)
+
+
+def aggregate_compact_keys(params: CKKSParams, key_sums: bytes,
+                           relin_shares: Iterable[bytes]) -> bytes:
+    """The collective keys as their data halves only, one message: ``key_sums``
+    (:func:`aggregate_key_sums`) and the relinearisation key's first halves.
+
+    The other halves are public already - the common random polynomials of the seed and
+    the round-1 relinearisation sums every party received - so a party rebuilds SEAL's key
+    objects from this message (:func:`keys_from_compact`) at half the bytes of sending
+    them, and the random half of every key is one it derived itself.
+    """
+    mp = _mp(params)
+    rows = len(mp.primes)
+    msg = wire.decode(key_sums, expect="mpckks/key-sums")
+    elts = msg.meta.get("galois")
+    if not isinstance(elts, list):
+        raise ProtocolError("invalid mpckks/key-sums: galois")
+    polys = _unpack(mp, key_sums, "mpckks/key-sums", rows, 1 + mp.decomp * len(elts),
+                    {"preset": params.name})
+    sums = _accumulate(mp, relin_shares, "mpckks/relin-share2", rows, 2 * mp.decomp,
+                       {"preset": params.name})
+    polys += [mp.add(sums[j], sums[mp.decomp + j]) for j in range(mp.decomp)]
+    return _pack("mpckks/compact-keys", {"preset": params.name, "galois": elts}, polys)
+
+
+def keys_from_compact(params: CKKSParams, crs_seed: bytes, round1_sum: bytes,
+                      galois_elts: Sequence[int], compact: bytes) -> tuple[Any, Any, Any]:
+    """SEAL's ``(PublicKey, GaloisKeys, RelinKeys)`` from :func:`aggregate_compact_keys`'s
+    message, with the random halves rebuilt from ``crs_seed`` and ``round1_sum``.
+
+    Raises
+    ------
+    ProtocolError
+        If the message is malformed or for other Galois elements.
+    """
+    mp = _mp(params)
+    elts = [_check_galois(g, mp.n) for g in galois_elts]
+    rows = len(mp.primes)
+    count = 1 + mp.decomp * len(elts) + mp.decomp
+    polys = _unpack(mp, compact, "mpckks/compact-keys", rows, count,
+                    {"preset": params.name, "galois": elts})
+    h = _unpack(mp, round1_sum, "mpckks/relin-sum1", rows, 2 * mp.decomp,
+                {"preset": params.name})
+    pk = _public_key(mp, polys[0], mp.crs(crs_seed, "pk"))
+    per_elt = []
+    for k, g in enumerate(elts):
+        base = 1 + k * mp.decomp
+        per_elt.append([[polys[base + j], mp.crs(crs_seed, f"galois/{g}/{j}")]
+                        for j in range(mp.decomp)])
+    gen = seal.KeyGenerator(mp.seal_context)
+    gtmpl = seal.GaloisKeys()
+    gen.create_galois_keys(elts, gtmpl)
+    gk = _switching_keys(mp, gtmpl, per_elt, seal.GaloisKeys(), "collective Galois keys")
+    base = 1 + mp.decomp * len(elts)
+    rkeys = [[polys[base + j], h[mp.decomp + j]] for j in range(mp.decomp)]
+    rtmpl = seal.RelinKeys()
+    gen.create_relin_keys(rtmpl)
+    rk = _switching_keys(mp, rtmpl, [rkeys], seal.RelinKeys(),
+                         "collective relinearisation keys")
+    return pk, gk, rk
 
 
 def aggregate_public_key(params: CKKSParams, crs_seed: bytes, shares: Iterable[bytes]) -> Any:
