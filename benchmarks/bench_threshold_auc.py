@@ -6,8 +6,9 @@ Three parts, at each federation size of ``--parties``:
 * **set-up**: the collective key set-up played role by role (``fedsec.crypto.collective``);
   per party: rounds, bytes sent and received (counted by the network), CPU seconds (the
   median party); the aggregator's CPU seconds.
-* **evaluation**: ``secure_auc(..., keys="single")`` and ``keys="threshold"`` on the same
-  data (``--samples`` per party, 100 decision points), interleaved, ``--repeats`` times:
+* **evaluation**: ``secure_auc(..., keys="single")`` and ``keys="threshold"``, each in both
+  security modes, on the same data (``--samples`` per party, 100 decision points),
+  interleaved, ``--repeats`` times:
   wall seconds of the whole run and of the evaluation after set-up, bytes per party, the
   error against the plaintext trapezoid.
 * **margin**: the aggregate's data-independent noise ``B`` (zero statistics, real collective
@@ -121,11 +122,13 @@ def evaluation(n: int, repeats: int, samples: int) -> dict[str, Any]:
     y = np.concatenate([d[0] for d in data])
     s = np.concatenate([d[1] for d in data])
     want = trapezoid_auc(y, s, 100)
-    runs: dict[str, list[dict[str, float]]] = {"single": [], "threshold": []}
+    modes = [(k, sec) for sec in ("semi-honest", "malicious") for k in ("single", "threshold")]
+    runs: dict[str, list[dict[str, float]]] = {f"{k}/{sec}": [] for k, sec in modes}
     for _ in range(repeats):
-        for mode in ("single", "threshold"):  # interleaved
+        for keys, security in modes:  # interleaved
+            mode = f"{keys}/{security}"
             t0 = time.perf_counter()
-            r = secure_auc(data, decision_points=100, keys=mode)
+            r = secure_auc(data, decision_points=100, keys=keys, security=security)
             wall = time.perf_counter() - t0
             runs[mode].append({"wall_s": wall, "evaluation_s": wall - r.setup_seconds,
                                "setup_s": r.setup_seconds,
