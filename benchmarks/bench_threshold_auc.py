@@ -37,9 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from fedsec.auc.common import local_federation  # noqa: E402
-from fedsec.auc.fhauc import FHAUCConfig, combine_sums, secure_auc  # noqa: E402
+from fedsec.auc.fhauc import FHAUCConfig, secure_auc  # noqa: E402
 from fedsec.auc.fhauc_threshold import THRESHOLD_PRESET, switch_smudging_bits  # noqa: E402
-from fedsec.crypto import multiparty as M  # noqa: E402
 from fedsec.crypto.collective import (  # noqa: E402
     CollectiveKeyAggregator,
     CollectiveKeyParty,
@@ -47,6 +46,7 @@ from fedsec.crypto.collective import (  # noqa: E402
 from fedsec.crypto.keysetup import KeySpec, party_role, run_key_setup  # noqa: E402
 from fedsec.metrics import trapezoid_auc  # noqa: E402
 from fedsec.protocol.network import Network  # noqa: E402
+from fedsec.testing.multiparty import aggregate_noise_bits  # noqa: E402
 
 AGG = "aggregator"
 
@@ -153,24 +153,11 @@ def margin(n: int, preset: str) -> dict[str, Any]:
     _, result = run_key_setup(ids, roster, KeySpec.create(preset, [], False))
     cagg, keys = run_collective_key_setup(ids, roster, cfg.key_spec(), result)
     ctx = cagg.context
-    mp = M._mp(ctx.params)
-    total = None
-    for _ in names:
-        ct = ctx.encrypt(np.zeros(ctx.slots))
-        total = ct if total is None else ctx.add(total, ct)
-    q, _ = combine_sums(ctx, [total])
-    c = M._ct_data(mp, q)
-    rows = c.shape[1]
-    sk = keys[0].share._s[:rows]
-    for k in keys[1:]:
-        sk = mp.add(sk, k.share._s[:rows])
-    m = mp.to_coeffs(mp.add(c[0], mp.mul(c[1], sk))[:1])[0].astype(object)
-    p = mp.primes[0]
-    b = max(abs(int(v) - p if int(v) > p // 2 else int(v)) for v in m)
+    noise_bits = aggregate_noise_bits(ctx, [k.share for k in keys])
     k = switch_smudging_bits(ctx.params, n)
     nring = ctx.params.poly_modulus_degree
-    return {"parties": n, "preset": preset, "noise_bits": math.log2(b), "smudging_bits": k,
-            "margin_bits": k - math.log2(b) - math.log2(nring)}
+    return {"parties": n, "preset": preset, "noise_bits": noise_bits, "smudging_bits": k,
+            "margin_bits": k - noise_bits - math.log2(nring)}
 
 
 def main() -> None:

@@ -173,9 +173,7 @@ def test_smudging_drowns_the_aggregates_noise_at_the_library_preset() -> None:
     smudging must exceed the aggregate's data-independent noise (relinearisation, rotations,
     encryption noise squared, measured here on zero statistics under real collective keys)
     by ``2^39`` times the ring degree (statistical distance ``n B / 2^k <= 2^-39``)."""
-    import math
-
-    from fedsec.auc.fhauc import combine_sums
+    from fedsec.testing.multiparty import aggregate_noise_bits
 
     names = ["p0", "p1", "p2"]
     ids, roster = local_federation(names)
@@ -183,23 +181,10 @@ def test_smudging_drowns_the_aggregates_noise_at_the_library_preset() -> None:
     _, result = run_key_setup(ids, roster, KeySpec.create(THRESHOLD_PRESET, [], False))
     cagg, keys = run_collective_key_setup(ids, roster, cfg.key_spec(), result)
     ctx = cagg.context
-    mp = mpc._mp(ctx.params)
-    total = None
-    for _ in names:
-        ct = ctx.encrypt(np.zeros(ctx.slots))
-        total = ct if total is None else ctx.add(total, ct)
-    q, _ = combine_sums(ctx, [total])
-    c = mpc._ct_data(mp, q)
-    rows = c.shape[1]
-    s = keys[0].share._s[:rows]
-    for k in keys[1:]:
-        s = mp.add(s, k.share._s[:rows])
-    m = mp.to_coeffs(mp.add(c[0], mp.mul(c[1], s))[:1])[0].astype(object)
-    p = mp.primes[0]
-    noise = max(abs(int(v) - p if int(v) > p // 2 else int(v)) for v in m)
-    n = ctx.params.poly_modulus_degree
+    noise_bits = aggregate_noise_bits(ctx, [k.share for k in keys])
+    n_bits = ctx.params.poly_modulus_degree.bit_length() - 1
     k = switch_smudging_bits(ctx.params, len(names))
-    assert k - math.log2(noise) - math.log2(n) >= 39  # measured 41.4 to 42.3
+    assert k - noise_bits - n_bits >= 39  # measured 41.4 to 42.3
 
 
 def test_aggregator_refuses_shares_for_another_set(fed) -> None:  # type: ignore[no-untyped-def]

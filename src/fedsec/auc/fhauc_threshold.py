@@ -360,6 +360,32 @@ class ThresholdFHAUCAggregator(FHAUCAggregator):
                             "add, switch_request and finish_shares")
 
 
+def _threshold_federation(parties: Sequence[tuple[ArrayLike, ArrayLike]],
+                          names: Sequence[str] | None, cfg: Any, allow_insecure: bool,
+                          net: Network, say: Callable[[str], None]) -> tuple[
+                              list[tuple[np.ndarray, np.ndarray]], dict[str, Identity],
+                              Roster, Any, list[CollectiveKeys], float]:
+    """Both key set-ups of an in-process threshold run: the data, identities by name, the
+    roster, the collective aggregator, every party's keys and the set-up's seconds."""
+    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
+    identities, roster = local_federation(party_names)
+    say(f"key set-up: {len(data)} parties, result key and collective keys ({cfg.preset})")
+    t0 = time.perf_counter()
+    result_spec = KeySpec.create(cfg.preset, [], False, allow_insecure=allow_insecure)
+    _, result_keys = run_key_setup(identities, roster, result_spec, network=net)
+    c_agg, keys = run_collective_key_setup(identities, roster, cfg.key_spec(), result_keys,
+                                           network=net)
+    assert c_agg.context is not None
+    return (data, {i.name: i for i in identities}, roster, c_agg, keys,
+            time.perf_counter() - t0)
+
+
+def _setup_bytes_to_aggregator(net: Network) -> int:
+    """Every byte both key set-ups sent the aggregator (all parties together)."""
+    return sum(b for (_src, dst, kind), b in net.accounting.bytes_by_message.items()
+               if dst == AGGREGATOR and kind.split("/")[0] in ("keys", "mpkeys"))
+
+
 def secure_auc_threshold(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
                          decision_points: Any = 100, masking: str = "single",
                          preset: str | None = None, names: Sequence[str] | None = None,
@@ -375,22 +401,13 @@ def secure_auc_threshold(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
     preset = preset if preset is not None else THRESHOLD_PRESET
     cfg = FHAUCConfig.create(decision_points, preset=preset, masking=masking,
                              allow_insecure=allow_insecure)
-    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
-    identities, roster = local_federation(party_names)
-    say(f"key set-up: {len(data)} parties, result key and collective keys ({cfg.preset})")
-    t0 = time.perf_counter()
-    result_spec = KeySpec.create(cfg.preset, [], False, allow_insecure=allow_insecure)
-    ks_agg, result_keys = run_key_setup(identities, roster, result_spec, network=net)
-    c_agg, keys = run_collective_key_setup(identities, roster, cfg.key_spec(), result_keys,
-                                           network=net)
-    setup_s = time.perf_counter() - t0
-    assert c_agg.context is not None
+    data, by_name, roster, c_agg, keys, setup_s = _threshold_federation(
+        parties, names, cfg, allow_insecure, net, say)
     agg = ThresholdFHAUCAggregator(c_agg.context, cfg, names=c_agg.names,
                                    session=c_agg.session, roster=roster)
     policy = PartyPolicy(max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
                          min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, cfg.n_points),
                          presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
-    by_name = {i.name: i for i in identities}
     roles = [ThresholdFHAUCParty(y, s, keys=k, identity=by_name[k.name], config=cfg,
                                  roster=roster, policy=policy)
              for (y, s), k in zip(data, keys, strict=True)]
@@ -423,7 +440,8 @@ def secure_auc_threshold(parties: Sequence[tuple[ArrayLike, ArrayLike]], *,
         decision_points=cfg.n_points, security="semi-honest", masking=cfg.masking,
         preset=cfg.preset, bytes_up_per_party=up, bytes_down_per_party=down,
         aggregator_seconds=agg.timing["total_s"],
-        setup_bytes_to_aggregator=ks_agg.public_bytes_size, setup_seconds=setup_s,
+        setup_bytes_to_aggregator=_setup_bytes_to_aggregator(net),
+        setup_seconds=setup_s,
         included=list(roles[0].included),
         extra={"keys": "threshold", "smudging_bits": k,
                "aggregator_deserialize_s": agg.timing["deserialize_s"],
@@ -651,19 +669,10 @@ def secure_auc_threshold_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]
                       max_decision_points=max(DEFAULT_MAX_DECISION_POINTS, cfg.n_points),
                       min_decision_points=min(DEFAULT_MIN_DECISION_POINTS, cfg.n_points),
                       presets=(cfg.preset,), max_key_bytes=IN_PROCESS_MAX_KEY_BYTES)
-    data, party_names = prepare_federation(parties, names, cfg.max_total_samples)
-    identities, roster = local_federation(party_names)
-    say(f"key set-up: {len(data)} parties, result key and collective keys ({cfg.preset})")
-    t0 = time.perf_counter()
-    result_spec = KeySpec.create(cfg.preset, [], False, allow_insecure=allow_insecure)
-    _, result_keys = run_key_setup(identities, roster, result_spec, network=net)
-    c_agg, keys = run_collective_key_setup(identities, roster, cfg.key_spec(), result_keys,
-                                           network=net)
-    setup_s = time.perf_counter() - t0
-    assert c_agg.context is not None
+    data, by_name, roster, c_agg, keys, setup_s = _threshold_federation(
+        parties, names, cfg, allow_insecure, net, say)
     agg = ThresholdMaliciousAggregator(c_agg.context, cfg, names=c_agg.names,
                                        session=c_agg.session, roster=roster)
-    by_name = {i.name: i for i in identities}
     cache = VerificationCache()
     roles = [ThresholdMaliciousParty(y, s, keys=k, config=cfg, identity=by_name[k.name],
                                      roster=roster, policy=pol, verification_cache=cache)
@@ -697,7 +706,8 @@ def secure_auc_threshold_malicious(parties: Sequence[tuple[ArrayLike, ArrayLike]
         parties=len(roles), decision_points=cfg.n_points, security="malicious",
         masking="single", preset=cfg.preset, bytes_up_per_party=up,
         bytes_down_per_party=down, aggregator_seconds=agg.timing["total_s"],
-        setup_bytes_to_aggregator=0, setup_seconds=setup_s,
+        setup_bytes_to_aggregator=_setup_bytes_to_aggregator(net),
+        setup_seconds=setup_s,
         included=[c_agg.names[i] for i in agg.participants],
         extra={"keys": "threshold", "verified": True, "cheat_bound_bits": bits,
                "smudging_bits": switch_smudging_bits(c_agg.context.params, len(roles)),

@@ -62,3 +62,29 @@ def rogue_public_key_share(params: Any, crs_seed: bytes, own: multiparty.KeyShar
         theirs = multiparty._unpack(mp, share, "mpckks/pk-share", len(mp.primes), 1)[0]
         mine = mp.sub(mine, theirs)
     return multiparty._pack("mpckks/pk-share", {"preset": params.name}, [mine])
+
+
+def aggregate_noise_bits(ctx: CKKSContext, shares: list[multiparty.KeyShare]) -> float:
+    """``log2`` of the largest coefficient of the noise of secure AUC's aggregate ``Q`` on
+    zero statistics - its *data-independent* noise (relinearisation, rotations, the
+    encryption noise squared) - under collective keys: one encryption of zeros per share,
+    added, squared and summed as the aggregator does, decrypted with the sum of every key
+    share (which only a test holds). What threshold AUC's smudging must drown."""
+    import math
+
+    from fedsec.auc.fhauc import combine_sums
+
+    mp = multiparty._mp(ctx.params)
+    total = None
+    for _ in shares:
+        ct = ctx.encrypt(np.zeros(ctx.slots))
+        total = ct if total is None else ctx.add(total, ct)
+    q, _ = combine_sums(ctx, [total])
+    c = multiparty._ct_data(mp, q)
+    rows = c.shape[1]
+    s = shares[0]._s[:rows]
+    for k in shares[1:]:
+        s = mp.add(s, k._s[:rows])
+    m = mp.to_coeffs(mp.add(c[0], mp.mul(c[1], s))[:1])[0].astype(object)
+    p = mp.primes[0]
+    return math.log2(max(abs(int(v) - p if int(v) > p // 2 else int(v)) for v in m))
