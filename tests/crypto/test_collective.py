@@ -199,3 +199,41 @@ def test_every_participant_must_commit(first) -> None:  # type: ignore[no-untype
 
     with pytest.raises(ProtocolError, match="every participant"):
         _play(first, hook)
+
+
+def test_a_party_resumed_from_disk_between_every_round(first) -> None:  # type: ignore[no-untyped-def]
+    """A stateless runtime saves each party after every round and loads it for the next:
+    the keys come out the same as in one object, and the saved keys round-trip."""
+    from fedsec.crypto.collective import CollectiveKeys
+
+    ids, roster, result = first
+
+    def resume(p: CollectiveKeyParty) -> CollectiveKeyParty:
+        i = [x.name for x in ids].index(p.name)
+        return CollectiveKeyParty.from_bytes(p.to_bytes(), ids[i], roster, SPEC, result[i])
+
+    parties = [CollectiveKeyParty(i, roster, SPEC, k) for i, k in zip(ids, result,
+                                                                       strict=True)]
+    agg = CollectiveKeyAggregator(roster, SPEC, names=result[0].names,
+                                  result_session=result[0].session)
+    commits = [p.commit() for p in parties]
+    parties = [resume(p) for p in parties]
+    relayed = agg.commits(commits)
+    reveals = [p.reveal(relayed) for p in parties]
+    parties = [resume(p) for p in parties]
+    sums = agg.reveals(reveals)
+    relin2 = [p.relin(sums) for p in parties]
+    parties = [resume(p) for p in parties]
+    keys = agg.relin_keys(relin2)
+    checks = [p.check(keys) for p in parties]
+    parties = [resume(p) for p in parties]
+    done = agg.confirm(checks)
+    out = [CollectiveKeys.from_bytes(p.finish(done).to_bytes(), allow_insecure=True)
+           for p in parties]
+    ctx = agg.context
+    x = np.linspace(-1, 1, ctx.slots)
+    ct = ctx.encrypt(x)
+    shares = [k.share.decryption_share(ct, smudging=20) for k in out]
+    assert np.max(np.abs(mpc.combine_decryption(ctx, ct, shares).real - x)) < 1e-2
+    with pytest.raises(ProtocolError):
+        CollectiveKeyParty.from_bytes(b"junk", ids[0], roster, SPEC, result[0])

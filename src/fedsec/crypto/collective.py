@@ -52,6 +52,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedsec.crypto import multiparty as mpc
 from fedsec.crypto.ckks import CKKSContext
 from fedsec.crypto.ckks_keys import CKKSKeys
@@ -147,6 +149,38 @@ class CollectiveKeys:
     def name(self) -> str:
         return self.names[self.index]
 
+    def to_bytes(self) -> bytes:
+        """For this party's own disk (between the steps of a stateless runtime). Contains
+        the SECRET key share and the result key."""
+        keys = self.context.keys
+        meta = {"session": self.session, "names": list(self.names), "index": self.index,
+                "preset": self.context.params.name, "rotations": list(keys.rotations),
+                "conjugate": bool(keys.conjugate)}
+        return wire.encode("mpkeys/party-keys", meta, [self.share.secret_bytes(),
+                                                       self.context.public_bytes(),
+                                                       self.result.to_bytes()])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> CollectiveKeys:
+        """Load :meth:`to_bytes` (``ProtocolError`` if malformed)."""
+        msg = wire.decode(data, expect="mpkeys/party-keys")
+        try:
+            names = tuple(msg.meta["names"])
+            index = int(msg.meta["index"])
+            session = str(msg.meta["session"])
+            params = get_preset(str(msg.meta["preset"]), allow_insecure=allow_insecure)
+        except (KeyError, TypeError, ValueError):
+            raise ProtocolError("malformed collective keys state") from None
+        if len(msg.blobs) != 3 or not all(isinstance(n, str) for n in names) or \
+                not 0 <= index < len(names):
+            raise ProtocolError("malformed collective keys state")
+        share = mpc.KeyShare.from_secret_bytes(params, msg.blobs[0])
+        ctx = CKKSContext.from_public_bytes(msg.blobs[1], allow_insecure=allow_insecure)
+        result = PartyKeys.from_bytes(msg.blobs[2], allow_insecure=allow_insecure)
+        if ctx.has_secret_key or ctx.params.name != params.name or result.names != names:
+            raise ProtocolError("malformed collective keys state")
+        return cls(session, names, index, share, ctx, result)
+
     def result_share(self) -> mpc.KeyShare:
         """The result key as a :class:`~fedsec.crypto.multiparty.KeyShare` (for the key
         switch from the collective key to it)."""
@@ -215,12 +249,65 @@ class CollectiveKeyParty:
         self._commits: dict[int, bytes] = {}
         self._relin_sum: bytes | None = None
         self._context: CKKSContext | None = None
+        self._compact = b""
         self._keys_hash: bytes = b""
         self._kat_seed: bytes = b""
 
     @property
     def name(self) -> str:
         return self._id.name
+
+    def to_bytes(self) -> bytes:
+        """This party's state between rounds, for its own disk (a stateless runtime).
+        Contains the SECRET key share and the relinearisation round's ephemeral secret."""
+        meta = {"session": self.session, "commits": {str(i): d.hex() for i, d in
+                                                     self._commits.items()},
+                "keys_hash": self._keys_hash.hex(), "kat_seed": self._kat_seed.hex(),
+                "share": self._share is not None, "u": self._relin_state is not None}
+        share = self._share.secret_bytes() if self._share is not None else b""
+        u = (np.ascontiguousarray(self._relin_state.u, dtype="<u8").tobytes()
+             if self._relin_state is not None else b"")
+        return wire.encode("mpkeys/party-state", meta,
+                           [share, u, self._relin_sum or b"", self._compact, *self._blobs])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, identity: Identity, roster: Roster, spec: KeySpec,
+                   result: PartyKeys) -> CollectiveKeyParty:
+        """Resume a party saved by :meth:`to_bytes` (same identity, roster, spec and
+        first set-up); ``ProtocolError`` if the state is malformed or of another set-up."""
+        party = cls(identity, roster, spec, result)
+        msg = wire.decode(data, expect="mpkeys/party-state", max_bytes=1 << 31)
+        m = msg.meta
+        try:
+            if m["session"] != party.session or len(msg.blobs) < 4:
+                raise ValueError("another set-up")
+            party._commits = {int(i): bytes.fromhex(d) for i, d in m["commits"].items()}
+            party._keys_hash = bytes.fromhex(m["keys_hash"])
+            party._kat_seed = bytes.fromhex(m["kat_seed"])
+            if m["share"]:
+                party._share = mpc.KeyShare.from_secret_bytes(party._params, msg.blobs[0])
+            if m["u"]:
+                mp = mpc._mp(party._params)
+                u = np.frombuffer(msg.blobs[1], dtype="<u8").astype(np.uint64)
+                party._relin_state = mpc.RelinRound1(
+                    mp.check_residues(u.reshape(len(mp.primes), mp.n), len(mp.primes),
+                                      "relinearisation state"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ProtocolError("malformed collective key set-up state") from None
+        party._relin_sum = msg.blobs[2] or None
+        party._compact = msg.blobs[3]
+        party._blobs = list(msg.blobs[4:])
+        if party._compact:
+            party._context = party._context_of(party._compact)
+        return party
+
+    def _context_of(self, compact: bytes) -> CKKSContext:
+        assert self._relin_sum is not None
+        pk, gk, rk = mpc.keys_from_compact(self._params, _crs_seed(self.session),
+                                           self._relin_sum, self._elts, compact)
+        return CKKSContext(CKKSKeys(self._params, public_key=pk, relin_keys=rk,
+                                    galois_keys=gk, rotations=self._spec.rotations,
+                                    conjugate=self._spec.conjugate))
 
     def commit(self) -> bytes:
         """Round 1: draw the key share, compute its public shares and commit to them."""
@@ -304,12 +391,9 @@ class CollectiveKeyParty:
             raise ProtocolError("malformed collective keys")
         # only the keys' data halves travel: the random halves are this party's own
         # expansion of the common seed and the round-1 sums it received
-        pk, gk, rk = mpc.keys_from_compact(self._params, _crs_seed(self.session),
-                                           self._relin_sum, self._elts, msg.blobs[0])
-        ctx = CKKSContext(CKKSKeys(self._params, public_key=pk, relin_keys=rk,
-                                   galois_keys=gk, rotations=self._spec.rotations,
-                                   conjugate=self._spec.conjugate))
+        ctx = self._context_of(msg.blobs[0])
         self._context = ctx
+        self._compact = msg.blobs[0]
         self._keys_hash = hashlib.sha256(msg.blobs[0]).digest()
         self._kat_seed = _h(b"fedsec/mpkeys/kat", self.session.encode(),
                             *[self._commits[i] for i in range(len(self._names))])

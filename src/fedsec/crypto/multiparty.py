@@ -303,6 +303,30 @@ class KeyShare:
     def params(self) -> CKKSParams:
         return self.mp.params
 
+    def secret_bytes(self) -> bytes:
+        """This share for the party's own disk (between the steps of a stateless runtime).
+        Contains the SECRET key share."""
+        c = self.mp.to_coeffs(self._s[:1])[0]
+        q0 = np.uint64(self.mp.primes[0])
+        signed = np.where(c > q0 // np.uint64(2), c.astype(np.int64) - np.int64(q0),
+                          c.astype(np.int64))
+        return wire.encode("mpckks/key-share", {"preset": self.mp.params.name},
+                           [signed.astype("<i8").tobytes()])
+
+    @classmethod
+    def from_secret_bytes(cls, params: CKKSParams, data: bytes) -> KeyShare:
+        """Load :meth:`secret_bytes` (``ProtocolError`` if malformed or for another
+        preset)."""
+        msg = wire.decode(data, expect="mpckks/key-share")
+        n = params.poly_modulus_degree
+        if msg.meta.get("preset") != params.name or len(msg.blobs) != 1 or \
+                len(msg.blobs[0]) != 8 * n:
+            raise ProtocolError("malformed key share")
+        coeffs = np.frombuffer(msg.blobs[0], dtype="<i8").astype(np.int64)
+        if np.any(np.abs(coeffs) > 1):
+            raise ProtocolError("malformed key share: not ternary")
+        return cls(params, _coeffs=coeffs)
+
     def _noise(self, rows: int | None = None) -> U64:
         return self.mp.from_signed(_cbd(self.mp.n), rows)
 
