@@ -271,6 +271,28 @@ def test_semi_honest_parties_keep_the_auc_by_default(federation: Callable[..., F
         assert "result: AUC" in fed.log_path(name).read_text()
 
 
+def test_threshold_keys_run_in_process(federation: Callable[..., Federation],
+                                       local_grid: Callable[..., LocalGrid],
+                                       tmp_path: Path) -> None:
+    """``keys = "threshold"``: the signed key set-up (result key), the collective key
+    set-up, submissions under the collective key, every party's key switch of the
+    aggregate it recomputed, and each party's own AUC - equal to the plaintext."""
+    fed = federation(tmp_path / "fed", NAMES)
+    paths = _data(fed)
+    grid = local_grid(_nodes(fed), {})
+    doc = _run(grid, {"security": "semi-honest", "keys": "threshold",
+                      "roster-path": str(fed.roster_path), "step-timeout": 120.0}, tmp_path)
+    assert doc["status"] == "done", doc
+    assert doc["keys"] == "threshold" and doc["preset"] == "CKKS_128_N16384_DEPTH1_S60"
+    steps = [s for s, _n, _m in _reply_meta(grid)]
+    for step in ("mk_reveal", "mk_relin", "mk_check", "mk_finish", "t_share"):
+        assert step in steps
+    for name in NAMES:
+        assert _party_result(fed, name)["auc"] == pytest.approx(_plain(paths), abs=1e-9)
+    _assert_no_data_in_replies(grid, fed, paths)
+    _no_state_left(fed)
+
+
 # --------------------------------------------------------------- errors never leak
 def test_bad_csv_is_reported_locally_as_a_check_name(federation: Callable[..., Federation],
                                                      local_grid: Callable[..., LocalGrid],

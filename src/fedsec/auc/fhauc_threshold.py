@@ -153,6 +153,22 @@ class ThresholdFHAUCParty(FHAUCParty):
         self._smudging_bits = switch_smudging_bits(keys.context.params, keys.n_parties)
 
     @property
+    def switched(self) -> list[int] | None:
+        """The parties this party's key-switch shares covered (``None`` before
+        :meth:`share`)."""
+        return None if self._switched is None else list(self._switched)
+
+    def restore(self, submission: bytes, switched: Sequence[int] | None = None) -> None:
+        """Re-enter the state after :meth:`submit` (and after :meth:`share`, with the
+        parties it covered) for a stateless runtime, which must itself remember that the
+        shares were sent (a second request is refused only within one object)."""
+        if not isinstance(submission, bytes) or not submission:
+            raise ValueError("The 'submission' parameter of restore must be this party's "
+                             "own submission bytes.")
+        self._own = submission
+        self._switched = None if switched is None else sorted(int(i) for i in switched)
+
+    @property
     def smudging_bits(self) -> int:
         """The key switch's smudging (:func:`switch_smudging_bits`)."""
         return self._smudging_bits
@@ -283,6 +299,11 @@ class ThresholdFHAUCAggregator(FHAUCAggregator):
         super().begin()
         self._raw = {}
         self._pending = None
+
+    @property
+    def included_indices(self) -> list[int]:
+        """The parties (indices into the names) whose submissions were added."""
+        return sorted(self._seen)
 
     @receives("fhauc-t/submit")
     def add(self, submission: bytes) -> int:

@@ -134,7 +134,8 @@ def _cmd_local_auc(args: argparse.Namespace) -> int:
         run_cfg: dict[str, Any] = {
             "protocol": "auc", "security": args.security, "roster-path": str(roster),
             "decision-points": str(args.decision_points) if args.decision_points == "exact"
-            else int(args.decision_points), "step-timeout": float(args.step_timeout)}
+            else int(args.decision_points), "step-timeout": float(args.step_timeout),
+            "keys": args.keys}
         run = run_local(nodes, run_cfg, workdir=workdir, timeout=args.timeout, say=say)
         doc = _checked(run, "the run", workdir)
         mine = [r for rs in run.node_results.values() for r in rs if r.get("status") == "ok"]
@@ -415,6 +416,10 @@ def register(sub: Any) -> None:
     a.add_argument("--decision-points", "-N", type=points_arg, default=100,
                    metavar="N|exact", help="uniform decision points (default 100) or 'exact' "
                                            "(refinement rounds first)")
+    a.add_argument("--keys", choices=["single", "threshold"], default="single",
+                   help="who holds the decryption key: every party (single, default) or "
+                        "each party a share (threshold; semi-honest, fixed decision points "
+                        "on Flower)")
     a.add_argument("--scores", type=scores_arg, default="probability",
                    metavar="probability|logit|range:LO:HI",
                    help="how each party reads its scores (as 'fedsec auc --scores')")

@@ -51,7 +51,7 @@ _AUC = "fedsec.runtime.flower_client"
 CLIENT_STEPS: dict[str, str] = {
     **{step: f"{_AUC}:handle_{step}" for step in (
         "hello", "offer", "deliver", "confirmed", "refine", "marks", "commit", "submit",
-        "finalize")},
+        "mk_reveal", "mk_relin", "mk_check", "mk_finish", "t_share", "finalize")},
     "ping": "fedsec.runtime.flower_ping:handle_ping",
     **{f"fedavg_{s}": f"fedsec.runtime.flower_fedavg:handle_{s}"
        for s in ("keys", "train", "end")},

@@ -84,6 +84,7 @@ from fedsec.auc.exact import (
 )
 from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
+from fedsec.auc.fhauc_threshold import ThresholdFHAUCParty
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
     DEFAULT_MAX_KEY_BYTES,
@@ -92,8 +93,9 @@ from fedsec.auc.policy import (
     DEFAULT_MIN_DECISION_POINTS,
     PartyPolicy,
 )
+from fedsec.crypto.collective import CollectiveKeyParty, CollectiveKeys
 from fedsec.crypto.identity import Identity, Roster
-from fedsec.crypto.keysetup import KeySetupParty, PartyKeys
+from fedsec.crypto.keysetup import KeySetupParty, KeySpec, PartyKeys
 from fedsec.data.io import PartyData, load_party_csv
 from fedsec.errors import (
     PolicyViolation,
@@ -383,6 +385,10 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy,
     """
     security = meta.get("security")
     try:
+        mode = key_mode(meta)
+        if mode == "threshold" and ("exact" in meta or security != "semi-honest"):
+            raise ValueError("threshold keys run semi-honest FHAUC with fixed decision "
+                             "points on Flower")
         try:
             points = readers.integer(meta, "decision-points", -_BIG, _BIG)
             preset = readers.text(meta, "preset")
@@ -428,6 +434,22 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy,
         raise ProtocolError(f"the run's protocol configuration is invalid: {exc}") from None
     policy.party.check_config(cfg)
     return cfg
+
+
+def key_mode(meta: Mapping[str, Any]) -> str:
+    """The announced key mode: ``"single"`` (default) or ``"threshold"``."""
+    mode = meta.get("keys", "single")
+    if mode not in ("single", "threshold"):
+        raise ValueError(f"unknown key mode {str(mode)[:32]!r}")
+    return str(mode)
+
+
+def first_key_spec(cfg: FHAUCConfig | MaliciousConfig, meta: Mapping[str, Any]) -> KeySpec:
+    """The first (signed) key set-up's spec: the protocol's keys, or with threshold keys
+    only the result key (the collective keys come after)."""
+    if key_mode(meta) == "threshold":
+        return KeySpec.create(cfg.preset, [], False)
+    return cfg.key_spec()
 
 
 # ------------------------------------------------------------------------ node inputs
@@ -665,8 +687,9 @@ def _resume(node: NodeSetup, *need: str
 
 def _setup_party(node: NodeSetup, cfg: FHAUCConfig | MaliciousConfig,
                  fields: dict[str, bytes]) -> KeySetupParty:
+    spec = first_key_spec(cfg, json.loads(fields["config"]))
     return KeySetupParty.from_bytes(fields["setup"], identity=node.identity,
-                                    roster=node.roster, spec=cfg.key_spec(),
+                                    roster=node.roster, spec=spec,
                                     min_parties=node.policy.min_parties(_security(cfg),
                                                                         node.roster))
 
@@ -685,7 +708,8 @@ def _hello(msg: Message, node: NodeSetup) -> _Reply:
     meta = get_meta(msg.content)
     cfg = protocol_config(meta, node.policy)
     min_parties = node.policy.min_parties(_security(cfg), node.roster)
-    party = KeySetupParty(node.identity, node.roster, cfg.key_spec(), min_parties=min_parties)
+    party = KeySetupParty(node.identity, node.roster, first_key_spec(cfg, meta),
+                          min_parties=min_parties)
     hello = party.hello()
     node.store.save(node.name, {"config": _meta_bytes(meta), "setup": party.to_bytes()})
     node_log = _node_logger(node.node_config)
@@ -738,7 +762,10 @@ def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
     then = get_meta(msg.content).get("then", "")
     exact = "exact" in json.loads(fields["config"])
     malicious = isinstance(cfg, MaliciousConfig)
+    threshold = key_mode(json.loads(fields["config"])) == "threshold"
     allowed = {""} if exact else ({"commit", "submit"} if malicious else {"submit"})
+    if threshold:
+        allowed = {"mk-commit"}
     committed = "nonce" in fields
     if then not in allowed or (malicious and then == "submit") != committed:
         raise ProtocolError("the confirmation announces a next step this run does not have")
@@ -749,6 +776,11 @@ def _confirmed(msg: Message, node: NodeSetup) -> _Reply:
     kept = {"config": fields["config"], "keys": keys.to_bytes()}
     if committed:
         kept["nonce"] = fields["nonce"]
+    if then == "mk-commit":   # threshold keys: the collective set-up's first round
+        mk = CollectiveKeyParty(node.identity, node.roster, cfg.key_spec(), keys)
+        commit = mk.commit()
+        node.store.save(node.name, {**kept, "mk": mk.to_bytes()})
+        return [commit], {}
     node.store.save(node.name, kept)
     if then == "commit":
         return _commit(msg, node)
@@ -845,6 +877,71 @@ def _submit_step(node: NodeSetup, start: bytes | None) -> _Reply:
     return [sub], {}
 
 
+def _mk_party(node: NodeSetup, cfg: FHAUCConfig | MaliciousConfig,
+              fields: dict[str, bytes]) -> CollectiveKeyParty:
+    return CollectiveKeyParty.from_bytes(fields["mk"], node.identity, node.roster,
+                                         cfg.key_spec(), _keys(fields))
+
+
+def _mk_round(name: str) -> _Step:
+    """One round of the collective key set-up (threshold keys): ``reveal``, ``relin`` or
+    ``check``, on the server's one blob; the party's state is saved for the next."""
+    def step(msg: Message, node: NodeSetup) -> _Reply:
+        cfg, fields = _resume(node, "keys", "mk")
+        party = _mk_party(node, cfg, fields)
+        out = getattr(party, name)(get_blob(msg.content))
+        node.store.save(node.name, {**fields, "mk": party.to_bytes()})
+        return [out], {}
+
+    step.__doc__ = f"Collective key set-up (threshold keys): CollectiveKeyParty.{name}."
+    return step
+
+
+def _mk_finish(msg: Message, node: NodeSetup) -> _Reply:
+    """Collective key set-up, last round: every party signed the same keys and the known
+    answer decrypts -> this party's key share; then its submission (``then="submit"``),
+    encrypted under the collective key and signed."""
+    cfg, fields = _resume(node, "keys", "mk")
+    if get_meta(msg.content).get("then", "") != "submit" or not isinstance(cfg, FHAUCConfig):
+        raise ProtocolError("the confirmation announces a next step this run does not have")
+    ckeys = _mk_party(node, cfg, fields).finish(get_blob(msg.content))
+    party = ThresholdFHAUCParty(node.data.y_true, node.data.y_score, keys=ckeys,
+                                identity=node.identity, config=cfg, roster=node.roster,
+                                policy=node.policy.party)
+    sub = party.submit()
+    node.store.save(node.name, {"config": fields["config"], "keys": fields["keys"],
+                                "ckeys": ckeys.to_bytes(), "own": sub})
+    return [sub], {}
+
+
+def _threshold_party(node: NodeSetup, cfg: FHAUCConfig, fields: dict[str, bytes]
+                     ) -> ThresholdFHAUCParty:
+    party = ThresholdFHAUCParty(node.data.y_true, node.data.y_score,
+                                keys=CollectiveKeys.from_bytes(fields["ckeys"]),
+                                identity=node.identity, config=cfg, roster=node.roster,
+                                policy=node.policy.party)
+    switched = fields.get("switched")
+    party.restore(fields["own"], None if switched is None else json.loads(switched))
+    return party
+
+
+def _t_share(msg: Message, node: NodeSetup) -> _Reply:
+    """Threshold keys: check every relayed submission, recompute the aggregate and send
+    this party's key-switch shares (once per evaluation: the refusal of a second request
+    survives on disk)."""
+    cfg, fields = _resume(node, "ckeys", "own")
+    if not isinstance(cfg, FHAUCConfig):
+        raise ProtocolError("t-share is a threshold-key semi-honest step")
+    if "switched" in fields:
+        raise NodeCheckFailed("already-switched", "this party already sent its key-switch "
+                              "shares for this evaluation")
+    party = _threshold_party(node, cfg, fields)
+    out = party.share(get_blob(msg.content))
+    node.store.save(node.name, {**fields,
+                                "switched": json.dumps(party.switched).encode()})
+    return [out], {}
+
+
 def _finalize(msg: Message, node: NodeSetup) -> _Reply:
     """Decrypt (and in malicious mode verify) the result; keep the outcome locally.
 
@@ -854,7 +951,15 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
     keys = _keys(fields)
     blobs = get_blobs(msg.content)
     security = _security(cfg)
-    if isinstance(cfg, FHAUCConfig):
+    if "ckeys" in fields:   # threshold keys
+        if len(blobs) != 1 or "switched" not in fields or not isinstance(cfg, FHAUCConfig):
+            raise ProtocolError("threshold finalize expects one result, after the key "
+                                "switch")
+        th = _threshold_party(node, cfg, fields)
+        auc = th.finalize(blobs[0])
+        included = list(th.included)
+        bound = th.error_bound
+    elif isinstance(cfg, FHAUCConfig):
         if len(blobs) != 1:
             raise ProtocolError("semi-honest finalize expects one result")
         sh = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
@@ -949,11 +1054,18 @@ handle_submit = _guarded("submit", _submit)
 handle_refine = _guarded("refine", _refine)
 handle_marks = _guarded("marks", _marks)
 handle_finalize = _guarded("finalize", _finalize)
+handle_mk_reveal = _guarded("mk_reveal", _mk_round("reveal"))
+handle_mk_relin = _guarded("mk_relin", _mk_round("relin"))
+handle_mk_check = _guarded("mk_check", _mk_round("check"))
+handle_mk_finish = _guarded("mk_finish", _mk_finish)
+handle_t_share = _guarded("t_share", _t_share)
 
 STEPS: dict[str, Callable[[Message, Context], Message]] = {
     "hello": handle_hello, "offer": handle_offer, "deliver": handle_deliver,
     "confirmed": handle_confirmed, "refine": handle_refine, "marks": handle_marks,
     "commit": handle_commit, "submit": handle_submit,
+    "mk_reveal": handle_mk_reveal, "mk_relin": handle_mk_relin, "mk_check": handle_mk_check,
+    "mk_finish": handle_mk_finish, "t_share": handle_t_share,
     "finalize": handle_finalize,
 }
 

@@ -114,10 +114,12 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousAggregator,
     MaliciousConfig,
 )
+from fedsec.auc.fhauc_threshold import ThresholdFHAUCAggregator
 from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
+from fedsec.crypto.collective import CollectiveKeyAggregator
 from fedsec.crypto.identity import Roster
-from fedsec.crypto.keysetup import KeySetupAggregator
-from fedsec.crypto.params import default_preset
+from fedsec.crypto.keysetup import KeySetupAggregator, KeySpec
+from fedsec.crypto.params import THRESHOLD_PRESET, default_preset
 from fedsec.errors import ProtocolError
 from fedsec.protocol import fields as readers
 from fedsec.protocol import wire
@@ -167,6 +169,7 @@ class RunOptions:
     max_points: int = 0        # exact mode's final grid cap; 0 = the mode's default
     max_rounds: int = DEFAULT_MAX_ROUNDS
     masking: str = "single"
+    keys: str = "single"       # "threshold": no party holds the whole key
     splits: int = 0
     tolerance: float = DEFAULT_TOLERANCE
     runs: int = DEFAULT_RUNS
@@ -204,6 +207,7 @@ class RunOptions:
                 max_points=int(get("max-points", d.max_points)),
                 max_rounds=int(get("max-rounds", d.max_rounds)),
                 masking=str(get("masking", d.masking)),
+                keys=str(get("keys", d.keys)),
                 splits=int(get("splits", d.splits)),
                 tolerance=float(get("tolerance", d.tolerance)),
                 runs=int(get("runs", d.runs)),
@@ -228,6 +232,12 @@ class RunOptions:
         if opts.security not in ("semi-honest", "malicious"):
             raise ValueError("The 'security' run config must be 'semi-honest' or 'malicious'. "
                              f"Got {opts.security!r} instead.")
+        if opts.keys not in ("single", "threshold"):
+            raise ValueError("The 'keys' run config must be 'single' or 'threshold'. "
+                             f"Got {opts.keys!r} instead.")
+        if opts.keys == "threshold" and (opts.security != "semi-honest" or opts.exact):
+            raise ValueError("The 'keys' run config 'threshold' runs on Flower with "
+                             "security 'semi-honest' and fixed decision points only.")
         if opts.num_nodes < 0:
             raise ValueError(f"The 'num-nodes' run config must be >= 0 (0 = every roster "
                              f"party). Got {opts.num_nodes} instead.")
@@ -274,7 +284,16 @@ class RunOptions:
     @property
     def preset_name(self) -> str:
         """The preset this run uses: the run config's, else the mode's default."""
+        if not self.preset and self.keys == "threshold":
+            return THRESHOLD_PRESET
         return self.preset or default_preset(self.security)
+
+    def first_key_spec(self, cfg: FHAUCConfig | MaliciousConfig) -> KeySpec:
+        """The signed key set-up's spec: the protocol's keys, or with threshold keys the
+        result key only (the collective keys follow)."""
+        if self.keys == "threshold":
+            return KeySpec.create(cfg.preset, [], False)
+        return cfg.key_spec()
 
     @property
     def exact_max_points(self) -> int:
@@ -307,6 +326,8 @@ class RunOptions:
         if self.exact:   # flat: a Flower ConfigRecord holds no nested dict
             meta.update({"exact": True, "exact-max-points": self.exact_max_points,
                          "exact-max-rounds": self.max_rounds})
+        if self.keys != "single":   # absent for single keys: their meta is unchanged
+            meta["keys"] = self.keys
         if isinstance(cfg, FHAUCConfig):
             meta["masking"] = cfg.masking
         else:
@@ -477,7 +498,9 @@ class ServerRun:
         self.require(keyed, "after key set-up")
         if self.opts.exact:
             cfg = self.refine(ks, keyed)
-        if isinstance(cfg, FHAUCConfig):
+        if isinstance(cfg, FHAUCConfig) and self.opts.keys == "threshold":
+            self.threshold(cfg, ks, keyed, roster)
+        elif isinstance(cfg, FHAUCConfig):
             self.semi_honest(cfg, ks, keyed)
         else:
             self.malicious(cfg, ks, keyed, roster)
@@ -505,7 +528,7 @@ class ServerRun:
             raise RunFailed(f"hello: only {len(hellos)} parties accepted the run; refusals: "
                             f"{sorted(set(replies.refused.values())) or 'none'} (see "
                             "parties.left_out)")
-        probe = KeySetupAggregator(roster, cfg.key_spec(), min_parties=2)
+        probe = KeySetupAggregator(roster, self.opts.first_key_spec(cfg), min_parties=2)
         order = list(hellos)
         try:
             probe.request([hellos[n] for n in order])
@@ -540,7 +563,7 @@ class ServerRun:
         hellos = self._hellos(nodes, cfg, roster)
         active = list(hellos)
         node_of = {self.names[n]: n for n in active}
-        spec = cfg.key_spec()
+        spec = self.opts.first_key_spec(cfg)
         attempt = 0
 
         def restart(step: str, reason: str) -> None:
@@ -591,6 +614,8 @@ class ServerRun:
             self.pause("deliver")
             blobs: dict[int, list[bytes]] = {n: [bundle] for n in order}
             then = "" if self.opts.exact else "submit"
+            if self.opts.keys == "threshold":
+                then = "mk-commit"   # the collective set-up's commits ride along
             if early:
                 assert isinstance(cfg, MaliciousConfig) and ks.context is not None
                 agg = MaliciousAggregator(ks.context, cfg, names=ks.names, session=ks.session,
@@ -679,6 +704,70 @@ class ServerRun:
         finals = self.step("finalize", {n: ([result], {}) for n in submitted},
                            expect_blobs=0, leave_out_refused=False)
         self.conclude(submitted, finals, SEMI_HONEST_AGREEMENT, verified_mode=False)
+
+    def threshold(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int],
+                  roster: Roster) -> None:
+        """Threshold keys: the collective key set-up (its commits came with the
+        confirmations) -> mk-reveal -> mk-relin -> mk-check -> mk-finish (with each
+        party's submission) -> t-share -> finalize. A collective key needs every keyed
+        party: anyone missing stops the run."""
+        order = list(keyed)
+
+        def every(step: str, replies: _Replies, nodes: list[int] | None = None
+                  ) -> list[bytes]:
+            nodes = order if nodes is None else nodes
+            missing = [n for n in nodes if n not in replies.ok]
+            if missing:
+                raise RunFailed(f"{step}: no reply from {[self.label(n) for n in missing]}; "
+                                "threshold keys need every party of the key set-up")
+            return [replies.ok[n][0][0] for n in nodes]
+
+        self.doc["keys"] = "threshold"
+        commits = every("mk-commit", _Replies(ok={n: (b, {}) for n, b in self.first.items()}))
+        cagg = CollectiveKeyAggregator(roster, cfg.key_spec(), names=ks.names,
+                                       result_session=ks.session)
+        try:
+            relayed = cagg.commits(commits)
+            reveals = every("mk_reveal", self.step(
+                "mk_reveal", {n: ([relayed], {}) for n in order}))
+            sums = cagg.reveals(reveals)
+            relin2 = every("mk_relin", self.step("mk_relin",
+                                                 {n: ([sums], {}) for n in order}))
+            keys = cagg.relin_keys(relin2)
+            checks = every("mk_check", self.step("mk_check",
+                                                 {n: ([keys], {}) for n in order}))
+            done = cagg.confirm(checks)
+        except ProtocolError as exc:
+            raise RunFailed(f"collective key set-up: {exc}") from None
+        assert cagg.context is not None
+        subs = self.step("mk_finish", {n: ([done], {"then": "submit"}) for n in order})
+        submitted = [n for n in order if n in subs.ok]
+        self.require(submitted, "mk_finish")
+        self.write("aggregating")
+        agg = ThresholdFHAUCAggregator(cagg.context, cfg, names=cagg.names,
+                                       session=cagg.session, roster=roster,
+                                       min_parties=self.required)
+        agg.begin()
+        for n in submitted:
+            try:
+                agg.add(subs.ok[n][0][0])
+            except ProtocolError as exc:
+                self.leave_out(n, "mk_finish", f"invalid submission: {exc}")
+        included = [n for n in submitted if self.names[n] in
+                    {cagg.names[i] for i in agg.included_indices}]
+        try:
+            request = agg.switch_request()
+            shares = every("t_share", self.step("t_share",
+                                                {n: ([request], {}) for n in included}),
+                           included)
+            result = agg.finish_shares(shares)
+        except ProtocolError as exc:
+            raise RunFailed(f"threshold key switch: {exc}") from None
+        self.doc["timings"]["aggregate_s"] = round(agg.timing["total_s"], 3)
+        self.doc["parties"]["included"] = [self.names[n] for n in included]
+        finals = self.step("finalize", {n: ([result], {}) for n in included},
+                           expect_blobs=0, leave_out_refused=False)
+        self.conclude(included, finals, SEMI_HONEST_AGREEMENT, verified_mode=False)
 
     def malicious(self, cfg: MaliciousConfig, ks: KeySetupAggregator, keyed: list[int],
                   roster: Roster) -> None:
