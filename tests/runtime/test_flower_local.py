@@ -293,6 +293,27 @@ def test_threshold_keys_run_in_process(federation: Callable[..., Federation],
     _no_state_left(fed)
 
 
+def test_threshold_keys_malicious_run_in_process(federation: Callable[..., Federation],
+                                                 local_grid: Callable[..., LocalGrid],
+                                                 tmp_path: Path) -> None:
+    """``keys = "threshold"`` against a malicious aggregator: commits after the collective
+    set-up, the start message, signed submissions, the key switch, and every party
+    verifies the answer."""
+    fed = federation(tmp_path / "fed", NAMES)
+    paths = _data(fed)
+    grid = local_grid(_nodes(fed, security="malicious"), {})
+    doc = _run(grid, {"security": "malicious", "keys": "threshold",
+                      "roster-path": str(fed.roster_path), "step-timeout": 120.0}, tmp_path)
+    assert doc["status"] == "done", doc
+    assert doc["verified"] is True and doc["keys"] == "threshold"
+    for name in NAMES:
+        res = _party_result(fed, name)
+        assert res["verified"] is True
+        assert res["auc"] == pytest.approx(_plain(paths), abs=1e-6)
+    _assert_no_data_in_replies(grid, fed, paths)
+    _no_state_left(fed)
+
+
 # --------------------------------------------------------------- errors never leak
 def test_bad_csv_is_reported_locally_as_a_check_name(federation: Callable[..., Federation],
                                                      local_grid: Callable[..., LocalGrid],

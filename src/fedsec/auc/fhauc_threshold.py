@@ -492,18 +492,28 @@ class ThresholdMaliciousParty(MaliciousParty):
 
     def __init__(self, y_true: ArrayLike, y_score: ArrayLike, *, keys: CollectiveKeys,
                  config: MaliciousConfig, identity: Identity, roster: Roster,
-                 policy: PartyPolicy | None = None,
+                 policy: PartyPolicy | None = None, nonce: bytes | None = None,
                  verification_cache: VerificationCache | None = None) -> None:
         if keys.context.params.name != config.preset:
             raise ValueError("the collective keys and the configuration use different "
                              "presets")
         super().__init__(y_true, y_score, keys=_as_result_keys(keys), config=config,
-                         identity=identity, roster=roster, policy=policy,
+                         identity=identity, roster=roster, policy=policy, nonce=nonce,
                          verification_cache=verification_cache)
         self._ck = keys
         self._own = b""
         self._switched = False
         self._smudging_bits = switch_smudging_bits(keys.context.params, keys.n_parties)
+
+    def restore_switch(self, submission: bytes, switched: bool) -> None:
+        """Re-enter the state after :meth:`submit` (and :meth:`share`) for a stateless
+        runtime, with :meth:`restore` for the start message; the runtime must itself
+        remember that the share was sent."""
+        if not isinstance(submission, bytes) or not submission:
+            raise ValueError("The 'submission' parameter of restore_switch must be this "
+                             "party's own submission bytes.")
+        self._own = submission
+        self._switched = bool(switched)
 
     def submit(self, start: bytes) -> bytes:
         """Round 2: every run encrypted under the collective public key, signed."""

@@ -418,8 +418,7 @@ def register(sub: Any) -> None:
                                            "(refinement rounds first)")
     a.add_argument("--keys", choices=["single", "threshold"], default="single",
                    help="who holds the decryption key: every party (single, default) or "
-                        "each party a share (threshold; semi-honest, fixed decision points "
-                        "on Flower)")
+                        "each party a share (threshold; fixed decision points)")
     a.add_argument("--scores", type=scores_arg, default="probability",
                    metavar="probability|logit|range:LO:HI",
                    help="how each party reads its scores (as 'fedsec auc --scores')")

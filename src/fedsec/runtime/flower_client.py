@@ -84,7 +84,7 @@ from fedsec.auc.exact import (
 )
 from fedsec.auc.fhauc import FHAUCConfig, FHAUCParty
 from fedsec.auc.fhauc_malicious import MaliciousConfig, MaliciousParty
-from fedsec.auc.fhauc_threshold import ThresholdFHAUCParty
+from fedsec.auc.fhauc_threshold import ThresholdFHAUCParty, ThresholdMaliciousParty
 from fedsec.auc.policy import (
     DEFAULT_MAX_DECISION_POINTS,
     DEFAULT_MAX_KEY_BYTES,
@@ -386,9 +386,8 @@ def protocol_config(meta: Mapping[str, Any], policy: NodePolicy,
     security = meta.get("security")
     try:
         mode = key_mode(meta)
-        if mode == "threshold" and ("exact" in meta or security != "semi-honest"):
-            raise ValueError("threshold keys run semi-honest FHAUC with fixed decision "
-                             "points on Flower")
+        if mode == "threshold" and "exact" in meta:
+            raise ValueError("threshold keys run with fixed decision points")
         try:
             points = readers.integer(meta, "decision-points", -_BIG, _BIG)
             preset = readers.text(meta, "preset")
@@ -856,6 +855,8 @@ def _submit(msg: Message, node: NodeSetup) -> _Reply:
 
 def _submit_step(node: NodeSetup, start: bytes | None) -> _Reply:
     cfg, fields = _resume(node, "keys")
+    if "ckeys" in fields:
+        return _threshold_submit(node, cfg, fields, start)
     keys = _keys(fields)
     if isinstance(cfg, FHAUCConfig):
         sub = FHAUCParty(node.data.y_true, node.data.y_score, keys=keys, config=cfg,
@@ -902,15 +903,52 @@ def _mk_finish(msg: Message, node: NodeSetup) -> _Reply:
     answer decrypts -> this party's key share; then its submission (``then="submit"``),
     encrypted under the collective key and signed."""
     cfg, fields = _resume(node, "keys", "mk")
-    if get_meta(msg.content).get("then", "") != "submit" or not isinstance(cfg, FHAUCConfig):
+    then = get_meta(msg.content).get("then", "")
+    if then != ("commit" if isinstance(cfg, MaliciousConfig) else "submit"):
         raise ProtocolError("the confirmation announces a next step this run does not have")
     ckeys = _mk_party(node, cfg, fields).finish(get_blob(msg.content))
+    if isinstance(cfg, MaliciousConfig):
+        mp = ThresholdMaliciousParty(node.data.y_true, node.data.y_score, keys=ckeys,
+                                     config=cfg, identity=node.identity, roster=node.roster,
+                                     policy=node.policy.party)
+        node.store.save(node.name, {"config": fields["config"], "keys": fields["keys"],
+                                    "ckeys": ckeys.to_bytes(), "nonce": mp.nonce})
+        return [mp.commit()], {}
     party = ThresholdFHAUCParty(node.data.y_true, node.data.y_score, keys=ckeys,
                                 identity=node.identity, config=cfg, roster=node.roster,
                                 policy=node.policy.party)
     sub = party.submit()
     node.store.save(node.name, {"config": fields["config"], "keys": fields["keys"],
                                 "ckeys": ckeys.to_bytes(), "own": sub})
+    return [sub], {}
+
+
+def _threshold_malicious(node: NodeSetup, cfg: MaliciousConfig, fields: dict[str, bytes],
+                         start: bytes) -> ThresholdMaliciousParty:
+    if "nonce" not in fields:
+        raise NodeCheckFailed("out-of-order", "a threshold malicious step before the commit")
+    party = ThresholdMaliciousParty(node.data.y_true, node.data.y_score,
+                                    keys=CollectiveKeys.from_bytes(fields["ckeys"]),
+                                    config=cfg, identity=node.identity, roster=node.roster,
+                                    policy=node.policy.party, nonce=fields["nonce"])
+    party.restore(start)   # checks the start message, this party's nonce and the quorum
+    if "own" in fields:
+        party.restore_switch(fields["own"], "switched" in fields)
+    return party
+
+
+def _threshold_submit(node: NodeSetup, cfg: FHAUCConfig | MaliciousConfig,
+                      fields: dict[str, bytes], start: bytes | None) -> _Reply:
+    """Threshold keys, malicious mode: every run under the collective key, signed (once
+    per committed nonce)."""
+    if not isinstance(cfg, MaliciousConfig) or start is None:
+        raise ProtocolError("a threshold submit is malicious mode's, with the start message")
+    if "own" in fields:
+        raise NodeCheckFailed("already-submitted", "this party already submitted for its "
+                              "current nonce")
+    party = _threshold_malicious(node, cfg, fields, start)
+    sub = party.submit(start)
+    node.store.save(node.name, {**fields, "own": sub})
     return [sub], {}
 
 
@@ -930,13 +968,22 @@ def _t_share(msg: Message, node: NodeSetup) -> _Reply:
     this party's key-switch shares (once per evaluation: the refusal of a second request
     survives on disk)."""
     cfg, fields = _resume(node, "ckeys", "own")
-    if not isinstance(cfg, FHAUCConfig):
-        raise ProtocolError("t-share is a threshold-key semi-honest step")
     if "switched" in fields:
         raise NodeCheckFailed("already-switched", "this party already sent its key-switch "
                               "shares for this evaluation")
+    blobs = get_blobs(msg.content)
+    if isinstance(cfg, MaliciousConfig):
+        if len(blobs) != 2:
+            raise ProtocolError("a threshold malicious key switch needs the request and the "
+                                "start message")
+        mparty = _threshold_malicious(node, cfg, fields, blobs[1])
+        out = mparty.share(blobs[0])
+        node.store.save(node.name, {**fields, "switched": b"1"})
+        return [out], {}
+    if len(blobs) != 1:
+        raise ProtocolError("a key-switch request is one message")
     party = _threshold_party(node, cfg, fields)
-    out = party.share(get_blob(msg.content))
+    out = party.share(blobs[0])
     node.store.save(node.name, {**fields,
                                 "switched": json.dumps(party.switched).encode()})
     return [out], {}
@@ -951,7 +998,17 @@ def _finalize(msg: Message, node: NodeSetup) -> _Reply:
     keys = _keys(fields)
     blobs = get_blobs(msg.content)
     security = _security(cfg)
-    if "ckeys" in fields:   # threshold keys
+    if "ckeys" in fields and isinstance(cfg, MaliciousConfig):   # threshold, malicious
+        if len(blobs) != 2 or "switched" not in fields:
+            raise ProtocolError("threshold malicious finalize expects the answer and the "
+                                "start message, after the key switch")
+        tm = _threshold_malicious(node, cfg, fields, blobs[1])
+        auc = tm.finalize(blobs[0])
+        bound = tm.error_bound
+        parties = readers.integers(wire.decode(blobs[0], expect="fhauc-mt/result").meta,
+                                   "parties", 0, keys.n_parties - 1)
+        included = [keys.names[i] for i in parties]
+    elif "ckeys" in fields:   # threshold keys, semi-honest
         if len(blobs) != 1 or "switched" not in fields or not isinstance(cfg, FHAUCConfig):
             raise ProtocolError("threshold finalize expects one result, after the key "
                                 "switch")

@@ -114,7 +114,7 @@ from fedsec.auc.fhauc_malicious import (
     MaliciousAggregator,
     MaliciousConfig,
 )
-from fedsec.auc.fhauc_threshold import ThresholdFHAUCAggregator
+from fedsec.auc.fhauc_threshold import ThresholdFHAUCAggregator, ThresholdMaliciousAggregator
 from fedsec.auc.policy import DEFAULT_MAX_DECISION_POINTS
 from fedsec.crypto.collective import CollectiveKeyAggregator
 from fedsec.crypto.identity import Roster
@@ -235,9 +235,9 @@ class RunOptions:
         if opts.keys not in ("single", "threshold"):
             raise ValueError("The 'keys' run config must be 'single' or 'threshold'. "
                              f"Got {opts.keys!r} instead.")
-        if opts.keys == "threshold" and (opts.security != "semi-honest" or opts.exact):
-            raise ValueError("The 'keys' run config 'threshold' runs on Flower with "
-                             "security 'semi-honest' and fixed decision points only.")
+        if opts.keys == "threshold" and opts.exact:
+            raise ValueError("The 'keys' run config 'threshold' runs with fixed decision "
+                             "points only (not 'exact').")
         if opts.num_nodes < 0:
             raise ValueError(f"The 'num-nodes' run config must be >= 0 (0 = every roster "
                              f"party). Got {opts.num_nodes} instead.")
@@ -498,7 +498,7 @@ class ServerRun:
         self.require(keyed, "after key set-up")
         if self.opts.exact:
             cfg = self.refine(ks, keyed)
-        if isinstance(cfg, FHAUCConfig) and self.opts.keys == "threshold":
+        if self.opts.keys == "threshold":
             self.threshold(cfg, ks, keyed, roster)
         elif isinstance(cfg, FHAUCConfig):
             self.semi_honest(cfg, ks, keyed)
@@ -596,7 +596,8 @@ class ServerRun:
                 continue
             self.pause("offer")
             # malicious mode: each party's signed commit rides with its confirmation
-            early = isinstance(cfg, MaliciousConfig) and not self.opts.exact
+            early = isinstance(cfg, MaliciousConfig) and not self.opts.exact \
+                and self.opts.keys == "single"
             confirms = self.step("deliver", {n: ([d], {"then": "commit"} if early else {})
                                              for n, d in zip(order, deliveries,
                                                              strict=True)},
@@ -705,12 +706,13 @@ class ServerRun:
                            expect_blobs=0, leave_out_refused=False)
         self.conclude(submitted, finals, SEMI_HONEST_AGREEMENT, verified_mode=False)
 
-    def threshold(self, cfg: FHAUCConfig, ks: KeySetupAggregator, keyed: list[int],
-                  roster: Roster) -> None:
+    def threshold(self, cfg: FHAUCConfig | MaliciousConfig, ks: KeySetupAggregator,
+                  keyed: list[int], roster: Roster) -> None:
         """Threshold keys: the collective key set-up (its commits came with the
-        confirmations) -> mk-reveal -> mk-relin -> mk-check -> mk-finish (with each
-        party's submission) -> t-share -> finalize. A collective key needs every keyed
-        party: anyone missing stops the run."""
+        confirmations) -> mk_reveal -> mk_relin -> mk_check -> mk_finish (with each
+        party's submission; in malicious mode its signed commit, then start/submit) ->
+        t_share -> finalize. A collective key needs every keyed party, and malicious mode
+        every party that started: anyone missing stops the run."""
         order = list(keyed)
 
         def every(step: str, replies: _Replies, nodes: list[int] | None = None
@@ -740,6 +742,9 @@ class ServerRun:
         except ProtocolError as exc:
             raise RunFailed(f"collective key set-up: {exc}") from None
         assert cagg.context is not None
+        if isinstance(cfg, MaliciousConfig):
+            self._threshold_malicious(cfg, cagg, order, roster, every, done)
+            return
         subs = self.step("mk_finish", {n: ([done], {"then": "submit"}) for n in order})
         submitted = [n for n in order if n in subs.ok]
         self.require(submitted, "mk_finish")
@@ -768,6 +773,36 @@ class ServerRun:
         finals = self.step("finalize", {n: ([result], {}) for n in included},
                            expect_blobs=0, leave_out_refused=False)
         self.conclude(included, finals, SEMI_HONEST_AGREEMENT, verified_mode=False)
+
+    def _threshold_malicious(self, cfg: MaliciousConfig, cagg: CollectiveKeyAggregator,
+                             order: list[int], roster: Roster, every: Any,
+                             done: bytes) -> None:
+        """Malicious mode over collective keys: mk_finish (each party's signed commit) ->
+        submit (the start message) -> t_share -> finalize (the answer and the start)."""
+        assert cagg.context is not None
+        commits = every("mk_finish", self.step(
+            "mk_finish", {n: ([done], {"then": "commit"}) for n in order}))
+        agg = ThresholdMaliciousAggregator(cagg.context, cfg, names=cagg.names,
+                                           session=cagg.session, roster=roster,
+                                           min_parties=len(order))
+        try:
+            start = agg.start(commits)
+            subs = every("submit", self.step("submit", {n: ([start], {}) for n in order}))
+            self.write("aggregating")
+            agg.begin()
+            for sub in subs:
+                agg.add(sub)
+            request = agg.switch_request()
+            shares = every("t_share", self.step(
+                "t_share", {n: ([request, start], {}) for n in order}))
+            result = agg.finish_shares(shares)
+        except ProtocolError as exc:
+            raise RunFailed(f"threshold malicious FHAUC: {exc}") from None
+        self.doc["timings"]["aggregate_s"] = round(agg.timing["total_s"], 3)
+        self.doc["parties"]["included"] = [self.names[n] for n in order]
+        finals = self.step("finalize", {n: ([result, start], {}) for n in order},
+                           expect_blobs=0, leave_out_refused=False)
+        self.conclude(order, finals, cfg.tolerance, verified_mode=True)
 
     def malicious(self, cfg: MaliciousConfig, ks: KeySetupAggregator, keyed: list[int],
                   roster: Roster) -> None:
