@@ -91,6 +91,11 @@ PAPERS: dict[str, Paper] = {p.key: p for p in (
                  ("--parties", "10", "--samples", "2000", "--reps", "1"),
                  "the printed ratio malicious / semi-honest; the paper's ratio is about "
                  "2.4x (BENCHMARKS.md, Secure AUC)"),
+            Step("reproduce_fhauc_figures.py",
+                 ("--reps", "3", "--out", "{out}/fhauc_figures.json"),
+                 ("--quick", "--out", "{out}/fhauc_figures.json"),
+                 "the printed Figs. 2-3 sweeps (both modes, S = 4) and Table III, each "
+                 "beside the paper's numbers"),
             DPAUC_STEP,
         ),
         "100 parties, N = 100, OpenFHE on the authors' machine: aggregator 0.68 s "
