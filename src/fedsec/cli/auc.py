@@ -304,7 +304,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 max_rounds=None,
                                 masking="single", splits=None, preset=args.preset,
                                 json=False, quiet=False, tolerance=None, runs=None,
-                                min_bound_bits=None)
+                                min_bound_bits=None, keys="single")
         say(f"running FHAUC with a {security} aggregator")
         res = _run(fed.pairs(), [p.name for p in fed.parties], ns, say)
         rows.append((security, res))
