@@ -158,7 +158,8 @@ def runner() -> ModuleType:
 
 
 PAPERS = {
-    "fhauc": {"bench_fhauc.py", "bench_malicious.py", "reproduce_dpauc.py"},
+    "fhauc": {"bench_fhauc.py", "bench_malicious.py", "reproduce_fhauc_figures.py",
+              "reproduce_dpauc.py"},
     "fhauc-conference": {"bench_precision.py", "reproduce_dpauc.py"},
     "dpauc": {"reproduce_dpauc.py"},
     "zheng": {"reproduce_shapley.py", "bench_shapley.py"},
@@ -211,7 +212,7 @@ def test_dry_run_prints_the_commands_once_each(runner: ModuleType,
     assert runner.main(["all", "--quick", "--dry-run"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("== ")]
     assert sum("reproduce_dpauc.py" in x for x in lines) == 1  # shared by three papers
-    assert len(lines) == len(set().union(*PAPERS.values())) == 10
+    assert len(lines) == len(set().union(*PAPERS.values())) == 11
     assert all(" --quick" in x or "bench_sign.py --alphas 8" in x
                or "bench_malicious.py --parties 10" in x for x in lines)
 
