@@ -267,7 +267,42 @@ def _check_submission(raw: bytes, session: str, config: Any, names: Sequence[str
     return idx, blobs
 
 
-class ThresholdFHAUCAggregator(FHAUCAggregator):
+class _SignedSubmissions:
+    """What both threshold aggregators do with a submission: check its binding and its
+    sender's signature, add its ciphertexts into the running sums and keep its bytes to
+    relay to every party."""
+
+    _binding: Any
+    _config: Any
+    _names: tuple[str, ...]
+    _context: CKKSContext
+    _running: Any
+    _seen: list[int]
+    _raw: dict[int, bytes]
+    _load_s: float
+    clock: Any
+
+    def _add_signed(self, submission: bytes, roster: Roster, allowed: Sequence[int] | None,
+                    *, kind: str, protocol: str) -> int:
+        """``add``: the sender's index once its submission checks (``allowed``: who may
+        submit, ``None`` for anyone)."""
+        t0 = time.perf_counter()
+        with self.clock("other"):
+            idx, blobs = _check_submission(submission, self._binding.session, self._config,
+                                           self._names, roster, len(self._names), kind=kind,
+                                           protocol=protocol)
+            if idx in self._seen or (allowed is not None and idx not in allowed):
+                raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
+            ctx = self._context
+            self._running.add([ctx.deserialize(b, at_top=True, scale=ctx.scale)
+                               for b in blobs])
+            self._seen.append(idx)
+            self._raw[idx] = submission
+        self._load_s += time.perf_counter() - t0
+        return int(idx)
+
+
+class ThresholdFHAUCAggregator(_SignedSubmissions, FHAUCAggregator):
     """The aggregator of threshold mode: it computes on ciphertexts under the collective
     key, asks every included party for its key-switch shares, and masks the switched
     aggregate.
@@ -308,19 +343,8 @@ class ThresholdFHAUCAggregator(FHAUCAggregator):
     @receives("fhauc-t/submit")
     def add(self, submission: bytes) -> int:
         """Check one submission (binding, signature) and add it into the running sums."""
-        t0 = time.perf_counter()
-        with self.clock("other"):
-            idx, blobs = _check_submission(submission, self._binding.session, self._config,
-                                           self._names, self._roster, len(self._names))
-            if idx in self._seen:
-                raise ProtocolError(f"invalid or duplicate party index {idx!r}")
-            ctx = self._context
-            self._running.add([ctx.deserialize(b, at_top=True, scale=ctx.scale)
-                               for b in blobs])
-            self._seen.append(idx)
-            self._raw[idx] = submission
-        self._load_s += time.perf_counter() - t0
-        return idx
+        return self._add_signed(submission, self._roster, None, kind="fhauc-t/submit",
+                                protocol=PROTOCOL)
 
     def switch_request(self) -> bytes:
         """The aggregate of the submissions added since :meth:`begin`, and the request
@@ -587,7 +611,7 @@ class ThresholdMaliciousParty(MaliciousParty):
         return self._finalize(response, "fhauc-mt/result")
 
 
-class ThresholdMaliciousAggregator(MaliciousAggregator):
+class ThresholdMaliciousAggregator(_SignedSubmissions, MaliciousAggregator):
     """The aggregator of malicious-aggregator FHAUC over collective keys: it asks every
     participant for its key-switch share of the aggregate before it can mask it."""
 
@@ -608,20 +632,8 @@ class ThresholdMaliciousAggregator(MaliciousAggregator):
     @receives("fhauc-mt/submit")
     def add(self, submission: bytes) -> int:
         """Check one participant's signed submission and add it into the running sums."""
-        t0 = time.perf_counter()
-        with self.clock("other"):
-            idx, blobs = _check_submission(submission, self._binding.session, self._config,
-                                           self._names, self._roster_t, len(self._names),
-                                           kind="fhauc-mt/submit", protocol="fhauc-m")
-            if idx not in self._participants or idx in self._seen:
-                raise ProtocolError(f"unexpected or duplicate submission from party {idx!r}")
-            ctx = self._context
-            self._running.add([ctx.deserialize(b, at_top=True, scale=ctx.scale)
-                               for b in blobs])
-            self._seen.append(idx)
-            self._raw[idx] = submission
-        self._load_s += time.perf_counter() - t0
-        return idx
+        return self._add_signed(submission, self._roster_t, self._participants,
+                                kind="fhauc-mt/submit", protocol="fhauc-m")
 
     def switch_request(self) -> bytes:
         """The aggregate of every run, and the request (every submission) each participant
