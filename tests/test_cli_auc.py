@@ -67,7 +67,7 @@ def test_auc_json_threshold_keys(party_files: list[Path],
     y, s = _pooled(party_files[:3])
     ref = trapezoid_auc_from_counts(*confusion_counts(y, s, 32))
     assert abs(out["auc"] - ref) <= 1e-9 * ref
-    assert out["preset"] == "CKKS_128_N16384_DEPTH1_S60"
+    assert out["preset"] == "CKKS_128_N16384_DEPTH1_S60" and out["keys"] == "threshold"
     assert main(["auc", *map(str, party_files[:2]), "--keys", "threshold",
                  "--decision-points", "exact"]) == 2
 

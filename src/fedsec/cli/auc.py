@@ -139,6 +139,7 @@ def _cmd_auc(args: argparse.Namespace) -> int:
         "setup_bytes_to_aggregator": res.setup_bytes_to_aggregator,
         "preset": res.preset,
         "included": res.included,
+        "keys": res.extra.get("keys", "single"),
     }
     if res.security == "semi-honest":
         out["masking"] = res.masking
@@ -149,7 +150,8 @@ def _cmd_auc(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"secure AUC ({res.security} aggregator): {res.auc:.10f}")
+        keys = ", threshold keys" if out["keys"] == "threshold" else ""
+        print(f"secure AUC ({res.security} aggregator{keys}): {res.auc:.10f}")
         if res.decision_mode == "exact":
             print(f"  exact mode: {res.decision_points} refined decision points after "
                   f"{res.rounds} secure rounds; certified |AUC - exact AUC| <= "
