@@ -13,6 +13,8 @@ import pytest
 
 from fedsec.auc.common import local_federation
 from fedsec.crypto import multiparty as mpc
+from fedsec.crypto.ckks import CKKSContext
+from fedsec.crypto.ckks_keys import CKKSKeys
 from fedsec.crypto.collective import (
     CollectiveKeyAggregator,
     CollectiveKeyParty,
@@ -237,3 +239,71 @@ def test_a_party_resumed_from_disk_between_every_round(first) -> None:  # type: 
     assert np.max(np.abs(mpc.combine_decryption(ctx, ct, shares).real - x)) < 1e-2
     with pytest.raises(ProtocolError):
         CollectiveKeyParty.from_bytes(b"junk", ids[0], roster, SPEC, result[0])
+
+
+def test_relinearisation_sums_of_the_aggregators_choosing_are_refused(first) -> None:  # type: ignore[no-untyped-def]
+    """The round-2 relinearisation share multiplies the key share by the round-1 sums: a
+    constant sum would make it ``s_i`` plus small noise (control below). So parties get the
+    committed round-1 shares, not a sum, and one that is not its sender's is refused."""
+    mp = mpc._mp(SPEC_PARAMS)
+    rows = len(mp.primes)
+    crafted = mpc._pack("mpckks/relin-share1", {"preset": SPEC_PARAMS.name},
+                        [mp.from_signed(np.ones(mp.n, dtype=np.int64), rows)] * (2 * mp.decomp))
+
+    def hook(step: str, msgs: list[bytes]) -> list[bytes]:
+        if step != "relin":
+            return msgs
+        outer = wire.decode(msgs[0])
+        blobs = list(outer.blobs)
+        blobs[3] = crafted   # party 1's round-1 share replaced
+        return [wire.encode("mpkeys/relin", outer.meta, blobs)] * len(msgs)
+
+    with pytest.raises(TamperingDetected, match="committed"):
+        _play(first, hook)
+    # control: a round-2 share on a constant "sum" gives the key share by rounding
+    share = mpc.KeyShare(SPEC_PARAMS)
+    state, _ = share.relin_round1(bytes(32))
+    unit = np.zeros(mp.n, dtype=np.int64)
+    unit[0] = 1   # the constant polynomial 1
+    one = mp.from_signed(unit, rows)
+    sum1 = mpc._pack("mpckks/relin-sum1", {"preset": SPEC_PARAMS.name},
+                     [one] * (2 * mp.decomp))
+    out0 = mpc._unpack(mp, share.relin_round2(state, sum1), "mpckks/relin-share2", rows,
+                       2 * mp.decomp)[0]
+    got = mp.to_coeffs(out0[:1])[0].astype(object)
+    q = mp.primes[0]
+    noisy = np.array([int(v) - q if int(v) > q // 2 else int(v) for v in got])
+    truth = mp.to_coeffs(share._s[:1])[0].astype(object)
+    s_i = np.array([int(v) - q if int(v) > q // 2 else int(v) for v in truth])
+    assert np.max(np.abs(noisy - s_i)) <= 21   # s_i plus CBD noise: the key share leaks
+
+
+def test_known_answer_c1_does_not_depend_on_the_keys_data_halves(honest) -> None:  # type: ignore[no-untyped-def]
+    """The known-answer ciphertext each party decrypts must have a ``c1`` nobody chose:
+    with the product left out it depends only on the seed and the random halves; with the
+    product it moves with the public key's data half (which the aggregator sends)."""
+    agg, keys = honest
+    ctx = agg.context
+    mp = mpc._mp(ctx.params)
+    other = CKKSContext(CKKSKeys(ctx.params, public_key=mpc._public_key(
+        mp, mp.crs(bytes(range(32)), "pk"), _pk_random_half(ctx)),
+        relin_keys=ctx.keys.relin_keys, galois_keys=ctx.keys.galois_keys,
+        rotations=ctx.rotations, conjugate=ctx.conjugate_key))
+    seed = bytes(range(1, 33))
+
+    def c1(c: CKKSContext, multiply: bool) -> np.ndarray:
+        ct, _ = mpc.known_answer_ciphertext(c, seed, multiply=multiply)
+        return mpc._ct_data(mp, ct)[1]
+
+    assert np.array_equal(c1(ctx, False), c1(other, False))
+    assert not np.array_equal(c1(ctx, True), c1(other, True))
+
+
+def _pk_random_half(ctx: CKKSContext) -> np.ndarray:
+    from fedsec.crypto.sealio import plain_seal_bytes, save
+
+    mp = mpc._mp(ctx.params)
+    _, body = plain_seal_bytes(save(ctx.keys.public_key), "public key", max_expansion=1 << 16)
+    count = 2 * len(mp.primes) * mp.n
+    return np.frombuffer(body[len(body) - 8 * count:], dtype="<u8").reshape(
+        2, -1, mp.n)[1].astype(np.uint64)

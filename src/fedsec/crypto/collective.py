@@ -20,17 +20,23 @@ Rounds (protocol ``"mpkeys"``, bound to the first set-up's session and the key s
    could otherwise choose its own to make the collective key its own (the rogue-key
    attack, :mod:`fedsec.testing.multiparty`).
 3. **relin / relin2** - the aggregator checks each revealed share against its commitment,
-   adds them up and sends the round-1 relinearisation sums; each party answers with its
-   round-2 share.
+   adds the public and Galois shares up, and relays every committed round-1
+   relinearisation share (with the hashes of each party's other shares); each party checks
+   them against the commitments, adds them up **itself** and answers with its round-2
+   share. (A round-2 share multiplies the key share by the round-1 sums: a sum the
+   aggregator chose, a constant say, would give the key share away.)
 4. **keys / check** - the aggregator sends the collective keys' data halves only
    (:func:`fedsec.crypto.multiparty.aggregate_compact_keys`); each party rebuilds the keys
-   with random halves it expands itself from the common seed and the round-1 sums (so no
-   key can have a random half of the aggregator's choosing: a public key of ``(0, 0)``
+   with random halves it expands itself from the common seed and its own round-1 sums (so
+   no key can have a random half of the aggregator's choosing: a public key of ``(0, 0)``
    would encrypt in the clear and still decrypt "correctly"), and computes its decryption
    share of a *known-answer* ciphertext that every party computes itself from the
-   transcript (:func:`fedsec.crypto.multiparty.known_answer_ciphertext`: it exercises the
-   public key, every Galois key and the relinearisation key). It signs the hash of the
-   public material it received.
+   transcript (:func:`fedsec.crypto.multiparty.known_answer_ciphertext` without the
+   product: it exercises the public key and every Galois key, and its ``c1`` depends on the
+   seed and the random halves only - a product's ``c1`` would depend on data halves the
+   aggregator sent). It signs the hash of the keys it received. The relinearisation key's
+   data half is not checked here: a wrong one makes an evaluation's result garbage (refused
+   by the parties' checks), never a share of a chosen ``c1``.
 5. **confirmed** - the aggregator relays every check; each party verifies every signature
    over the same public material (an aggregator that showed parties different keys is
    caught) and combines the known-answer shares itself: the keys are used only if the
@@ -112,7 +118,7 @@ def _galois_elements(spec: KeySpec) -> list[int]:
 def _kat_smudging(ctx: CKKSContext) -> int:
     """Smudging bits for the known-answer shares: margin bits below the modulus of the
     known-answer ciphertext's level."""
-    ct, _ = mpc.known_answer_ciphertext(ctx, b"\0" * mpc.crs_seed_bytes())
+    ct, _ = mpc.known_answer_ciphertext(ctx, b"\0" * mpc.crs_seed_bytes(), multiply=False)
     primes = ctx.params.primes()[:int(ct.coeff_modulus_size())]
     return int(sum(math.log2(p) for p in primes)) - KNOWN_ANSWER_SMUDGING_MARGIN
 
@@ -207,8 +213,19 @@ def _party_of(meta: Any, names: Sequence[str]) -> int:
     return idx
 
 
+def _blob_hashes(blobs: Sequence[bytes]) -> list[bytes]:
+    return [hashlib.sha256(bytes(b)).digest() for b in blobs]
+
+
+def _digest_of_hashes(hashes: Sequence[bytes]) -> bytes:
+    return _h(b"fedsec/mpkeys/shares", *hashes)
+
+
 def _shares_digest(blobs: Sequence[bytes]) -> bytes:
-    return _h(b"fedsec/mpkeys/shares", *[bytes(b) for b in blobs])
+    """The commitment to a party's shares: a hash over each share's hash, so that one share
+    (the relinearisation round-1 share, relayed to every party) can be checked against it
+    with the other shares' hashes only."""
+    return _digest_of_hashes(_blob_hashes(blobs))
 
 
 class CollectiveKeyParty:
@@ -363,18 +380,42 @@ class CollectiveKeyParty:
         return wire.encode("mpkeys/reveal", meta, self._blobs)
 
     @receives("mpkeys/relin")
-    def relin(self, relin_sum: bytes) -> bytes:
-        """Round 3: the second relinearisation share, on the round-1 sums."""
+    def relin(self, relin_shares: bytes) -> bytes:
+        """Round 3: check every participant's round-1 relinearisation share against its
+        commitment, add them up itself and answer with its second share.
+
+        The round-2 share multiplies this party's key share by the round-1 sums: sums the
+        aggregator chose (a constant, say) would make it ``s_i`` plus small noise. So the
+        aggregator relays the committed shares themselves (and the hashes of each party's
+        other shares, to check the commitment), never a sum."""
         if self._share is None or self._relin_state is None or not self._commits:
             raise ProtocolError("relinearisation round out of order")
-        msg = wire.decode(relin_sum, expect="mpkeys/relin", max_bytes=self._max)
+        msg = wire.decode(relin_shares, expect="mpkeys/relin", max_bytes=self._max)
         _check(self._binding, msg.meta, step="relin", sender=AGGREGATOR,
-               what="the relinearisation sums", broadcast=True)
-        if len(msg.blobs) != 1:
-            raise ProtocolError("malformed relinearisation sums")
-        share2 = self._share.relin_round2(self._relin_state, msg.blobs[0])
+               what="the relinearisation shares", broadcast=True)
+        n = len(self._names)
+        others = 1 + len(self._elts)   # the public-key and Galois shares' hashes
+        if len(msg.blobs) != 2 * n:
+            raise ProtocolError("malformed relinearisation shares")
+        shares = []
+        for i in range(n):
+            hashes, share1 = msg.blobs[2 * i], msg.blobs[2 * i + 1]
+            if len(hashes) != 32 * others:
+                raise ProtocolError("malformed relinearisation shares")
+            parts = [hashes[32 * k:32 * (k + 1)] for k in range(others)]
+            parts.append(hashlib.sha256(share1).digest())
+            if _digest_of_hashes(parts) != self._commits[i]:
+                raise TamperingDetected(f"the relinearisation share of {self._names[i]!r} "
+                                        "is not the one it committed to",
+                                        check="relin-shares")
+            shares.append(share1)
+        if shares[self._index] != self._blobs[-1]:
+            raise TamperingDetected("this party's relinearisation share was changed",
+                                    check="relin-shares")
+        relin_sum = mpc.aggregate_relin_round1(self._params, shares)
+        share2 = self._share.relin_round2(self._relin_state, relin_sum)
         self._relin_state = None  # the ephemeral secret is used once
-        self._relin_sum = msg.blobs[0]
+        self._relin_sum = relin_sum
         meta = self._binding.bind({"party": self._index}, step="relin2", to=AGGREGATOR)
         return wire.encode("mpkeys/relin2", meta, [share2])
 
@@ -398,7 +439,7 @@ class CollectiveKeyParty:
         self._kat_seed = _h(b"fedsec/mpkeys/kat", self.session.encode(),
                             *[self._commits[i] for i in range(len(self._names))])
         kat = mpc.known_answer_share(self._share, ctx, self._kat_seed,
-                                     smudging=_kat_smudging(ctx))
+                                     smudging=_kat_smudging(ctx), multiply=False)
         sig = self._id.sign(_SIG_CHECK, self.session.encode() + self.name.encode()
                             + self._keys_hash)
         meta = self._binding.bind({"party": self._index}, step="check", to=AGGREGATOR)
@@ -427,10 +468,10 @@ class CollectiveKeyParty:
         if set(kat) != set(range(len(self._names))):
             raise ProtocolError("the checks do not come from every participant")
         ctx = self._context
-        ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed)
+        ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed, multiply=False)
         tol = _kat_tolerance(ctx, ct, len(self._names), _kat_smudging(ctx))
         mpc.check_known_answer(ctx, self._kat_seed, [kat[i] for i in sorted(kat)],
-                               tolerance=tol)
+                               tolerance=tol, multiply=False)
         return CollectiveKeys(self.session, self._names, self._index, self._share, ctx,
                               self._result)
 
@@ -534,8 +575,13 @@ class CollectiveKeyAggregator:
             p, self._elts, (msgs[i].blobs[0] for i in order),
             {g: [msgs[i].blobs[1 + k] for i in order] for k, g in enumerate(self._elts)})
         self._relin_sum = mpc.aggregate_relin_round1(p, (msgs[i].blobs[-1] for i in order))
+        # every party sums the committed round-1 shares itself (see CollectiveKeyParty.relin)
+        relay: list[bytes] = []
+        for i in order:
+            relay.append(b"".join(_blob_hashes(msgs[i].blobs[:-1])))
+            relay.append(msgs[i].blobs[-1])
         meta = self._binding.bind({}, step="relin", to=BROADCAST)
-        return wire.encode("mpkeys/relin", meta, [self._relin_sum])
+        return wire.encode("mpkeys/relin", meta, relay)
 
     @receives("mpkeys/relin2")
     def relin_keys(self, raws: Sequence[bytes]) -> bytes:
@@ -572,10 +618,10 @@ class CollectiveKeyAggregator:
         if set(shares) != set(range(len(self.names))):
             raise ProtocolError("a key check is missing")
         ctx = self.context
-        ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed)
+        ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed, multiply=False)
         mpc.check_known_answer(ctx, self._kat_seed, [shares[i] for i in sorted(shares)],
                                tolerance=_kat_tolerance(ctx, ct, len(self.names),
-                                                        _kat_smudging(ctx)))
+                                                        _kat_smudging(ctx)), multiply=False)
         meta = self._binding.bind({}, step="confirmed", to=BROADCAST)
         return wire.encode("mpkeys/confirmed", meta, list(raws))
 

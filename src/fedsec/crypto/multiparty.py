@@ -873,7 +873,8 @@ def _known_vector(seed: bytes, slots: int) -> NDArray[np.float64]:
     return out
 
 
-def known_answer_ciphertext(ctx: Any, seed: bytes) -> tuple[Any, NDArray[np.float64]]:
+def known_answer_ciphertext(ctx: Any, seed: bytes, *, multiply: bool = True
+                            ) -> tuple[Any, NDArray[np.float64]]:
     """A ciphertext every party computes identically, and the values it must decrypt to.
 
     SEAL checks a key's structure, not its correctness: a wrong share gives a "valid" wrong
@@ -883,6 +884,11 @@ def known_answer_ciphertext(ctx: Any, seed: bytes) -> tuple[Any, NDArray[np.floa
     every rotation and the conjugation of ``ctx``'s keys added, then multiplied by ``v``'s
     encryption (relinearisation) where ``ctx`` has relinearisation keys. The expected
     values are ``(v + sum_r roll(v, -r) [+ v]) * v``.
+
+    ``multiply=False`` leaves the product out. Use it when the keys' data halves came from
+    a role that may lie: the product's ``c1`` depends on the ciphertexts' ``c0``, which a
+    chosen public-key data half controls, so a decryption share of it could be of a ``c1``
+    the liar chose. Without it, ``c1`` depends only on the seed and the keys' random halves.
     """
     if not isinstance(seed, bytes) or len(seed) != CRS_SEED_BYTES:
         raise ValueError(f"The 'seed' parameter must be {CRS_SEED_BYTES} bytes.")
@@ -910,26 +916,27 @@ def known_answer_ciphertext(ctx: Any, seed: bytes) -> tuple[Any, NDArray[np.floa
     if ctx.conjugate_key:
         acc = ctx.add(acc, ctx.conjugate(ct))
         want = want + v
-    if ctx.has_relin_keys:
+    if multiply and ctx.has_relin_keys:
         acc = ctx.multiply(acc, ct)
         want = want * v
     return acc, want
 
 
-def known_answer_share(share: KeyShare, ctx: Any, seed: bytes, *, smudging: int) -> bytes:
+def known_answer_share(share: KeyShare, ctx: Any, seed: bytes, *, smudging: int,
+                       multiply: bool = True) -> bytes:
     """This party's decryption share of :func:`known_answer_ciphertext`, which it computes
     itself (it never decrypts a ciphertext it was sent)."""
-    ct, _ = known_answer_ciphertext(ctx, seed)
+    ct, _ = known_answer_ciphertext(ctx, seed, multiply=multiply)
     return share.decryption_share(ct, smudging=smudging)
 
 
 def check_known_answer(ctx: Any, seed: bytes, shares: Iterable[bytes], *,
-                       tolerance: float) -> float:
+                       tolerance: float, multiply: bool = True) -> float:
     """Combine every party's :func:`known_answer_share` and compare with the known
     values; the largest error, or ``ProtocolError`` above ``tolerance`` (a wrong key
     share, Galois or relinearisation share makes the error of the order of the values'
     modulus, not of the noise)."""
-    ct, want = known_answer_ciphertext(ctx, seed)
+    ct, want = known_answer_ciphertext(ctx, seed, multiply=multiply)
     got = combine_decryption(ctx, ct, shares).real
     err = float(np.max(np.abs(got - want)))
     if not err <= tolerance:
