@@ -440,8 +440,8 @@ class CollectiveKeyParty:
                             *[self._commits[i] for i in range(len(self._names))])
         kat = mpc.known_answer_share(self._share, ctx, self._kat_seed,
                                      smudging=_kat_smudging(ctx), multiply=False)
-        sig = self._id.sign(_SIG_CHECK, self.session.encode() + self.name.encode()
-                            + self._keys_hash)
+        sig = self._id.sign(_SIG_CHECK, _check_payload(self.session, self.name,
+                                                       self._keys_hash, kat))
         meta = self._binding.bind({"party": self._index}, step="check", to=AGGREGATOR)
         return wire.encode("mpkeys/check", meta, [kat, sig])
 
@@ -459,8 +459,8 @@ class CollectiveKeyParty:
             if idx in kat:
                 raise ProtocolError("two checks from one party")
             try:
-                self._roster.verify(self._names[idx], _SIG_CHECK, self.session.encode()
-                                    + self._names[idx].encode() + self._keys_hash, sig)
+                self._roster.verify(self._names[idx], _SIG_CHECK, _check_payload(
+                    self.session, self._names[idx], self._keys_hash, share), sig)
             except ProtocolError:
                 raise TamperingDetected(f"{self._names[idx]!r} did not confirm the keys this "
                                         "party received", check="equivocation") from None
@@ -474,6 +474,13 @@ class CollectiveKeyParty:
                                tolerance=tol, multiply=False)
         return CollectiveKeys(self.session, self._names, self._index, self._share, ctx,
                               self._result)
+
+
+def _check_payload(session: str, name: str, keys_hash: bytes, share: bytes) -> bytes:
+    """What a party signs in ``mpkeys/check``: the keys it received and its known-answer
+    share (so no role can swap or replace a share in the confirmation)."""
+    return _h(b"fedsec/mpkeys/check", session.encode(), name.encode(), keys_hash,
+              hashlib.sha256(share).digest())
 
 
 def _parse_check(raw: bytes, session: str, names: Sequence[str]) -> tuple[int, bytes, bytes]:
