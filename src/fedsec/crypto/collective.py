@@ -34,9 +34,9 @@ Rounds (protocol ``"mpkeys"``, bound to the first set-up's session and the key s
    transcript (:func:`fedsec.crypto.multiparty.known_answer_ciphertext` without the
    product: it exercises the public key and every Galois key, and its ``c1`` depends on the
    seed and the random halves only - a product's ``c1`` would depend on data halves the
-   aggregator sent). It signs the hash of the keys it received with its share. The relinearisation key's
-   data half is not checked here: a wrong one makes an evaluation's result garbage (refused
-   by the parties' checks), never a share of a chosen ``c1``.
+   aggregator sent). It signs the hash of the keys it received with its share. The
+   relinearisation key's data half is not checked here: a wrong one makes an evaluation's
+   result garbage (refused by the parties' checks), never a share of a chosen ``c1``.
 5. **confirmed** - the aggregator relays every check; each party verifies every signature
    over the same public material (an aggregator that showed parties different keys is
    caught) and combines the known-answer shares itself: the keys are used only if the
