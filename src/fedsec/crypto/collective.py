@@ -115,10 +115,9 @@ def _galois_elements(spec: KeySpec) -> list[int]:
     return sorted(set(elts))
 
 
-def _kat_smudging(ctx: CKKSContext) -> int:
-    """Smudging bits for the known-answer shares: margin bits below the modulus of the
-    known-answer ciphertext's level."""
-    ct, _ = mpc.known_answer_ciphertext(ctx, b"\0" * mpc.crs_seed_bytes(), multiply=False)
+def _kat_smudging(ctx: CKKSContext, ct: Any) -> int:
+    """Smudging bits for the known-answer shares of ``ct``: margin bits below the modulus
+    of its level."""
     primes = ctx.params.primes()[:int(ct.coeff_modulus_size())]
     return int(sum(math.log2(p) for p in primes)) - KNOWN_ANSWER_SMUDGING_MARGIN
 
@@ -158,10 +157,8 @@ class CollectiveKeys:
     def to_bytes(self) -> bytes:
         """For this party's own disk (between the steps of a stateless runtime). Contains
         the SECRET key share and the result key."""
-        keys = self.context.keys
         meta = {"session": self.session, "names": list(self.names), "index": self.index,
-                "preset": self.context.params.name, "rotations": list(keys.rotations),
-                "conjugate": bool(keys.conjugate)}
+                "preset": self.context.params.name}
         return wire.encode("mpkeys/party-keys", meta, [self.share.secret_bytes(),
                                                        self.context.public_bytes(),
                                                        self.result.to_bytes()])
@@ -438,8 +435,9 @@ class CollectiveKeyParty:
         self._keys_hash = hashlib.sha256(msg.blobs[0]).digest()
         self._kat_seed = _h(b"fedsec/mpkeys/kat", self.session.encode(),
                             *[self._commits[i] for i in range(len(self._names))])
-        kat = mpc.known_answer_share(self._share, ctx, self._kat_seed,
-                                     smudging=_kat_smudging(ctx), multiply=False)
+        # the ciphertext is computed here, never received (see the module)
+        kat_ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed, multiply=False)
+        kat = self._share.decryption_share(kat_ct, smudging=_kat_smudging(ctx, kat_ct))
         sig = self._id.sign(_SIG_CHECK, _check_payload(self.session, self.name,
                                                        self._keys_hash, kat))
         meta = self._binding.bind({"party": self._index}, step="check", to=AGGREGATOR)
@@ -469,7 +467,7 @@ class CollectiveKeyParty:
             raise ProtocolError("the checks do not come from every participant")
         ctx = self._context
         ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed, multiply=False)
-        tol = _kat_tolerance(ctx, ct, len(self._names), _kat_smudging(ctx))
+        tol = _kat_tolerance(ctx, ct, len(self._names), _kat_smudging(ctx, ct))
         mpc.check_known_answer(ctx, self._kat_seed, [kat[i] for i in sorted(kat)],
                                tolerance=tol, multiply=False)
         return CollectiveKeys(self.session, self._names, self._index, self._share, ctx,
@@ -628,7 +626,7 @@ class CollectiveKeyAggregator:
         ct, _ = mpc.known_answer_ciphertext(ctx, self._kat_seed, multiply=False)
         mpc.check_known_answer(ctx, self._kat_seed, [shares[i] for i in sorted(shares)],
                                tolerance=_kat_tolerance(ctx, ct, len(self.names),
-                                                        _kat_smudging(ctx)), multiply=False)
+                                                        _kat_smudging(ctx, ct)), multiply=False)
         meta = self._binding.bind({}, step="confirmed", to=BROADCAST)
         return wire.encode("mpkeys/confirmed", meta, list(raws))
 
